@@ -1,0 +1,54 @@
+//! One unit of work: [`Block`], its [`BlockStatus`] and the compact
+//! [`BlockKey`] the scheduler identifies it by.
+//!
+//! A block is a plain `Copy` value (two ROIs and a few integers): the
+//! scheduler creates one only when it hands it out, and forgets it when it
+//! comes back, so nothing per block lives longer than the block is in
+//! flight.
+
+use crate::geometry::{Coord, Roi};
+
+/// Index of a task within its pipeline (dense, `0..n_tasks`).
+pub type TaskIndex = u32;
+
+/// The scheduler's identity of a block: its task and its flat C-order index
+/// on that task's placement grid (see `block_grid`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockKey {
+    /// Which task.
+    pub task: TaskIndex,
+    /// Flat index on the task's placement grid.
+    pub index: u64,
+}
+
+/// Where a block is in its life, as the user sets it and the scheduler
+/// reads it on release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum BlockStatus {
+    /// Made, not yet handed out.
+    #[default]
+    Created,
+    /// Handed to a worker.
+    Processing,
+    /// Finished cleanly.
+    Success,
+    /// Finished with an error.
+    Failed,
+}
+
+/// A block: what to read, what to write, and who it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// The scheduler's key.
+    pub key: BlockKey,
+    /// The stable spatial id (daisy 1.x numbering, see `block_id`).
+    pub spatial_id: u64,
+    /// Grid position on the task's placement grid.
+    pub position: Coord,
+    /// What the block reads (cut to the total ROI under `fit="shrink"`).
+    pub read_roi: Roi,
+    /// What the block writes (cut likewise).
+    pub write_roi: Roi,
+    /// Current status.
+    pub status: BlockStatus,
+}

@@ -1,0 +1,496 @@
+//! One task's blocks: where they are, which level they belong to, and which
+//! blocks of the same task they must wait for. [`BlockGrid`] owns this.
+//!
+//! ## Placement
+//! Blocks tile the *total write ROI* (the total ROI without the read
+//! context) at the stride of the write ROI's shape. Block `k` (a grid
+//! position, `k >= 0` per axis) writes `first_write + k * stride` and reads
+//! `first_read + k * stride`, where the first block's write region starts at
+//! the total write ROI's begin. The fit decides how many positions exist per
+//! axis: `valid` keeps `floor(W / stride)` (blocks entirely inside),
+//! `overhang` and `shrink` keep `ceil(W / stride)` (every block whose write
+//! region starts inside); `shrink` cuts the ROIs of border blocks to the
+//! total ROI. The set of blocks is therefore always a box of positions,
+//! enumerated lazily: nothing is allocated per block.
+//!
+//! ## Levels (read/write conflicts)
+//! With `read_write_conflict`, two blocks may not run together when one
+//! reads what the other writes. As daisy 1.x does, positions are split into
+//! levels by their residue modulo a *level period*: per axis the smallest
+//! multiple of the stride that is at least `max(context) + stride`, counted
+//! in blocks. Blocks of one level never conflict. Level `L > 0` waits for
+//! the blocks of level `L - 1` around it: per axis, the offset to the
+//! previous level's residue `o` gives the neighbours `{o, o + p}` (for
+//! `o < 0`), `{0}` (for `o == 0`) or `{o - p, o}` (for `o > 0`), combined
+//! over axes. Only neighbours that exist are dependencies. Without
+//! conflicts there is one level and no intra-task dependency.
+//!
+//! ## Ids
+//! A block's spatial id is the Cantor number (see `block_id`) of
+//! `(write_offset - total_roi.offset) // write_shape`, i.e. its position
+//! shifted by `context_lower // stride`, as in daisy 1.x.
+
+use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
+use crate::block_id::cantor_number;
+use crate::geometry::{Coord, GridIndexer, Roi};
+use crate::task_spec::{Fit, TaskSpec};
+
+/// Iterates the positions of a box `lo..hi` with a per-axis `step`, in C
+/// order (last axis fastest). Allocation-free.
+#[derive(Clone, Debug)]
+pub struct BoxIter {
+    lo: Coord,
+    hi: Coord,
+    step: Coord,
+    cur: Coord,
+    done: bool,
+}
+
+impl BoxIter {
+    /// Positions `lo + i * step < hi` on every axis.
+    pub fn new(lo: Coord, hi: Coord, step: Coord) -> Self {
+        let done = (0..lo.dims()).any(|d| lo[d] >= hi[d]);
+        Self {
+            lo,
+            hi,
+            step,
+            cur: lo,
+            done,
+        }
+    }
+
+    /// Number of positions the iterator yields from the start.
+    pub fn count_all(&self) -> u64 {
+        (0..self.lo.dims())
+            .map(|d| {
+                let extent = self.hi[d] - self.lo[d];
+                if extent <= 0 {
+                    0
+                } else {
+                    ((extent + self.step[d] - 1) / self.step[d]) as u64
+                }
+            })
+            .product()
+    }
+}
+
+impl Iterator for BoxIter {
+    type Item = Coord;
+    #[inline]
+    fn next(&mut self) -> Option<Coord> {
+        if self.done {
+            return None;
+        }
+        let out = self.cur;
+        let mut d = self.cur.dims();
+        loop {
+            if d == 0 {
+                self.done = true;
+                break;
+            }
+            d -= 1;
+            self.cur[d] += self.step[d];
+            if self.cur[d] < self.hi[d] {
+                break;
+            }
+            self.cur[d] = self.lo[d];
+        }
+        Some(out)
+    }
+}
+
+/// The block layout of one task.
+#[derive(Clone, Debug)]
+pub struct BlockGrid {
+    task: TaskIndex,
+    fit: Fit,
+    stride: Coord,
+    first_read: Roi,
+    first_write: Roi,
+    total_read: Roi,
+    total_write: Roi,
+    grid: GridIndexer,
+    id_shift: Coord,
+    period: Coord,
+    period_grid: GridIndexer,
+    /// Level of each residue (flat C-order over `period`).
+    level_of_residue: Vec<u32>,
+    /// Residue of each level, in grid units.
+    level_offsets: Vec<Coord>,
+    /// Per level: grid offsets to the blocks of the previous level it waits
+    /// for (empty for level 0).
+    conflicts: Vec<Vec<Coord>>,
+}
+
+impl BlockGrid {
+    /// The layout of `spec`, which is task `task` of its pipeline.
+    pub fn new(task: TaskIndex, spec: &TaskSpec) -> Self {
+        let dims = spec.total_roi.dims();
+        let stride = spec.write_roi.shape();
+        let total_write = spec.total_write_roi();
+        let shift = total_write.begin().sub(&spec.write_roi.begin());
+        let first_write = spec.write_roi.shift(&shift);
+        let first_read = spec.read_roi.shift(&shift);
+        let mut grid_shape = Coord::splat(0, dims);
+        for d in 0..dims {
+            let w = total_write.shape()[d];
+            let s = stride[d];
+            grid_shape[d] = match spec.fit {
+                Fit::Valid => w / s,
+                Fit::Overhang | Fit::Shrink => (w + s - 1) / s,
+            };
+        }
+        let id_shift = total_write
+            .begin()
+            .sub(&spec.total_roi.begin())
+            .div_floor(&stride);
+
+        let mut period = Coord::splat(1, dims);
+        if spec.read_write_conflict {
+            let lo = spec.context_lower();
+            let hi = spec.context_upper();
+            for d in 0..dims {
+                let min_level_stride = lo[d].max(hi[d]) + stride[d];
+                period[d] = (min_level_stride + stride[d] - 1) / stride[d];
+            }
+        }
+        let period_grid = GridIndexer::new(period);
+        let level_offsets: Vec<Coord> =
+            BoxIter::new(Coord::splat(0, dims), period, Coord::splat(1, dims)).collect();
+        let mut level_of_residue = vec![0u32; level_offsets.len()];
+        for (level, off) in level_offsets.iter().enumerate() {
+            level_of_residue[period_grid.flat(off) as usize] = level as u32;
+        }
+        let mut conflicts = vec![Vec::new()];
+        for level in 1..level_offsets.len() {
+            let to_prev = level_offsets[level - 1].sub(&level_offsets[level]);
+            let mut options: Vec<Vec<i64>> = Vec::with_capacity(dims);
+            for d in 0..dims {
+                let (o, p) = (to_prev[d], period[d]);
+                options.push(match o.cmp(&0) {
+                    std::cmp::Ordering::Less => vec![o, o + p],
+                    std::cmp::Ordering::Equal => vec![0],
+                    std::cmp::Ordering::Greater => vec![o - p, o],
+                });
+            }
+            let mut combos = vec![Coord::splat(0, dims)];
+            for (d, opts) in options.iter().enumerate() {
+                let mut next = Vec::with_capacity(combos.len() * opts.len());
+                for c in &combos {
+                    for &o in opts {
+                        let mut c2 = *c;
+                        c2[d] = o;
+                        next.push(c2);
+                    }
+                }
+                combos = next;
+            }
+            conflicts.push(combos);
+        }
+
+        Self {
+            task,
+            fit: spec.fit,
+            stride,
+            first_read,
+            first_write,
+            total_read: spec.total_roi,
+            total_write,
+            grid: GridIndexer::new(grid_shape),
+            id_shift,
+            period,
+            period_grid,
+            level_of_residue,
+            level_offsets,
+            conflicts,
+        }
+    }
+
+    /// Which task of the pipeline this grid belongs to.
+    pub fn task(&self) -> TaskIndex {
+        self.task
+    }
+
+    /// Blocks per axis.
+    pub fn grid_shape(&self) -> Coord {
+        self.grid.shape()
+    }
+
+    /// The C-order indexer of the placement grid.
+    pub fn indexer(&self) -> &GridIndexer {
+        &self.grid
+    }
+
+    /// Total number of blocks.
+    pub fn num_blocks(&self) -> u64 {
+        self.grid.len()
+    }
+
+    /// Number of levels (1 without read/write conflicts).
+    pub fn num_levels(&self) -> usize {
+        self.level_offsets.len()
+    }
+
+    /// The level of a grid position.
+    #[inline]
+    pub fn level_of(&self, pos: &Coord) -> u32 {
+        let mut residue = *pos;
+        for d in 0..pos.dims() {
+            residue[d] = pos[d].rem_euclid(self.period[d]);
+        }
+        self.level_of_residue[self.period_grid.flat(&residue) as usize]
+    }
+
+    /// Positions of one level, in C order, lazily.
+    pub fn level_positions(&self, level: usize) -> BoxIter {
+        BoxIter::new(self.level_offsets[level], self.grid.shape(), self.period)
+    }
+
+    /// The block at a grid position (which must be on the grid).
+    #[inline]
+    pub fn block_at(&self, pos: Coord) -> Block {
+        let shift = pos.mul(&self.stride);
+        let mut write_roi = self.first_write.shift(&shift);
+        let mut read_roi = self.first_read.shift(&shift);
+        if self.fit == Fit::Shrink {
+            write_roi = write_roi.intersect(&self.total_write);
+            read_roi = read_roi.intersect(&self.total_read);
+        }
+        Block {
+            key: BlockKey {
+                task: self.task,
+                index: self.grid.flat(&pos),
+            },
+            spatial_id: cantor_number(pos.add(&self.id_shift).as_slice()),
+            position: pos,
+            read_roi,
+            write_roi,
+            status: BlockStatus::Created,
+        }
+    }
+
+    /// The block with a flat grid index `< num_blocks()`.
+    #[inline]
+    pub fn block(&self, index: u64) -> Block {
+        self.block_at(self.grid.unflat(index))
+    }
+
+    /// The grid position whose (unshrunk) write ROI starts at `offset`, if
+    /// that is a position on the grid.
+    pub fn position_of_write_offset(&self, offset: &Coord) -> Option<Coord> {
+        if offset.dims() != self.stride.dims() {
+            return None;
+        }
+        let rel = offset.sub(&self.first_write.begin());
+        let pos = rel.div_floor(&self.stride);
+        if pos.mul(&self.stride) != rel || !self.grid.contains(&pos) {
+            return None;
+        }
+        Some(pos)
+    }
+
+    /// Positions of the same task this block waits for (previous level).
+    pub fn intra_upstream(&self, pos: &Coord, out: &mut Vec<BlockKey>) {
+        let level = self.level_of(pos) as usize;
+        for off in &self.conflicts[level] {
+            let q = pos.add(off);
+            if self.grid.contains(&q) {
+                out.push(self.key_of(&q));
+            }
+        }
+    }
+
+    /// Number of blocks of the same task this block waits for.
+    pub fn intra_upstream_count(&self, pos: &Coord) -> u32 {
+        let level = self.level_of(pos) as usize;
+        self.conflicts[level]
+            .iter()
+            .filter(|off| self.grid.contains(&pos.add(off)))
+            .count() as u32
+    }
+
+    /// Positions of the same task that wait for this block (next level).
+    pub fn intra_downstream(&self, pos: &Coord, out: &mut Vec<BlockKey>) {
+        let level = self.level_of(pos) as usize;
+        if level + 1 >= self.conflicts.len() {
+            return;
+        }
+        for off in &self.conflicts[level + 1] {
+            let q = pos.sub(off);
+            if self.grid.contains(&q) {
+                out.push(self.key_of(&q));
+            }
+        }
+    }
+
+    #[inline]
+    fn key_of(&self, pos: &Coord) -> BlockKey {
+        BlockKey {
+            task: self.task,
+            index: self.grid.flat(pos),
+        }
+    }
+
+    /// Clamp a per-axis candidate range to the grid.
+    fn clamped(&self, lo: Coord, hi: Coord) -> BoxIter {
+        let zero = Coord::splat(0, lo.dims());
+        let lo = lo.max(&zero);
+        let hi = hi.min(&self.grid.shape());
+        BoxIter::new(lo, hi, Coord::splat(1, lo.dims()))
+    }
+
+    /// Keys of the blocks whose write ROI overlaps `roi`.
+    pub fn writers_of(&self, roi: &Roi, out: &mut Vec<BlockKey>) {
+        if roi.is_empty() {
+            return;
+        }
+        let rel_begin = roi.begin().sub(&self.first_write.begin());
+        let rel_end = roi.end().sub(&self.first_write.begin());
+        let lo = rel_begin.div_floor(&self.stride);
+        let hi = rel_end.snap_up(&self.stride).div_floor(&self.stride);
+        for pos in self.clamped(lo, hi) {
+            if self.fit != Fit::Shrink || self.block_at(pos).write_roi.intersects(roi) {
+                out.push(self.key_of(&pos));
+            }
+        }
+    }
+
+    /// Keys of the blocks whose read ROI overlaps `roi`.
+    pub fn readers_of(&self, roi: &Roi, out: &mut Vec<BlockKey>) {
+        if roi.is_empty() {
+            return;
+        }
+        let r = self.first_read.shape();
+        let rel_begin = roi.begin().sub(&self.first_read.begin()).sub(&r);
+        let rel_end = roi.end().sub(&self.first_read.begin());
+        let one = Coord::splat(1, roi.dims());
+        let lo = rel_begin.div_floor(&self.stride).add(&one);
+        let hi = rel_end.snap_up(&self.stride).div_floor(&self.stride);
+        for pos in self.clamped(lo, hi) {
+            if self.fit != Fit::Shrink || self.block_at(pos).read_roi.intersects(roi) {
+                out.push(self.key_of(&pos));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roi(o: &[i64], s: &[i64]) -> Roi {
+        Roi::from_slices(o, s).unwrap()
+    }
+
+    fn grid(total: Roi, read: Roi, write: Roi, fit: Fit, conflict: bool) -> BlockGrid {
+        let spec = TaskSpec::new("t", total, read, write, fit, conflict, 0, vec![]).unwrap();
+        BlockGrid::new(0, &spec)
+    }
+
+    #[test]
+    fn block_counts_per_fit() {
+        let total = roi(&[0], &[10]);
+        let r = roi(&[-1], &[5]);
+        let w = roi(&[0], &[3]);
+        // total write = [1, 9), 8 long: valid 2, overhang/shrink 3
+        assert_eq!(grid(total, r, w, Fit::Valid, true).num_blocks(), 2);
+        assert_eq!(grid(total, r, w, Fit::Overhang, true).num_blocks(), 3);
+        let g = grid(total, r, w, Fit::Shrink, true);
+        assert_eq!(g.num_blocks(), 3);
+        let last = g.block(2);
+        assert_eq!(last.write_roi, roi(&[7], &[2]));
+        assert_eq!(last.read_roi, roi(&[6], &[4]));
+    }
+
+    #[test]
+    fn levels_never_conflict() {
+        let g = grid(
+            roi(&[0, 0], &[40, 40]),
+            roi(&[-3, -1], &[9, 6]),
+            roi(&[0, 0], &[4, 4]),
+            Fit::Overhang,
+            true,
+        );
+        assert!(g.num_levels() > 1);
+        for level in 0..g.num_levels() {
+            let blocks: Vec<Block> = g.level_positions(level).map(|p| g.block_at(p)).collect();
+            for a in &blocks {
+                assert_eq!(g.level_of(&a.position) as usize, level);
+                for b in &blocks {
+                    if a.key != b.key {
+                        assert!(!a.read_roi.intersects(&b.write_roi));
+                    }
+                }
+            }
+        }
+        let total: u64 = (0..g.num_levels())
+            .map(|l| g.level_positions(l).count() as u64)
+            .sum();
+        assert_eq!(total, g.num_blocks());
+    }
+
+    #[test]
+    fn intra_upstream_and_downstream_are_inverse() {
+        let g = grid(
+            roi(&[0, 0, 0], &[20, 20, 20]),
+            roi(&[-2, -2, -2], &[7, 7, 7]),
+            roi(&[0, 0, 0], &[3, 3, 3]),
+            Fit::Shrink,
+            true,
+        );
+        let mut up = Vec::new();
+        let mut down = Vec::new();
+        for i in 0..g.num_blocks() {
+            let pos = g.indexer().unflat(i);
+            up.clear();
+            g.intra_upstream(&pos, &mut up);
+            assert_eq!(up.len() as u32, g.intra_upstream_count(&pos));
+            for u in &up {
+                down.clear();
+                g.intra_downstream(&g.indexer().unflat(u.index), &mut down);
+                assert!(down.contains(&BlockKey { task: 0, index: i }));
+            }
+        }
+    }
+
+    #[test]
+    fn writers_and_readers_match_brute_force() {
+        for fit in [Fit::Valid, Fit::Overhang, Fit::Shrink] {
+            let g = grid(
+                roi(&[-5, 3], &[31, 29]),
+                roi(&[-2, -1], &[7, 6]),
+                roi(&[0, 0], &[4, 3]),
+                fit,
+                false,
+            );
+            let probe = roi(&[2, 10], &[9, 4]);
+            let mut got = Vec::new();
+            g.writers_of(&probe, &mut got);
+            let want: Vec<BlockKey> = (0..g.num_blocks())
+                .map(|i| g.block(i))
+                .filter(|b| b.write_roi.intersects(&probe))
+                .map(|b| b.key)
+                .collect();
+            assert_eq!(got, want, "{fit}");
+            got.clear();
+            g.readers_of(&probe, &mut got);
+            let want: Vec<BlockKey> = (0..g.num_blocks())
+                .map(|i| g.block(i))
+                .filter(|b| b.read_roi.intersects(&probe))
+                .map(|b| b.key)
+                .collect();
+            assert_eq!(got, want, "{fit}");
+        }
+    }
+
+    #[test]
+    fn box_iter_counts() {
+        let it = BoxIter::new(
+            Coord::new(&[1, 0]).unwrap(),
+            Coord::new(&[6, 3]).unwrap(),
+            Coord::new(&[2, 1]).unwrap(),
+        );
+        assert_eq!(it.count_all(), 9);
+        assert_eq!(it.count(), 9);
+    }
+}

@@ -1,0 +1,209 @@
+//! Block-level dependencies across a whole pipeline: [`DependencyGraph`].
+//!
+//! A block waits for
+//! * the blocks of its own task on the previous level around it (read/write
+//!   conflicts, see `block_grid`), and
+//! * for every upstream task, exactly the upstream blocks whose write ROI
+//!   overlaps its read ROI.
+//!
+//! Nothing is materialised: upstream and downstream sets are computed from
+//! grid arithmetic when asked, into a caller-provided buffer, so a graph of
+//! 10^6 blocks costs a few hundred bytes per task. A *root* is a block with
+//! no upstream block at all (level 0 of its task and no overlapping upstream
+//! block); a downstream block whose read ROI overlaps no upstream block is
+//! a root too, so it is scheduled rather than waiting forever.
+
+use crate::block::{Block, BlockKey, TaskIndex};
+use crate::block_grid::{BlockGrid, BoxIter};
+use crate::pipeline::Pipeline;
+
+/// The dependency structure of every block of a pipeline.
+#[derive(Clone, Debug)]
+pub struct DependencyGraph {
+    pipeline: Pipeline,
+    grids: Vec<BlockGrid>,
+}
+
+impl DependencyGraph {
+    /// The graph of a validated pipeline.
+    pub fn new(pipeline: Pipeline) -> Self {
+        let grids = pipeline
+            .specs()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| BlockGrid::new(i as TaskIndex, s))
+            .collect();
+        Self { pipeline, grids }
+    }
+
+    /// The pipeline this graph was built from.
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// The block layout of one task.
+    pub fn grid(&self, task: TaskIndex) -> &BlockGrid {
+        &self.grids[task as usize]
+    }
+
+    /// Number of blocks of one task.
+    pub fn num_blocks(&self, task: TaskIndex) -> u64 {
+        self.grid(task).num_blocks()
+    }
+
+    /// The block for a key.
+    #[inline]
+    pub fn block(&self, key: BlockKey) -> Block {
+        self.grid(key.task).block(key.index)
+    }
+
+    /// Every block this block waits for, appended to `out`.
+    pub fn upstream(&self, block: &Block, out: &mut Vec<BlockKey>) {
+        let grid = self.grid(block.key.task);
+        grid.intra_upstream(&block.position, out);
+        for &u in self.pipeline.upstream_of(block.key.task) {
+            self.grid(u).writers_of(&block.read_roi, out);
+        }
+    }
+
+    /// Number of blocks this block waits for.
+    pub fn upstream_count(&self, block: &Block, scratch: &mut Vec<BlockKey>) -> u32 {
+        let grid = self.grid(block.key.task);
+        let mut n = grid.intra_upstream_count(&block.position);
+        for &u in self.pipeline.upstream_of(block.key.task) {
+            scratch.clear();
+            self.grid(u).writers_of(&block.read_roi, scratch);
+            n += scratch.len() as u32;
+        }
+        n
+    }
+
+    /// Every block that waits for this block, appended to `out`.
+    pub fn downstream(&self, block: &Block, out: &mut Vec<BlockKey>) {
+        let grid = self.grid(block.key.task);
+        grid.intra_downstream(&block.position, out);
+        for &d in self.pipeline.downstream_of(block.key.task) {
+            self.grid(d).readers_of(&block.write_roi, out);
+        }
+    }
+
+    /// True if the block has an upstream block in another task.
+    pub fn has_inter_task_upstream(&self, block: &Block, scratch: &mut Vec<BlockKey>) -> bool {
+        self.pipeline.upstream_of(block.key.task).iter().any(|&u| {
+            scratch.clear();
+            self.grid(u).writers_of(&block.read_roi, scratch);
+            !scratch.is_empty()
+        })
+    }
+
+    /// The candidate roots of a task: its level-0 positions, lazily. Callers
+    /// filter with [`DependencyGraph::has_inter_task_upstream`] for tasks
+    /// with upstream tasks.
+    pub fn level0_positions(&self, task: TaskIndex) -> BoxIter {
+        self.grid(task).level_positions(0)
+    }
+
+    /// Count the roots of a task (walks level 0 for tasks with upstream
+    /// tasks; a closed form otherwise).
+    pub fn count_roots(&self, task: TaskIndex) -> u64 {
+        let grid = self.grid(task);
+        let level0 = grid.level_positions(0);
+        if self.pipeline.upstream_of(task).is_empty() {
+            return level0.count_all();
+        }
+        let mut scratch = Vec::new();
+        level0
+            .filter(|&p| !self.has_inter_task_upstream(&grid.block_at(p), &mut scratch))
+            .count() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::Roi;
+    use crate::task_spec::{Fit, TaskSpec};
+
+    fn roi(o: &[i64], s: &[i64]) -> Roi {
+        Roi::from_slices(o, s).unwrap()
+    }
+
+    fn two_task_graph(fit: Fit) -> DependencyGraph {
+        let a = TaskSpec::new(
+            "a",
+            roi(&[0, 0], &[30, 33]),
+            roi(&[-1, -2], &[6, 7]),
+            roi(&[0, 0], &[4, 3]),
+            fit,
+            true,
+            0,
+            vec![],
+        )
+        .unwrap();
+        let b = TaskSpec::new(
+            "b",
+            roi(&[2, -4], &[29, 40]),
+            roi(&[-3, 0], &[11, 5]),
+            roi(&[0, 0], &[5, 5]),
+            fit,
+            true,
+            0,
+            vec!["a".into()],
+        )
+        .unwrap();
+        DependencyGraph::new(Pipeline::new(vec![a, b]).unwrap())
+    }
+
+    #[test]
+    fn upstream_is_inverse_of_downstream() {
+        for fit in [Fit::Valid, Fit::Overhang, Fit::Shrink] {
+            let g = two_task_graph(fit);
+            let mut ups = std::collections::BTreeSet::new();
+            let mut downs = std::collections::BTreeSet::new();
+            let mut buf = Vec::new();
+            for t in 0..2 {
+                for i in 0..g.num_blocks(t) {
+                    let b = g.block(BlockKey { task: t, index: i });
+                    buf.clear();
+                    g.upstream(&b, &mut buf);
+                    let mut scratch = Vec::new();
+                    assert_eq!(buf.len() as u32, g.upstream_count(&b, &mut scratch));
+                    for u in &buf {
+                        ups.insert((*u, b.key));
+                    }
+                    buf.clear();
+                    g.downstream(&b, &mut buf);
+                    for d in &buf {
+                        downs.insert((b.key, *d));
+                    }
+                }
+            }
+            assert_eq!(ups, downs, "{fit}");
+            assert!(ups.iter().any(|(u, d)| u.task == 0 && d.task == 1));
+        }
+    }
+
+    #[test]
+    fn inter_task_edges_are_exactly_the_overlaps() {
+        let g = two_task_graph(Fit::Shrink);
+        let mut buf = Vec::new();
+        for i in 0..g.num_blocks(1) {
+            let b = g.block(BlockKey { task: 1, index: i });
+            buf.clear();
+            g.upstream(&b, &mut buf);
+            let got: Vec<u64> = buf
+                .iter()
+                .filter(|k| k.task == 0)
+                .map(|k| k.index)
+                .collect();
+            let want: Vec<u64> = (0..g.num_blocks(0))
+                .filter(|&j| {
+                    g.block(BlockKey { task: 0, index: j })
+                        .write_roi
+                        .intersects(&b.read_roi)
+                })
+                .collect();
+            assert_eq!(got, want);
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! `daisy-core`: the pure-Rust engine of daisy.
+//!
+//! Geometry, blocks, task specs, the pipeline DAG, the block dependency
+//! graph, the scheduler and the serial runner. Nothing here knows about
+//! Python: the `daisy-py` crate converts types and calls in.
+
+pub mod block;
+pub mod block_grid;
+pub mod block_id;
+pub mod dependency_graph;
+pub mod error;
+pub mod geometry;
+pub mod pipeline;
+pub mod scheduler;
+pub mod serial;
+pub mod task_spec;
+pub mod task_state;
+
+pub use block::{Block, BlockKey, BlockStatus, TaskIndex};
+pub use error::DaisyError;
+pub use geometry::{Coord, Roi};
+pub use pipeline::Pipeline;
+pub use scheduler::{ReleaseOutcome, Scheduler};
+pub use task_spec::{Fit, TaskSpec};
+pub use task_state::TaskState;
