@@ -23,7 +23,10 @@
 //! previous level's residue `o` gives the neighbours `{o, o + p}` (for
 //! `o < 0`), `{0}` (for `o == 0`) or `{o - p, o}` (for `o > 0`), combined
 //! over axes. Only neighbours that exist are dependencies. Without
-//! conflicts there is one level and no intra-task dependency.
+//! conflicts there is one level and no intra-task dependency. On a grid
+//! thinner than the period some levels are empty; a level then waits for the
+//! nearest earlier level that has blocks (daisy 1.x chains to the empty
+//! level, which lets such blocks run beside conflicting level-0 blocks).
 //!
 //! ## Ids
 //! A block's spatial id is the Cantor number (see `block_id`) of
@@ -120,6 +123,13 @@ pub struct BlockGrid {
     /// Per level: grid offsets to the blocks of the previous level it waits
     /// for (empty for level 0).
     conflicts: Vec<Vec<Coord>>,
+    /// Per level and axis: the neighbour offsets `conflicts` combines.
+    conflict_axes: Vec<Vec<Vec<i64>>>,
+    /// Per level: the level that waits for it (the next non-empty one).
+    next_level: Vec<Option<usize>>,
+    /// Per level: how many of its blocks wait for no block of this task
+    /// (all of level 0; at a border, a few of the others).
+    intra_roots: Vec<u64>,
 }
 
 impl BlockGrid {
@@ -162,8 +172,22 @@ impl BlockGrid {
             level_of_residue[period_grid.flat(off) as usize] = level as u32;
         }
         let mut conflicts = vec![Vec::new()];
+        let mut conflict_axes = vec![Vec::new()];
+        // Each level waits for the nearest earlier level that has blocks: on
+        // a grid thinner than the level period some levels are empty, and
+        // chaining across them keeps the levels ordered (a level chained to
+        // an empty one would wait for nothing and run beside level 0).
+        let grid_shape_for_levels = grid_shape;
+        let non_empty =
+            |off: &Coord| BoxIter::new(*off, grid_shape_for_levels, period).count_all() > 0;
+        let mut prev = 0usize;
+        let mut next_level = vec![None; level_offsets.len()];
         for level in 1..level_offsets.len() {
-            let to_prev = level_offsets[level - 1].sub(&level_offsets[level]);
+            let to_prev = level_offsets[prev].sub(&level_offsets[level]);
+            if non_empty(&level_offsets[level]) {
+                next_level[prev] = Some(level);
+                prev = level;
+            }
             let mut options: Vec<Vec<i64>> = Vec::with_capacity(dims);
             for d in 0..dims {
                 let (o, p) = (to_prev[d], period[d]);
@@ -186,7 +210,36 @@ impl BlockGrid {
                 combos = next;
             }
             conflicts.push(combos);
+            conflict_axes.push(options);
         }
+        let grid = GridIndexer::new(grid_shape);
+        let intra_roots = (0..level_offsets.len())
+            .map(|level| {
+                if level == 0 {
+                    return BoxIter::new(level_offsets[0], grid_shape, period).count_all();
+                }
+                // A block waits for nothing iff on some axis none of its
+                // neighbour offsets stays on the grid; count the complement
+                // axis by axis.
+                let all = BoxIter::new(level_offsets[level], grid_shape, period).count_all();
+                let mut with_neighbours = 1u64;
+                for d in 0..dims {
+                    let mut n = 0u64;
+                    let mut p = level_offsets[level][d];
+                    while p < grid_shape[d] {
+                        if conflict_axes[level][d]
+                            .iter()
+                            .any(|o| (0..grid_shape[d]).contains(&(p + o)))
+                        {
+                            n += 1;
+                        }
+                        p += period[d];
+                    }
+                    with_neighbours *= n;
+                }
+                all - with_neighbours
+            })
+            .collect();
 
         Self {
             task,
@@ -196,14 +249,36 @@ impl BlockGrid {
             first_write,
             total_read: spec.total_roi,
             total_write,
-            grid: GridIndexer::new(grid_shape),
+            grid,
             id_shift,
             period,
             period_grid,
             level_of_residue,
             level_offsets,
             conflicts,
+            conflict_axes,
+            next_level,
+            intra_roots,
         }
+    }
+
+    /// Per level, how many blocks wait for no other block of this task.
+    pub fn intra_roots_per_level(&self) -> &[u64] {
+        &self.intra_roots
+    }
+
+    /// True if the block at `pos` waits for some block of this task.
+    #[inline]
+    pub fn has_intra_upstream(&self, pos: &Coord) -> bool {
+        let level = self.level_of(pos) as usize;
+        level > 0
+            && self.conflict_axes[level]
+                .iter()
+                .enumerate()
+                .all(|(d, opts)| {
+                    opts.iter()
+                        .any(|o| (0..self.grid.shape()[d]).contains(&(pos[d] + o)))
+                })
     }
 
     /// Which task of the pipeline this grid belongs to.
@@ -311,11 +386,10 @@ impl BlockGrid {
 
     /// Positions of the same task that wait for this block (next level).
     pub fn intra_downstream(&self, pos: &Coord, out: &mut Vec<BlockKey>) {
-        let level = self.level_of(pos) as usize;
-        if level + 1 >= self.conflicts.len() {
+        let Some(next) = self.next_level[self.level_of(pos) as usize] else {
             return;
-        }
-        for off in &self.conflicts[level + 1] {
+        };
+        for off in &self.conflicts[next] {
             let q = pos.sub(off);
             if self.grid.contains(&q) {
                 out.push(self.key_of(&q));
