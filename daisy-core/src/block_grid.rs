@@ -16,7 +16,8 @@
 //! ## Levels (read/write conflicts)
 //! With `read_write_conflict`, two blocks may not run together when one
 //! reads what the other writes. As daisy 1.x does, positions are split into
-//! levels by their residue modulo a *level period*: per axis the smallest
+//! levels by their residue modulo a *level period* (in reverse C order of
+//! the residues: the highest residue is level 0): per axis the smallest
 //! multiple of the stride that is at least `max(context) + stride`, counted
 //! in blocks. Blocks of one level never conflict. Level `L > 0` waits for
 //! the blocks of level `L - 1` around it: per axis, the offset to the
@@ -165,8 +166,11 @@ impl BlockGrid {
             }
         }
         let period_grid = GridIndexer::new(period);
-        let level_offsets: Vec<Coord> =
+        // daisy 1.x orders levels by residue in reverse C order: the last
+        // residue is level 0.
+        let mut level_offsets: Vec<Coord> =
             BoxIter::new(Coord::splat(0, dims), period, Coord::splat(1, dims)).collect();
+        level_offsets.reverse();
         let mut level_of_residue = vec![0u32; level_offsets.len()];
         for (level, off) in level_offsets.iter().enumerate() {
             level_of_residue[period_grid.flat(off) as usize] = level as u32;

@@ -77,7 +77,9 @@ pub struct TaskSpec {
 }
 
 impl TaskSpec {
-    /// A validated spec. Errors name the parameter and the fix.
+    /// A validated spec. Errors name the parameter and the fix. A total ROI
+    /// too small for a single block is valid and gives a task of no blocks,
+    /// as in daisy 1.x.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         task_id: impl Into<String>,
@@ -147,31 +149,6 @@ impl TaskSpec {
             max_retries,
             upstream,
         };
-        let total_write = spec.total_write_roi();
-        let first_fits = match fit {
-            Fit::Valid => {
-                (0..total_write.dims()).all(|d| total_write.shape()[d] >= write_roi.shape()[d])
-            }
-            Fit::Overhang | Fit::Shrink => !total_write.is_empty(),
-        };
-        if !first_fits {
-            return Err(DaisyError::invalid(
-                "total_roi",
-                format!(
-                    "task {:?}: total_roi {} holds no block: one block reads {} around a write \
-                     region of shape {} (fit={fit}); make total_roi larger{}",
-                    spec.task_id,
-                    total_roi,
-                    read_roi.shape(),
-                    write_roi.shape(),
-                    if fit == Fit::Valid {
-                        " or use fit=\"shrink\""
-                    } else {
-                        ""
-                    }
-                ),
-            ));
-        }
         Ok(spec)
     }
 
@@ -245,23 +222,6 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().starts_with("total_roi:"), "{e}");
-        let e = spec(
-            roi(&[0], &[3]),
-            roi(&[0], &[4]),
-            roi(&[0], &[4]),
-            Fit::Valid,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("holds no block"), "{e}");
-        assert!(
-            spec(
-                roi(&[0], &[3]),
-                roi(&[0], &[4]),
-                roi(&[0], &[4]),
-                Fit::Shrink
-            )
-            .is_ok()
-        );
     }
 
     #[test]
