@@ -49,6 +49,9 @@ pub struct Block {
     pub read_roi: Roi,
     /// What the block writes (cut likewise).
     pub write_roi: Roi,
+    /// What the block would write uncut (equal to `write_roi` unless
+    /// `fit="shrink"` cut it).
+    pub requested_write_roi: Roi,
     /// Current status.
     pub status: BlockStatus,
 }

@@ -329,7 +329,8 @@ impl BlockGrid {
     #[inline]
     pub fn block_at(&self, pos: Coord) -> Block {
         let shift = pos.mul(&self.stride);
-        let mut write_roi = self.first_write.shift(&shift);
+        let requested_write_roi = self.first_write.shift(&shift);
+        let mut write_roi = requested_write_roi;
         let mut read_roi = self.first_read.shift(&shift);
         if self.fit == Fit::Shrink {
             write_roi = write_roi.intersect(&self.total_write);
@@ -344,6 +345,7 @@ impl BlockGrid {
             position: pos,
             read_roi,
             write_roi,
+            requested_write_roi,
             status: BlockStatus::Created,
         }
     }

@@ -49,10 +49,54 @@ pub fn cantor_number(position: &[i64]) -> u64 {
     u64::try_from(id).unwrap_or(u64::MAX)
 }
 
+/// `C(m, k)` for any integer `m` (the falling-factorial polynomial
+/// `m (m-1) .. (m-k+1) / k!`, an integer for every integer `m`).
+fn binomial_poly(m: i128, k: u32) -> i128 {
+    let mut acc: i128 = 1;
+    for j in 0..k as i128 {
+        // acc = C(m, j) * (m - j) / (j + 1) = C(m, j + 1): exact at every step
+        acc = acc * (m - j) / (j + 1);
+    }
+    acc
+}
+
+/// The Cantor polynomial extended to negative coordinates, as daisy 1.x
+/// evaluates it for hand-made blocks that start before the total ROI:
+/// `sum_{k=1..n} C(k - 1 + x_1 + .. + x_k, k)`. Equal to [`cantor_number`]
+/// for non-negative positions.
+pub fn cantor_number_signed(position: &[i64]) -> i64 {
+    let mut id: i128 = 0;
+    let mut partial: i128 = 0;
+    for (k, &x) in position.iter().enumerate() {
+        partial += x as i128;
+        id += binomial_poly(k as i128 + partial, k as u32 + 1);
+    }
+    id.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn signed_matches_unsigned_and_daisy_1x_on_negatives() {
+        for x in 0..15 {
+            for y in 0..15 {
+                assert_eq!(cantor_number_signed(&[x, y]) as u64, cantor_number(&[x, y]));
+            }
+        }
+        // values observed from daisy 1.2.2
+        assert_eq!(cantor_number_signed(&[3, 4]), 31);
+        assert_eq!(cantor_number_signed(&[4, 3]), 32);
+        assert_eq!(cantor_number_signed(&[1, 1, 1]), 14);
+        assert_eq!(cantor_number_signed(&[-1, -1]), 0);
+        assert_eq!(cantor_number_signed(&[-2, -2]), 4);
+        assert_eq!(cantor_number_signed(&[-2, 0]), -1);
+        assert_eq!(cantor_number_signed(&[-2, 1]), -2);
+        assert_eq!(cantor_number_signed(&[0, -2]), 1);
+        assert_eq!(cantor_number_signed(&[-3]), -3);
+    }
 
     #[test]
     fn one_dimension_is_identity() {

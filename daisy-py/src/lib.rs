@@ -1,1 +1,38 @@
+//! `daisy._daisy`: the PyO3 bindings of `daisy-core`.
+//!
+//! This crate only converts: Python geometry to core geometry and back,
+//! core errors to Python exceptions (in `errors`, one place), Python
+//! callables into the core's hooks. Every decision (which block runs, what
+//! counts as done) is made in `daisy-core`.
 
+use pyo3::prelude::*;
+
+mod convert;
+mod errors;
+mod py_block;
+mod py_scheduler;
+mod py_task_spec;
+mod py_task_state;
+
+/// Spatial id of a grid position (daisy 1.x's Cantor numbering).
+#[pyfunction]
+fn cantor_number(position: Vec<i64>) -> PyResult<u64> {
+    if position.iter().any(|&c| c < 0) {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "position: grid coordinates must be non-negative",
+        ));
+    }
+    Ok(daisy_core::block_id::cantor_number(&position))
+}
+
+#[pymodule]
+fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<py_block::PyBlock>()?;
+    m.add_class::<py_task_spec::PyTaskSpec>()?;
+    m.add_class::<py_task_state::PyTaskState>()?;
+    m.add_class::<py_scheduler::PyScheduler>()?;
+    m.add_class::<py_scheduler::PyDependencyGraph>()?;
+    m.add_function(wrap_pyfunction!(cantor_number, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

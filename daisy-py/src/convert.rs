@@ -1,0 +1,128 @@
+//! Conversions between Python geometry (`funlib.geometry.Roi`, plain
+//! `(offset, shape)` pairs, coordinate tuples) and the core's [`Roi`] /
+//! [`Coord`].
+//!
+//! Inputs are checked here, once, with errors that name the parameter:
+//! unbounded axes (`None`), non-integers, and wrong structure. Python ROIs
+//! are built only when user code asks for one (see `py_block`), because
+//! creating a funlib `Roi` costs microseconds and most blocks handed
+//! through the scheduler never need it on the Rust side.
+
+use daisy_core::{Coord, Roi};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyAny, PyTuple};
+
+static ROI_CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// `funlib.geometry.Roi`, imported once.
+fn roi_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    ROI_CLASS
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("funlib.geometry")?.getattr("Roi")?.unbind())
+        })
+        .map(|c| c.bind(py))
+}
+
+/// A coordinate from any sequence of Python ints.
+pub fn coord_from_py(obj: &Bound<'_, PyAny>, param: &str, what: &str) -> PyResult<Coord> {
+    let mut values = Vec::new();
+    let iter = obj.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{param}: {what} must be a sequence of integers, got {}",
+            type_name(obj)
+        ))
+    })?;
+    for item in iter {
+        let item = item?;
+        if item.is_none() {
+            return Err(PyValueError::new_err(format!(
+                "{param}: {what} {} is unbounded (None) on some axis; daisy needs a bounded \
+                 ROI here: give every axis a finite offset and shape",
+                repr(obj)
+            )));
+        }
+        if item.is_instance_of::<pyo3::types::PyBool>() {
+            return Err(PyTypeError::new_err(format!(
+                "{param}: {what} {} contains a bool; use integers",
+                repr(obj)
+            )));
+        }
+        let v: i64 = item.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{param}: {what} {} contains {} of type {}; use integers (world units)",
+                repr(obj),
+                repr(&item),
+                type_name(&item)
+            ))
+        })?;
+        values.push(v);
+    }
+    Coord::new(&values).map_err(|e| PyValueError::new_err(format!("{param}: {what} {e}")))
+}
+
+/// A core ROI from a funlib `Roi` (anything with `offset` and `shape`) or an
+/// `(offset, shape)` pair. Errors name `param`.
+pub fn roi_from_py(obj: &Bound<'_, PyAny>, param: &str) -> PyResult<Roi> {
+    let (offset, shape) = if obj.hasattr("offset")? && obj.hasattr("shape")? {
+        (obj.getattr("offset")?, obj.getattr("shape")?)
+    } else if let Ok(seq) = obj.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>() {
+        seq
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "{param}: expected a daisy.Roi (funlib.geometry.Roi) or an (offset, shape) pair, \
+             got {}",
+            type_name(obj)
+        )));
+    };
+    if offset.is_none() || shape.is_none() {
+        return Err(PyValueError::new_err(format!(
+            "{param}: {} is unbounded; daisy needs a bounded ROI here: give it a finite offset \
+             and shape",
+            repr(obj)
+        )));
+    }
+    let offset = coord_from_py(&offset, param, "offset")?;
+    let shape = coord_from_py(&shape, param, "shape")?;
+    if offset.dims() != shape.dims() {
+        return Err(PyValueError::new_err(format!(
+            "{param}: offset {offset} has {} dimensions but shape {shape} has {}",
+            offset.dims(),
+            shape.dims()
+        )));
+    }
+    if shape.as_slice().iter().any(|&s| s <= 0) {
+        return Err(PyValueError::new_err(format!(
+            "{param}: shape {shape} must be positive on every axis (got a zero or negative \
+             extent)"
+        )));
+    }
+    Roi::new(offset, shape).map_err(|e| PyValueError::new_err(format!("{param}: {e}")))
+}
+
+/// A Python tuple of ints.
+pub fn coord_to_py<'py>(py: Python<'py>, c: &Coord) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(py, c.as_slice())
+}
+
+/// A `funlib.geometry.Roi` for a core ROI.
+pub fn roi_to_py<'py>(py: Python<'py>, roi: &Roi) -> PyResult<Bound<'py, PyAny>> {
+    roi_class(py)?.call1((
+        coord_to_py(py, &roi.offset())?,
+        coord_to_py(py, &roi.shape())?,
+    ))
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn repr(obj: &Bound<'_, PyAny>) -> String {
+    obj.repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| "<unprintable>".into())
+}

@@ -1,0 +1,377 @@
+//! `daisy.Block`: the block object handed to user code.
+//!
+//! It wraps the core's plain block (two ROIs, ids, status) and builds the
+//! `funlib.geometry.Roi` objects user code indexes arrays with only when
+//! `read_roi` / `write_roi` is first read, then keeps them. Blocks that pass
+//! through the scheduler without user code looking at their ROIs (skips,
+//! benchmarks, the server relaying them) never pay for that conversion.
+//!
+//! `status` is the Python enum `daisy.BlockStatus` (defined in
+//! `daisy/block.py`, as in daisy 1.x); the core's status is converted at
+//! this boundary.
+
+use crate::convert::{roi_from_py, roi_to_py};
+use daisy_core::block_id::cantor_number_signed;
+use daisy_core::{Block, BlockKey, BlockStatus, Roi};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyAny, PyTuple};
+
+static STATUS_MEMBERS: PyOnceLock<[Py<PyAny>; 4]> = PyOnceLock::new();
+
+fn status_members(py: Python<'_>) -> PyResult<&[Py<PyAny>; 4]> {
+    STATUS_MEMBERS.get_or_try_init(py, || {
+        let cls = py.import("daisy.block")?.getattr("BlockStatus")?;
+        Ok::<_, PyErr>([
+            cls.getattr("CREATED")?.unbind(),
+            cls.getattr("PROCESSING")?.unbind(),
+            cls.getattr("SUCCESS")?.unbind(),
+            cls.getattr("FAILED")?.unbind(),
+        ])
+    })
+}
+
+fn status_index(s: BlockStatus) -> usize {
+    match s {
+        BlockStatus::Created => 0,
+        BlockStatus::Processing => 1,
+        BlockStatus::Success => 2,
+        BlockStatus::Failed => 3,
+    }
+}
+
+/// The core status for a `daisy.BlockStatus` member (or its int value).
+pub fn status_from_py(obj: &Bound<'_, PyAny>) -> PyResult<BlockStatus> {
+    let value = if let Ok(v) = obj.getattr("value") {
+        v
+    } else {
+        obj.clone()
+    };
+    match value.extract::<i64>() {
+        Ok(0) => Ok(BlockStatus::Created),
+        Ok(1) => Ok(BlockStatus::Processing),
+        Ok(2) => Ok(BlockStatus::Success),
+        Ok(3) => Ok(BlockStatus::Failed),
+        _ => Err(PyTypeError::new_err(format!(
+            "status: expected a daisy.BlockStatus (CREATED, PROCESSING, SUCCESS or FAILED), got {}",
+            obj.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))),
+    }
+}
+
+/// A block to process: `read_roi`, `write_roi`, `block_id`, `task_id`,
+/// `status`.
+///
+/// `Block(total_roi, read_roi, write_roi, block_id=None, task_id=None)`
+/// computes the spatial id from the block's position in `total_roi` when
+/// `block_id` is not given, exactly as daisy 1.x numbers blocks.
+/// `block.block_id` is the pair `(task_id, spatial_id)`.
+#[pyclass(name = "Block", module = "daisy.block", subclass)]
+pub struct PyBlock {
+    pub(crate) task_id: Option<String>,
+    pub(crate) spatial_id: i64,
+    pub(crate) read: Roi,
+    pub(crate) write: Roi,
+    pub(crate) requested_write: Roi,
+    /// Wall-clock stamps a server may set (daisy 1.x attributes).
+    #[pyo3(get, set)]
+    started_processing: Option<f64>,
+    #[pyo3(get, set)]
+    stopped_processing: Option<f64>,
+    pub(crate) status: BlockStatus,
+    /// Set when the block came from a scheduler (its identity there).
+    pub(crate) key: Option<BlockKey>,
+    read_py: Option<Py<PyAny>>,
+    write_py: Option<Py<PyAny>>,
+}
+
+impl PyBlock {
+    /// Wrap a block handed out by the scheduler.
+    pub fn from_core(block: &Block, task_id: &str) -> Self {
+        Self {
+            task_id: Some(task_id.to_string()),
+            spatial_id: block.spatial_id as i64,
+            read: block.read_roi,
+            write: block.write_roi,
+            requested_write: block.requested_write_roi,
+            started_processing: None,
+            stopped_processing: None,
+            status: block.status,
+            key: Some(block.key),
+            read_py: None,
+            write_py: None,
+        }
+    }
+}
+
+fn task_id_from_py(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+    match obj {
+        None => Ok(None),
+        Some(o) if o.is_none() => Ok(None),
+        Some(o) => Ok(Some(o.str()?.to_string())),
+    }
+}
+
+#[pymethods]
+impl PyBlock {
+    #[new]
+    #[pyo3(signature = (total_roi, read_roi, write_roi, block_id=None, task_id=None))]
+    fn new(
+        total_roi: &Bound<'_, PyAny>,
+        read_roi: &Bound<'_, PyAny>,
+        write_roi: &Bound<'_, PyAny>,
+        block_id: Option<&Bound<'_, PyAny>>,
+        task_id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let total = roi_from_py(total_roi, "total_roi")?;
+        let read = roi_from_py(read_roi, "read_roi")?;
+        let write = roi_from_py(write_roi, "write_roi")?;
+        if total.dims() != write.dims() || read.dims() != write.dims() {
+            return Err(PyValueError::new_err(format!(
+                "Block: total_roi has {} dimensions, read_roi {} and write_roi {}; give all three \
+                 the same number of dimensions",
+                total.dims(),
+                read.dims(),
+                write.dims()
+            )));
+        }
+        let spatial_id = match block_id {
+            Some(b) if !b.is_none() => b
+                .extract::<i64>()
+                .map_err(|_| PyTypeError::new_err("block_id: expected an integer spatial id"))?,
+            _ => {
+                // daisy 1.x divides with truncation towards zero
+                let rel = write.offset().sub(&total.offset());
+                let index: Vec<i64> = (0..rel.dims()).map(|d| rel[d] / write.shape()[d]).collect();
+                cantor_number_signed(&index)
+            }
+        };
+        Ok(Self {
+            task_id: task_id_from_py(task_id)?,
+            spatial_id,
+            read,
+            write,
+            requested_write: write,
+            started_processing: None,
+            stopped_processing: None,
+            status: BlockStatus::Created,
+            key: None,
+            read_py: None,
+            write_py: None,
+        })
+    }
+
+    /// The region this block reads, a `daisy.Roi`.
+    #[getter]
+    fn read_roi(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if let Some(r) = &self.read_py {
+            return Ok(r.clone_ref(py));
+        }
+        let r = roi_to_py(py, &self.read)?.unbind();
+        self.read_py = Some(r.clone_ref(py));
+        Ok(r)
+    }
+
+    #[setter]
+    fn set_read_roi(&mut self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.read = roi_from_py(value, "read_roi")?;
+        self.read_py = Some(value.clone().unbind());
+        Ok(())
+    }
+
+    /// The region this block writes, a `daisy.Roi`.
+    #[getter]
+    fn write_roi(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if let Some(r) = &self.write_py {
+            return Ok(r.clone_ref(py));
+        }
+        let r = roi_to_py(py, &self.write)?.unbind();
+        self.write_py = Some(r.clone_ref(py));
+        Ok(r)
+    }
+
+    #[setter]
+    fn set_write_roi(&mut self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.write = roi_from_py(value, "write_roi")?;
+        self.write_py = Some(value.clone().unbind());
+        Ok(())
+    }
+
+    /// The write region before `fit="shrink"` cut it (equal to
+    /// `write_roi` for every other block).
+    #[getter]
+    fn requested_write_roi(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if self.requested_write == self.write {
+            return self.write_roi(py);
+        }
+        Ok(roi_to_py(py, &self.requested_write)?.unbind())
+    }
+
+    /// `(task_id, spatial_id)`.
+    #[getter]
+    fn block_id<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(
+            py,
+            [
+                self.task_id.clone().into_pyobject(py)?.into_any(),
+                self.spatial_id.into_pyobject(py)?.into_any(),
+            ],
+        )
+    }
+
+    /// The id of the task this block belongs to (None for a bare block).
+    #[getter]
+    fn task_id(&self) -> Option<String> {
+        self.task_id.clone()
+    }
+
+    #[setter]
+    fn set_task_id(&mut self, value: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        self.task_id = task_id_from_py(value)?;
+        Ok(())
+    }
+
+    /// The processing status, a `daisy.BlockStatus`.
+    #[getter]
+    fn status(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(status_members(py)?[status_index(self.status)].clone_ref(py))
+    }
+
+    #[setter]
+    fn set_status(&mut self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.status = status_from_py(value)?;
+        Ok(())
+    }
+
+    /// A copy of this block (same ids, ROIs and status).
+    fn copy(&self, py: Python<'_>) -> Self {
+        Self {
+            task_id: self.task_id.clone(),
+            spatial_id: self.spatial_id,
+            read: self.read,
+            write: self.write,
+            requested_write: self.requested_write,
+            started_processing: self.started_processing,
+            stopped_processing: self.stopped_processing,
+            status: self.status,
+            key: self.key,
+            read_py: self.read_py.as_ref().map(|r| r.clone_ref(py)),
+            write_py: self.write_py.as_ref().map(|r| r.clone_ref(py)),
+        }
+    }
+
+    fn __copy__(&self, py: Python<'_>) -> Self {
+        self.copy(py)
+    }
+
+    fn __deepcopy__(&self, py: Python<'_>, _memo: &Bound<'_, PyAny>) -> Self {
+        self.copy(py)
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        match other.cast::<PyBlock>() {
+            Ok(o) => {
+                let o = o.borrow();
+                o.task_id == self.task_id && o.spatial_id == self.spatial_id
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Equal to `hash(block.block_id)`, as in daisy 1.x.
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        self.block_id(py)?.hash()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "{}/{} with read ROI {} and write ROI {}",
+            self.task_id.as_deref().unwrap_or("None"),
+            self.spatial_id,
+            funlib_str(&self.read),
+            funlib_str(&self.write)
+        )
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let b = slf.borrow();
+        let roi = |r: &Roi| -> PyResult<Bound<'py, PyTuple>> {
+            PyTuple::new(
+                py,
+                [
+                    PyTuple::new(py, r.offset().as_slice())?,
+                    PyTuple::new(py, r.shape().as_slice())?,
+                ],
+            )
+        };
+        let key = b.key.map(|k| (k.task, k.index));
+        let state = (
+            b.task_id.clone(),
+            b.spatial_id,
+            roi(&b.read)?,
+            roi(&b.write)?,
+            roi(&b.requested_write)?,
+            status_index(b.status),
+            key,
+        );
+        let rebuild = slf.get_type().getattr("_from_state")?;
+        PyTuple::new(
+            py,
+            [
+                rebuild,
+                PyTuple::new(py, [state.into_pyobject(py)?])?.into_any(),
+            ],
+        )
+    }
+
+    /// Rebuild a pickled block (used by `__reduce__`).
+    #[staticmethod]
+    #[allow(clippy::type_complexity)]
+    fn _from_state(
+        state: (
+            Option<String>,
+            i64,
+            Bound<'_, PyAny>,
+            Bound<'_, PyAny>,
+            Bound<'_, PyAny>,
+            usize,
+            Option<(u32, u64)>,
+        ),
+    ) -> PyResult<Self> {
+        let (task_id, spatial_id, read, write, requested, status, key) = state;
+        let status = [
+            BlockStatus::Created,
+            BlockStatus::Processing,
+            BlockStatus::Success,
+            BlockStatus::Failed,
+        ]
+        .get(status)
+        .copied()
+        .ok_or_else(|| PyValueError::new_err("corrupt pickled daisy.Block: bad status"))?;
+        Ok(Self {
+            task_id,
+            spatial_id,
+            read: roi_from_py(&read, "read_roi")?,
+            write: roi_from_py(&write, "write_roi")?,
+            requested_write: roi_from_py(&requested, "requested_write_roi")?,
+            started_processing: None,
+            stopped_processing: None,
+            status,
+            key: key.map(|(task, index)| BlockKey { task, index }),
+            read_py: None,
+            write_py: None,
+        })
+    }
+}
+
+/// A ROI as `funlib.geometry.Roi.__str__` writes it: `[0:10, 5:7] (10, 2)`.
+fn funlib_str(roi: &Roi) -> String {
+    let (b, e, s) = (roi.begin(), roi.end(), roi.shape());
+    let spans: Vec<String> = (0..roi.dims())
+        .map(|d| format!("{}:{}", b[d], e[d]))
+        .collect();
+    let shape: Vec<String> = s.as_slice().iter().map(i64::to_string).collect();
+    format!("[{}] ({})", spans.join(", "), shape.join(", "))
+}

@@ -1,0 +1,101 @@
+//! `daisy._daisy.TaskSpec`: the validated geometry of a task, built by the
+//! Python `daisy.Task` at construction so bad input fails early, and the
+//! block-grid facts the Python side reports (`num_blocks`,
+//! `block_grid_shape`).
+
+use crate::convert::{coord_to_py, roi_from_py};
+use crate::errors::IntoPyResult;
+use daisy_core::block_grid::BlockGrid;
+use daisy_core::{Fit, TaskSpec};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+/// Validated scheduling geometry of one task.
+#[pyclass(name = "TaskSpec", module = "daisy._daisy", frozen)]
+pub struct PyTaskSpec {
+    pub(crate) spec: TaskSpec,
+}
+
+#[pymethods]
+impl PyTaskSpec {
+    #[new]
+    #[pyo3(signature = (task_id, total_roi, read_roi, write_roi, fit="valid", read_write_conflict=true, max_retries=2, upstream=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        task_id: &str,
+        total_roi: &Bound<'_, PyAny>,
+        read_roi: &Bound<'_, PyAny>,
+        write_roi: &Bound<'_, PyAny>,
+        fit: &str,
+        read_write_conflict: bool,
+        max_retries: u32,
+        upstream: Vec<String>,
+    ) -> PyResult<Self> {
+        let total = roi_from_py(total_roi, "total_roi")?;
+        let read = roi_from_py(read_roi, "read_roi")?;
+        let write = roi_from_py(write_roi, "write_roi")?;
+        let fit: Fit = fit.parse().py()?;
+        let spec = TaskSpec::new(
+            task_id,
+            total,
+            read,
+            write,
+            fit,
+            read_write_conflict,
+            max_retries,
+            upstream,
+        )
+        .py()?;
+        Ok(Self { spec })
+    }
+
+    /// The same spec with `upstream` as its upstream task ids (pipelines add
+    /// edges to tasks they compose).
+    fn with_upstream(&self, upstream: Vec<String>) -> Self {
+        let mut spec = self.spec.clone();
+        spec.upstream = upstream;
+        Self { spec }
+    }
+
+    /// Upstream task ids.
+    #[getter]
+    fn upstream(&self) -> Vec<String> {
+        self.spec.upstream.clone()
+    }
+
+    /// The task id.
+    #[getter]
+    fn task_id(&self) -> &str {
+        &self.spec.task_id
+    }
+
+    /// Number of blocks the task has.
+    #[getter]
+    fn num_blocks(&self) -> u64 {
+        BlockGrid::new(0, &self.spec).num_blocks()
+    }
+
+    /// Blocks per axis, anchored at the total write ROI.
+    #[getter]
+    fn block_grid_shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        coord_to_py(py, &BlockGrid::new(0, &self.spec).grid_shape())
+    }
+
+    /// Number of levels (blocks of one level never conflict).
+    #[getter]
+    fn num_levels(&self) -> usize {
+        BlockGrid::new(0, &self.spec).num_levels()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "TaskSpec({:?}, total_roi={}, read_roi={}, write_roi={}, fit={}, read_write_conflict={})",
+            self.spec.task_id,
+            self.spec.total_roi,
+            self.spec.read_roi,
+            self.spec.write_roi,
+            self.spec.fit,
+            self.spec.read_write_conflict
+        )
+    }
+}

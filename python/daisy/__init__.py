@@ -1,0 +1,70 @@
+"""daisy: blockwise task scheduling for huge n-dimensional volumes.
+
+A `Task` tiles a total ROI into blocks (a read ROI around a write ROI);
+`run_blockwise` processes them in an order that never runs two
+conflicting blocks at once, chaining tasks block by block. Scheduling is
+done by a Rust core (``daisy._daisy``); this package is its Python face.
+``daisy.Roi`` and ``daisy.Coordinate`` are funlib.geometry's.
+"""
+
+from funlib.geometry import Coordinate, Roi
+
+from daisy import (
+    block,
+    context,
+    convenience,
+    coordinate,
+    dependency_graph,
+    execution_summary,
+    logging,
+    pipeline,
+    roi,
+    scheduler,
+    serial_server,
+    server,
+    task,
+    task_state,
+)
+from daisy._daisy import __version__
+from daisy.block import Block, BlockStatus
+from daisy.context import Context
+from daisy.convenience import run_blockwise
+from daisy.dependency_graph import BlockwiseDependencyGraph, DependencyGraph
+from daisy.pipeline import Pipeline
+from daisy.scheduler import Scheduler
+from daisy.serial_server import SerialServer
+from daisy.server import Server
+from daisy.task import Task
+from daisy.task_state import TaskState
+
+__all__ = [
+    "Block",
+    "BlockStatus",
+    "BlockwiseDependencyGraph",
+    "Context",
+    "Coordinate",
+    "DependencyGraph",
+    "Pipeline",
+    "Roi",
+    "Scheduler",
+    "SerialServer",
+    "Server",
+    "Task",
+    "TaskState",
+    "__version__",
+    "block",
+    "context",
+    "convenience",
+    "coordinate",
+    "dependency_graph",
+    "execution_summary",
+    "logging",
+    "pipeline",
+    "roi",
+    "run_blockwise",
+    "scheduler",
+    "serial_server",
+    "server",
+    "task",
+    "task_state",
+]

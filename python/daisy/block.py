@@ -1,0 +1,25 @@
+"""Blocks and their status (``daisy.block`` in daisy 1.x).
+
+`Block` is implemented in the Rust core (``daisy._daisy.Block``): its ROIs
+are ``funlib.geometry.Roi`` objects, built the first time user code reads
+them. `BlockStatus` is a Python enum with the 1.x members and values.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class BlockStatus(Enum):
+    """Where a block is in its life; set ``block.status`` to ``SUCCESS`` or
+    ``FAILED`` in a worker to report the outcome."""
+
+    CREATED = 0
+    PROCESSING = 1
+    SUCCESS = 2
+    FAILED = 3
+
+
+from daisy._daisy import Block  # noqa: E402  (Block's status getter imports BlockStatus)
+
+__all__ = ["Block", "BlockStatus"]

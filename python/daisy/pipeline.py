@@ -1,0 +1,124 @@
+"""`Pipeline`: tasks and the edges between them.
+
+``a + b`` runs ``b`` after ``a`` (every sink of ``a`` becomes upstream of
+every source of ``b``); ``a | b`` runs them side by side. Tasks also bring
+their ``upstream_tasks`` along, as in daisy 1.x. The edges are checked by
+the Rust core when the pipeline is built: a cycle or two different tasks
+with one id is a ``ValueError`` right there, not at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from daisy._daisy import DependencyGraph, TaskSpec
+from daisy.task import Task
+
+
+class Pipeline:
+    """A validated set of tasks with their dependencies."""
+
+    def __init__(self, tasks: Iterable[Task] = (), edges: Iterable[tuple[str, str]] = ()) -> None:
+        self._tasks: dict[str, Task] = {}
+        self._edges: set[tuple[str, str]] = set()  # (upstream id, downstream id)
+        for t in tasks:
+            self._add(t)
+        for up, down in edges:
+            self._edges.add((up, down))
+        self._validate()
+
+    @classmethod
+    def of(cls, tasks: Any) -> Pipeline:
+        """A pipeline from a Task, a Pipeline or an iterable of those."""
+        if isinstance(tasks, Pipeline):
+            return tasks
+        if isinstance(tasks, Task):
+            return cls([tasks])
+        if isinstance(tasks, str | bytes) or not isinstance(tasks, Iterable):
+            raise TypeError(
+                f"tasks: expected a daisy.Task, a list of tasks or a Pipeline, "
+                f"got {type(tasks).__name__}"
+            )
+        p = cls()
+        for t in tasks:
+            p = p | cls.of(t)
+        return p
+
+    def _add(self, task: Task) -> None:
+        if not isinstance(task, Task):
+            raise TypeError(f"tasks: expected daisy.Task objects, got {type(task).__name__}")
+        seen = self._tasks.get(task.task_id)
+        if seen is task:
+            return
+        if seen is not None:
+            raise ValueError(
+                f"task_id: two different tasks are both called {task.task_id!r}; give every "
+                "task of a pipeline its own task_id"
+            )
+        self._tasks[task.task_id] = task
+        for up in task.upstream_tasks:
+            self._add(up)
+            self._edges.add((up.task_id, task.task_id))
+
+    def _validate(self) -> None:
+        if self._tasks:
+            DependencyGraph(self.specs())
+
+    @property
+    def tasks(self) -> list[Task]:
+        """The tasks, in the order they were added."""
+        return list(self._tasks.values())
+
+    def upstream_ids(self, task_id: str) -> list[str]:
+        """Ids of the tasks ``task_id`` waits for."""
+        return sorted(u for u, d in self._edges if d == task_id)
+
+    def specs(self) -> list[TaskSpec]:
+        """The core specs, with every edge of this pipeline."""
+        return [t._spec.with_upstream(self.upstream_ids(t.task_id)) for t in self._tasks.values()]
+
+    def _sources(self) -> list[str]:
+        downs = {d for _, d in self._edges}
+        return [t for t in self._tasks if t not in downs]
+
+    def _sinks(self) -> list[str]:
+        ups = {u for u, _ in self._edges}
+        return [t for t in self._tasks if t not in ups]
+
+    def _merged(self, other: Pipeline, extra: Iterable[tuple[str, str]]) -> Pipeline:
+        p = Pipeline.__new__(Pipeline)
+        p._tasks = dict(self._tasks)
+        p._edges = set(self._edges) | set(other._edges) | set(extra)
+        for tid, t in other._tasks.items():
+            if tid in p._tasks and p._tasks[tid] is not t:
+                raise ValueError(
+                    f"task_id: two different tasks are both called {tid!r}; give every "
+                    "task of a pipeline its own task_id"
+                )
+            p._tasks[tid] = t
+        p._validate()
+        return p
+
+    def __add__(self, other: Any) -> Pipeline:
+        other = Pipeline.of(other)
+        return self._merged(other, [(u, d) for u in self._sinks() for d in other._sources()])
+
+    def __radd__(self, other: Any) -> Pipeline:
+        return Pipeline.of(other) + self
+
+    def __or__(self, other: Any) -> Pipeline:
+        return self._merged(Pipeline.of(other), [])
+
+    def __ror__(self, other: Any) -> Pipeline:
+        return Pipeline.of(other) | self
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.tasks)
+
+    def __repr__(self) -> str:
+        edges = ", ".join(f"{u}->{d}" for u, d in sorted(self._edges))
+        return f"Pipeline(tasks={list(self._tasks)}, edges=[{edges}])"

@@ -1,0 +1,59 @@
+"""`Scheduler`: drive the Rust scheduler by hand (``daisy.scheduler`` in
+daisy 1.x). ``acquire_block(task_id)`` hands out the next ready block (or
+None), ``release_block(block)`` takes it back with its status set, and
+``task_states`` reports every task's counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daisy._daisy import Block, TaskState
+from daisy._daisy import Scheduler as _NativeScheduler
+from daisy.pipeline import Pipeline
+from daisy.task import Task
+
+
+class Scheduler:
+    """Hands out the blocks of a pipeline in dependency order.
+
+    Args:
+        tasks: a Task, a list of tasks or a Pipeline; upstream tasks are
+            included automatically.
+        count_all_orphans: accepted for daisy 1.x compatibility; orphans
+            are always counted exactly.
+    """
+
+    def __init__(self, tasks: Any, count_all_orphans: bool = True) -> None:
+        self._pipeline = Pipeline.of(tasks)
+        self._tasks = {t.task_id: t for t in self._pipeline.tasks}
+        self._native = _NativeScheduler(
+            self._pipeline.specs(),
+            {tid: t._pre_check for tid, t in self._tasks.items() if t._pre_check},
+        )
+
+    @property
+    def tasks(self) -> list[Task]:
+        """Tasks in pipeline (topological) order."""
+        return [self._tasks[tid] for tid in self._native.task_ids]
+
+    def acquire_block(self, task_id: str) -> Block | None:
+        """The next ready block of ``task_id`` (skipping blocks its
+        ``check_function`` reports done), or None if none is ready now."""
+        return self._native.acquire_block(task_id)
+
+    def release_block(self, block: Block) -> None:
+        """Take back a block whose ``status`` is SUCCESS or FAILED."""
+        self._native.release_block(block)
+
+    @property
+    def task_states(self) -> dict[str, TaskState]:
+        """A fresh snapshot of every task's counts, by task id."""
+        return {tid: self._native.task_state(tid) for tid in self._native.task_ids}
+
+    def get_ready_tasks(self) -> list[Task]:
+        """Tasks that have a block ready now."""
+        return [self._tasks[tid] for tid in self._native.ready_task_ids()]
+
+    def is_done(self) -> bool:
+        """True once every block is completed, failed or orphaned."""
+        return self._native.is_done()

@@ -1,0 +1,42 @@
+"""`SerialServer`: run every block in the calling process, in dependency
+order (``daisy.serial_server`` in daisy 1.x). The loop and every
+scheduling decision are in the Rust core; exceptions from a block function
+propagate unchanged, with their traceback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daisy._daisy import TaskState
+from daisy.scheduler import Scheduler
+
+
+class SerialServer:
+    """Runs a pipeline in this process, one block at a time."""
+
+    def run_blockwise(self, tasks: Any, scheduler: Scheduler | None = None) -> dict[str, TaskState]:
+        """Run every block of ``tasks`` (a Task, a list or a Pipeline) and
+        return the task states by task id, in pipeline order.
+
+        A block fails when its function sets ``block.status =
+        daisy.BlockStatus.FAILED`` (it is then retried up to ``max_retries``
+        times); an exception stops the run and propagates."""
+        if scheduler is None:
+            scheduler = Scheduler(tasks)
+        for task in scheduler.tasks:
+            if task.process_function is None:
+                raise ValueError(
+                    f"process_function: task {task.task_id!r} has none; give it a function "
+                    "that takes a block"
+                )
+            if task.spawn_worker_function is not None:
+                raise ValueError(
+                    f"process_function: task {task.task_id!r} has a worker function (no "
+                    "arguments), which needs worker processes; run it with "
+                    "multiprocessing=True or give it a function that takes a block"
+                )
+        scheduler._native.run_serial(
+            {t.task_id: t.process_function for t in scheduler.tasks},
+            {t.task_id: t._post_check for t in scheduler.tasks if t._post_check},
+        )
+        return scheduler.task_states

@@ -1,0 +1,258 @@
+"""`Task`: what to process, block by block (``daisy.task`` in daisy 1.x).
+
+The Python object keeps what only Python can hold (the user's functions)
+and the ROIs as the user gave them; the geometry is validated by the Rust
+core when the task is built, so a bad task fails at construction with a
+message that names the parameter.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from funlib.geometry import Coordinate, Roi
+
+from daisy._daisy import TaskSpec
+
+_FITS = ("valid", "overhang", "shrink")
+
+
+def _as_roi(value: Any, name: str) -> Roi:
+    """A funlib Roi from a Roi or an ``(offset, shape)`` pair."""
+    if isinstance(value, Roi):
+        return value
+    if isinstance(value, tuple | list) and len(value) == 2:
+        try:
+            return Roi(Coordinate(value[0]), Coordinate(value[1]))
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"{name}: could not read {value!r} as an (offset, shape) pair: {e}"
+            ) from None
+    raise TypeError(
+        f"{name}: expected a daisy.Roi (funlib.geometry.Roi) or an (offset, shape) pair, "
+        f"got {type(value).__name__}"
+    )
+
+
+def _count_required_args(fn: Callable[..., Any]) -> int | None:
+    """Positional parameters without defaults, or None if unknowable."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    return sum(
+        1
+        for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    )
+
+
+def _check_int(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name}: must be at least {minimum}, got {value}")
+    return int(value)
+
+
+class Task:
+    """A task: a total ROI tiled into blocks, and what to do with each.
+
+    Args:
+        task_id: unique name of the task.
+        total_roi: the region to process, context included (a ``daisy.Roi``
+            or an ``(offset, shape)`` pair).
+        read_roi: what one block reads, relative to ``write_roi``.
+        write_roi: what one block writes; blocks tile ``total_roi`` at the
+            stride of its shape.
+        process_function: ``f(block)`` (a block function, run for every
+            block) or ``f()`` (a worker function that runs its own loop with
+            ``daisy.Client``).
+        check_function: ``f(block) -> bool``, True if the block is already
+            done (it is then skipped); or a pair ``(pre, post)`` where
+            ``post(block)`` checks a block after it ran.
+        init_callback_fn: ``f(context)``, called once when the task starts.
+        read_write_conflict: whether blocks whose read and write regions
+            overlap must not run at the same time.
+        num_workers: daisy 1.x name of ``max_workers``.
+        max_retries: how often a failed block is retried.
+        fit: ``"valid"``, ``"overhang"`` or ``"shrink"``: what to do with
+            blocks that stick out of ``total_roi``.
+        timeout: seconds a block may take before it is reclaimed and retried.
+        upstream_tasks: tasks whose output this task reads; a block waits
+            for exactly the upstream blocks whose write ROI overlaps its
+            read ROI.
+        max_workers: how many workers may process this task at once.
+    """
+
+    def __init__(
+        self,
+        task_id: str,
+        total_roi: Roi | tuple[Any, Any],
+        read_roi: Roi | tuple[Any, Any],
+        write_roi: Roi | tuple[Any, Any],
+        process_function: Callable[..., Any] | None = None,
+        check_function: Callable[[Any], bool]
+        | tuple[Callable[[Any], bool], Callable[[Any], bool]]
+        | None = None,
+        init_callback_fn: Callable[[Any], Any] | None = None,
+        read_write_conflict: bool = True,
+        num_workers: int | None = None,
+        max_retries: int = 2,
+        fit: str = "valid",
+        timeout: float | None = None,
+        upstream_tasks: Iterable[Task] | None = None,
+        *,
+        max_workers: int | None = None,
+    ) -> None:
+        if not isinstance(task_id, str) or not task_id:
+            raise TypeError(
+                f"task_id: expected a non-empty string naming the task, got {task_id!r}"
+            )
+        self.task_id = task_id
+        self.total_roi = _as_roi(total_roi, "total_roi")
+        self.read_roi = _as_roi(read_roi, "read_roi")
+        self.write_roi = _as_roi(write_roi, "write_roi")
+
+        if process_function is not None and not callable(process_function):
+            raise TypeError(
+                f"process_function: expected a callable taking a block (or nothing, for a "
+                f"worker function), got {type(process_function).__name__}"
+            )
+        self.process_function = process_function
+        self.spawn_worker_function: Callable[[], Any] | None = None
+        if process_function is not None:
+            n_args = _count_required_args(process_function)
+            if n_args is not None and n_args > 1:
+                raise TypeError(
+                    f"process_function: {process_function!r} requires {n_args} arguments; "
+                    "give a function of one argument (the block) or of none (a worker function)"
+                )
+            if n_args == 0:
+                self.spawn_worker_function = process_function
+
+        self.check_function = check_function
+        if check_function is None:
+            pre, post = None, None
+        elif isinstance(check_function, tuple):
+            if len(check_function) != 2 or not all(callable(f) for f in check_function):
+                raise TypeError(
+                    "check_function: a tuple must hold two callables, (pre_check, post_check)"
+                )
+            pre, post = check_function
+        elif callable(check_function):
+            pre, post = check_function, None
+        else:
+            raise TypeError(
+                f"check_function: expected a callable returning True for done blocks, "
+                f"got {type(check_function).__name__}"
+            )
+        self._pre_check = pre
+        self._post_check = post
+
+        if init_callback_fn is not None and not callable(init_callback_fn):
+            raise TypeError("init_callback_fn: expected a callable taking the context")
+        self.init_callback_fn = init_callback_fn
+
+        if not isinstance(read_write_conflict, bool):
+            raise TypeError(
+                f"read_write_conflict: expected True or False, got {read_write_conflict!r}"
+            )
+        self.read_write_conflict = read_write_conflict
+
+        if num_workers is not None and max_workers is not None and num_workers != max_workers:
+            raise ValueError(
+                f"max_workers={max_workers} and num_workers={num_workers} disagree; "
+                "num_workers is the daisy 1.x name of max_workers: pass only one"
+            )
+        workers = max_workers if max_workers is not None else num_workers
+        self.max_workers = _check_int(
+            1 if workers is None else workers,
+            "max_workers" if max_workers is not None else "num_workers",
+            1,
+        )
+        self.max_retries = _check_int(max_retries, "max_retries", 0)
+
+        if not isinstance(fit, str) or fit not in _FITS:
+            raise ValueError(f'fit: unknown fit {fit!r}; use "valid", "overhang" or "shrink"')
+        self.fit = fit
+
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+                raise TypeError(f"timeout: expected seconds as a number, got {timeout!r}")
+            if timeout <= 0:
+                raise ValueError(
+                    f"timeout: must be a positive number of seconds (or None), got {timeout}"
+                )
+        self.timeout = timeout
+
+        upstream = list(upstream_tasks) if upstream_tasks is not None else []
+        for u in upstream:
+            if not isinstance(u, Task):
+                raise TypeError(
+                    f"upstream_tasks: expected daisy.Task objects, got {type(u).__name__}"
+                )
+        self.upstream_tasks = upstream
+
+        self._spec = TaskSpec(
+            task_id,
+            self.total_roi,
+            self.read_roi,
+            self.write_roi,
+            fit=fit,
+            read_write_conflict=read_write_conflict,
+            max_retries=self.max_retries,
+            upstream=[u.task_id for u in upstream],
+        )
+
+    @property
+    def num_workers(self) -> int:
+        """daisy 1.x name of `max_workers`."""
+        return self.max_workers
+
+    @num_workers.setter
+    def num_workers(self, value: int) -> None:
+        self.max_workers = _check_int(value, "num_workers", 1)
+
+    @property
+    def num_blocks(self) -> int:
+        """How many blocks the task has."""
+        return self._spec.num_blocks
+
+    @property
+    def block_grid_shape(self) -> tuple[int, ...]:
+        """Blocks per axis (anchored at the total write ROI, per fit mode)."""
+        return tuple(self._spec.block_grid_shape)
+
+    def requires(self) -> list[Task]:
+        """The upstream tasks (daisy 1.x)."""
+        return list(self.upstream_tasks)
+
+    def __add__(self, other: Any) -> Any:
+        from daisy.pipeline import Pipeline
+
+        return Pipeline.of(self) + other
+
+    def __radd__(self, other: Any) -> Any:
+        from daisy.pipeline import Pipeline
+
+        return other + Pipeline.of(self)
+
+    def __or__(self, other: Any) -> Any:
+        from daisy.pipeline import Pipeline
+
+        return Pipeline.of(self) | other
+
+    def __ror__(self, other: Any) -> Any:
+        from daisy.pipeline import Pipeline
+
+        return other | Pipeline.of(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"Task({self.task_id!r}, total_roi={self.total_roi}, read_roi={self.read_roi}, "
+            f"write_roi={self.write_roi}, fit={self.fit!r}, blocks={self.num_blocks})"
+        )
