@@ -1,0 +1,61 @@
+# One entry point for every developer check; CI (.ci/run) calls the same
+# targets. Everything Python lives in .venv (created on first use); the
+# package is installed from a built wheel, so tests run against what users
+# install, not against the source tree.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+WHEEL_DIR := dist
+
+.PHONY: venv install demo test pytest stubtest lint lint-rust lint-python format rust-test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "maturin>=1.5,<2" "ruff>=0.6"
+
+venv: $(BIN)/python
+
+# Build the wheel and install it with the test and demo extras.
+install: venv
+	rm -rf $(WHEEL_DIR)
+	$(BIN)/maturin build --release --out $(WHEEL_DIR) --quiet
+	$(BIN)/pip install --quiet "$$(ls $(WHEEL_DIR)/daisy-*.whl)[test,demo]"
+	$(BIN)/pip install --quiet --force-reinstall --no-deps $(WHEEL_DIR)/daisy-*.whl
+
+demo: install
+	$(BIN)/python examples/demo.py
+
+test: install pytest stubtest
+
+pytest:
+	$(BIN)/python -m pytest tests -q
+
+# The stub of the native module must match the real module.
+stubtest:
+	cd /tmp && $(CURDIR)/$(BIN)/python -m mypy.stubtest daisy._daisy
+
+rust-test:
+	cargo test --workspace --quiet
+
+lint: lint-rust lint-python
+
+lint-rust:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+lint-python: venv
+	$(BIN)/ruff check python tests benchmarks examples
+	$(BIN)/ruff format --check python tests benchmarks examples
+
+format: venv
+	cargo fmt --all
+	$(BIN)/ruff format python tests benchmarks examples
+	$(BIN)/ruff check --fix python tests benchmarks examples
+
+bench: install
+	$(BIN)/python -m pytest benchmarks --benchmark-only
+
+clean:
+	rm -rf $(VENV) $(WHEEL_DIR) target
