@@ -7,13 +7,14 @@
 //! flight.
 
 use crate::geometry::{Coord, Roi};
+use serde::{Deserialize, Serialize};
 
 /// Index of a task within its pipeline (dense, `0..n_tasks`).
 pub type TaskIndex = u32;
 
 /// The scheduler's identity of a block: its task and its flat C-order index
 /// on that task's placement grid (see `block_grid`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct BlockKey {
     /// Which task.
     pub task: TaskIndex,
@@ -23,7 +24,7 @@ pub struct BlockKey {
 
 /// Where a block is in its life, as the user sets it and the scheduler
 /// reads it on release.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum BlockStatus {
     /// Made, not yet handed out.
     #[default]
@@ -37,7 +38,7 @@ pub enum BlockStatus {
 }
 
 /// A block: what to read, what to write, and who it is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Block {
     /// The scheduler's key.
     pub key: BlockKey,

@@ -14,6 +14,7 @@
 //! Python side and are rejected when converted.
 
 use crate::error::DaisyError;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// The most axes a [`Coord`] can hold.
@@ -134,6 +135,19 @@ impl Coord {
     }
 }
 
+impl Serialize for Coord {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.as_slice().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Coord {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Vec::<i64>::deserialize(d)?;
+        Coord::new(&v).map_err(serde::de::Error::custom)
+    }
+}
+
 impl std::ops::Index<usize> for Coord {
     type Output = i64;
     #[inline]
@@ -174,7 +188,7 @@ impl fmt::Display for Coord {
 
 /// A bounded, axis-aligned region: `offset` (inclusive begin) and `shape`.
 /// Shapes are never negative; a zero extent on any axis makes it empty.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Roi {
     offset: Coord,
     shape: Coord,

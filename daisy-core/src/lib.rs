@@ -7,12 +7,15 @@
 pub mod block;
 pub mod block_grid;
 pub mod block_id;
+pub mod client;
 pub mod dependency_graph;
 pub mod error;
 pub mod geometry;
 pub mod pipeline;
 pub mod scheduler;
+pub mod protocol;
 pub mod serial;
+pub mod server;
 pub mod task_spec;
 pub mod task_state;
 

@@ -46,6 +46,7 @@ struct TaskRun {
     attempts: HashMap<u64, u32>,
     processing: HashSet<u64>,
     max_retries: u32,
+    abandoned: bool,
 }
 
 /// What happened to a block handed back with [`Scheduler::release_block`].
@@ -89,6 +90,7 @@ impl Scheduler {
                     attempts: HashMap::new(),
                     processing: HashSet::new(),
                     max_retries: graph.pipeline().spec(t).max_retries,
+                    abandoned: false,
                 }
             })
             .collect();
@@ -120,6 +122,53 @@ impl Scheduler {
     /// True once every block of every task is completed, failed or orphaned.
     pub fn is_done(&self) -> bool {
         self.tasks.iter().all(|t| t.state.is_done())
+    }
+
+    /// True if the task will hand out no more blocks: every block is
+    /// accounted for, or the task was abandoned.
+    pub fn is_task_finished(&self, task: TaskIndex) -> bool {
+        let run = &self.tasks[task as usize];
+        run.abandoned || run.state.is_done()
+    }
+
+    /// True if the task was abandoned (its own or an upstream task's
+    /// workers kept dying).
+    pub fn is_abandoned(&self, task: TaskIndex) -> bool {
+        self.tasks[task as usize].abandoned
+    }
+
+    /// Give up on a task: every block of it not yet completed counts as
+    /// failed (those out with workers included: their results will be
+    /// refused), and every block of every transitive downstream task not
+    /// yet finished counts as orphaned. Counts stay balanced; nothing of
+    /// these tasks is handed out again. Idempotent.
+    pub fn abandon_task(&mut self, task: TaskIndex) {
+        let mut stack = vec![(task, true)];
+        while let Some((t, is_root)) = stack.pop() {
+            let run = &mut self.tasks[t as usize];
+            if run.abandoned {
+                continue;
+            }
+            run.abandoned = true;
+            let s = &mut run.state;
+            let remaining =
+                s.total_block_count - s.completed_count - s.failed_count - s.orphaned_count;
+            if is_root {
+                s.failed_count += remaining;
+            } else {
+                s.orphaned_count += remaining;
+            }
+            s.ready_count = 0;
+            s.processing_count = 0;
+            run.processing.clear();
+            run.ready.clear();
+            run.retry.clear();
+            run.attempts.clear();
+            for &d in self.graph.pipeline().downstream_of(t) {
+                stack.push((d, false));
+            }
+        }
+        self.waiting.retain(|k, _| !self.tasks[k.task as usize].abandoned);
     }
 
     /// Tasks that have a block ready now.
@@ -159,6 +208,9 @@ impl Scheduler {
         task: TaskIndex,
         mut is_done: impl FnMut(&Block) -> Result<bool, E>,
     ) -> Result<Option<Block>, E> {
+        if self.tasks[task as usize].abandoned {
+            return Ok(None);
+        }
         loop {
             let Some(index) = self.pop_ready(task) else {
                 return Ok(None);
@@ -418,6 +470,25 @@ mod tests {
             );
             assert_eq!(st.pending_count(), 0);
         }
+    }
+
+    #[test]
+    fn abandoning_fails_the_rest_and_orphans_downstream_tasks() {
+        let mut s = chain(0);
+        let b = acquire(&mut s, 0).unwrap();
+        s.release_block(b.key, BlockStatus::Success).unwrap();
+        let _out = acquire(&mut s, 0).unwrap();
+        s.abandon_task(0);
+        assert!(s.is_task_finished(0) && s.is_task_finished(1));
+        assert!(acquire(&mut s, 0).is_none() && acquire(&mut s, 1).is_none());
+        let a = s.task_state(0);
+        assert_eq!(a.completed_count, 1);
+        assert_eq!(a.failed_count, a.total_block_count - 1);
+        let b = s.task_state(1);
+        assert_eq!(b.orphaned_count, b.total_block_count);
+        assert!(s.is_done());
+        s.abandon_task(0);
+        assert_eq!(s.task_state(1).orphaned_count, s.task_state(1).total_block_count);
     }
 
     #[test]

@@ -1,0 +1,141 @@
+//! The worker side of the wire protocol: [`Client`], a blocking connection
+//! to the server used by every worker kind (daisy's worker processes,
+//! worker functions, hand-written cluster workers).
+//!
+//! Each call is one request and its reply, run on a small single-threaded
+//! tokio runtime owned by the client, so the framing is the same
+//! length-delimited codec the server uses. TCP_NODELAY is set: without it a
+//! request/reply exchange can stall for tens of milliseconds (Nagle's
+//! algorithm meeting delayed ACKs).
+
+use crate::block::Block;
+use crate::protocol::{self, ClientMessage, ServerMessage};
+use futures_util::{SinkExt, StreamExt};
+use std::time::Duration;
+use thiserror::Error;
+use tokio::net::TcpStream;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+/// How long connecting to the server may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What can go wrong talking to the server.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// The connection failed or closed.
+    #[error("connection to the daisy server failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The server sent something unexpected or undecodable.
+    #[error("daisy server protocol error: {0}")]
+    Protocol(String),
+    /// The server refused a request.
+    #[error("the daisy server refused: {0}")]
+    Refused(String),
+}
+
+/// A connection to a daisy server for one task.
+pub struct Client {
+    rt: tokio::runtime::Runtime,
+    conn: Framed<TcpStream, LengthDelimitedCodec>,
+}
+
+impl Client {
+    /// Connect and say hello with the run's token.
+    pub fn connect(
+        host: &str,
+        port: u16,
+        token: &str,
+        task_id: &str,
+        worker_id: Option<u32>,
+    ) -> Result<Self, ClientError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let stream = rt.block_on(async {
+            tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port)))
+                .await
+                .map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no daisy server answered at {host}:{port}"),
+                    )
+                })?
+        })?;
+        stream.set_nodelay(true)?;
+        let mut client = Self {
+            rt,
+            conn: Framed::new(stream, protocol::codec()),
+        };
+        match client.request(&ClientMessage::Hello {
+            token: token.to_string(),
+            task_id: task_id.to_string(),
+            worker_id,
+        })? {
+            ServerMessage::Welcome => Ok(client),
+            ServerMessage::Error { message } => Err(ClientError::Refused(message)),
+            other => Err(ClientError::Protocol(format!(
+                "expected a welcome, got {other:?}"
+            ))),
+        }
+    }
+
+    fn request(&mut self, msg: &ClientMessage) -> Result<ServerMessage, ClientError> {
+        let bytes = protocol::encode(msg).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let conn = &mut self.conn;
+        self.rt.block_on(async {
+            conn.send(tokio_util::bytes::Bytes::from(bytes)).await?;
+            match conn.next().await {
+                Some(Ok(frame)) => {
+                    protocol::decode(&frame).map_err(|e| ClientError::Protocol(e.to_string()))
+                }
+                Some(Err(e)) => Err(ClientError::Io(e)),
+                None => Err(ClientError::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the daisy server closed the connection",
+                ))),
+            }
+        })
+    }
+
+    /// The next block, or `None` when the task has no more for this worker.
+    pub fn acquire_block(&mut self) -> Result<Option<Block>, ClientError> {
+        match self.request(&ClientMessage::AcquireBlock)? {
+            ServerMessage::SendBlock { block } => Ok(Some(block)),
+            ServerMessage::NoMoreBlocks => Ok(None),
+            ServerMessage::Error { message } => Err(ClientError::Refused(message)),
+            other => Err(ClientError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    fn expect_ack(&mut self, msg: &ClientMessage) -> Result<(), ClientError> {
+        match self.request(msg)? {
+            ServerMessage::ReleaseAck => Ok(()),
+            ServerMessage::Error { message } => Err(ClientError::Refused(message)),
+            other => Err(ClientError::Protocol(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Report a block done (or failed, if its status says so).
+    pub fn release_block(&mut self, block: Block) -> Result<(), ClientError> {
+        self.expect_ack(&ClientMessage::ReleaseBlock { block })
+    }
+
+    /// Report a block failed with an error text.
+    pub fn block_failed(&mut self, block: Block, error: String) -> Result<(), ClientError> {
+        self.expect_ack(&ClientMessage::BlockFailed {
+            block,
+            error: protocol::cap_error_text(error),
+        })
+    }
+
+    /// Say goodbye and close.
+    pub fn disconnect(mut self) {
+        if let Ok(bytes) = protocol::encode(&ClientMessage::Disconnect) {
+            let conn = &mut self.conn;
+            let _ = self.rt.block_on(async {
+                SinkExt::<tokio_util::bytes::Bytes>::send(conn, bytes.into()).await?;
+                SinkExt::<tokio_util::bytes::Bytes>::close(conn).await
+            });
+        }
+    }
+}

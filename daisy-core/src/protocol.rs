@@ -1,0 +1,178 @@
+//! The wire protocol between the server and its workers: messages, their
+//! encoding, and the frame size cap.
+//!
+//! ## Framing
+//! Every message is one frame: a 4-byte big-endian length followed by a
+//! postcard-encoded message (tokio-util's `LengthDelimitedCodec`, which
+//! checks the length against [`MAX_FRAME_BYTES`] *before* allocating, so an
+//! oversized or hostile length prefix costs nothing). A frame that does not
+//! decode, or that is too large, closes that connection only.
+//!
+//! ## Conversation
+//! One persistent connection per worker, strictly request/response:
+//!
+//! ```text
+//! worker                                   server
+//!   Hello{token, task_id, worker_id} ───▶  checks the run token first; a
+//!                                   ◀───   Welcome (or Error + close)
+//!   AcquireBlock                     ───▶  waits until a block is ready or
+//!                                   ◀───   the task is finished:
+//!                                          SendBlock{block} | NoMoreBlocks
+//!   ReleaseBlock{block}              ───▶  ReleaseAck
+//!   BlockFailed{block, error}        ───▶  ReleaseAck
+//!   Disconnect                       ───▶  (closes)
+//! ```
+//!
+//! A connection whose first message is not a `Hello` with the run's token is
+//! closed without a reply: a stray or malicious client can neither take nor
+//! release blocks. Error text is capped at [`MAX_ERROR_BYTES`] so a huge
+//! traceback cannot push a frame over the cap.
+
+use crate::block::Block;
+use serde::{Deserialize, Serialize};
+use tokio_util::codec::LengthDelimitedCodec;
+
+/// Largest frame either side accepts: far above any real message (a block
+/// is a few hundred bytes, an error text at most [`MAX_ERROR_BYTES`]), far
+/// below what could hurt the server.
+pub const MAX_FRAME_BYTES: usize = 1 << 20;
+
+/// Error texts are cut to this many bytes before they are sent.
+pub const MAX_ERROR_BYTES: usize = 64 * 1024;
+
+/// Messages a worker sends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ClientMessage {
+    /// First message of every connection.
+    Hello {
+        /// The run's secret token.
+        token: String,
+        /// The task whose blocks this client processes.
+        task_id: String,
+        /// Server-assigned worker id; `None` for an unmanaged client.
+        worker_id: Option<u32>,
+    },
+    /// Ask for the next block of the task.
+    AcquireBlock,
+    /// A block finished successfully.
+    ReleaseBlock {
+        /// The block as it was sent.
+        block: Block,
+    },
+    /// A block failed.
+    BlockFailed {
+        /// The block as it was sent.
+        block: Block,
+        /// What went wrong (a traceback, cut to [`MAX_ERROR_BYTES`]).
+        error: String,
+    },
+    /// The worker is done and closes the connection.
+    Disconnect,
+}
+
+/// Messages the server sends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ServerMessage {
+    /// The hello was accepted.
+    Welcome,
+    /// A block to process.
+    SendBlock {
+        /// The block.
+        block: Block,
+    },
+    /// The task has no more blocks for this worker: it should exit.
+    NoMoreBlocks,
+    /// A release or failure report was recorded.
+    ReleaseAck,
+    /// A request could not be served (unknown task, block not out, ...).
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// The frame codec both sides use.
+pub fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .length_field_length(4)
+        .max_frame_length(MAX_FRAME_BYTES)
+        .new_codec()
+}
+
+/// Encode a message into one frame payload.
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, postcard::Error> {
+    postcard::to_stdvec(msg)
+}
+
+/// Decode one frame payload.
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, postcard::Error> {
+    postcard::from_bytes(bytes)
+}
+
+/// Cut an error text to [`MAX_ERROR_BYTES`] on a character boundary.
+pub fn cap_error_text(mut text: String) -> String {
+    if text.len() > MAX_ERROR_BYTES {
+        let mut cut = MAX_ERROR_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("\n[... cut by daisy]");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::{BlockKey, BlockStatus};
+    use crate::geometry::{Coord, Roi};
+
+    #[test]
+    fn messages_round_trip() {
+        let r = Roi::from_slices(&[0, -5, 3], &[4, 4, 4]).unwrap();
+        let block = Block {
+            key: BlockKey { task: 1, index: 42 },
+            spatial_id: 7,
+            position: Coord::new(&[1, 2, 3]).unwrap(),
+            read_roi: r,
+            write_roi: r,
+            requested_write_roi: r,
+            status: BlockStatus::Failed,
+        };
+        for msg in [
+            ClientMessage::Hello {
+                token: "t".into(),
+                task_id: "seg".into(),
+                worker_id: Some(3),
+            },
+            ClientMessage::AcquireBlock,
+            ClientMessage::ReleaseBlock { block },
+            ClientMessage::BlockFailed {
+                block,
+                error: "boom".into(),
+            },
+            ClientMessage::Disconnect,
+        ] {
+            let bytes = encode(&msg).unwrap();
+            assert_eq!(decode::<ClientMessage>(&bytes).unwrap(), msg);
+        }
+        let bytes = encode(&ServerMessage::SendBlock { block }).unwrap();
+        assert!(bytes.len() < 200, "a block frame is small: {}", bytes.len());
+    }
+
+    #[test]
+    fn garbage_does_not_decode_into_a_hello() {
+        let junk = [0xffu8, 0x13, 0x37, 0x00, 0x42];
+        assert!(decode::<ClientMessage>(&junk).is_err());
+        assert!(decode::<ClientMessage>(&[]).is_err());
+    }
+
+    #[test]
+    fn error_text_is_capped() {
+        let long = "é".repeat(MAX_ERROR_BYTES);
+        let cut = cap_error_text(long);
+        assert!(cut.len() <= MAX_ERROR_BYTES + 32);
+        assert!(cut.ends_with("[... cut by daisy]"));
+    }
+}

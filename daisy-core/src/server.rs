@@ -1,0 +1,903 @@
+//! The distributed runtime's server: a TCP listener in the calling process
+//! that hands blocks to worker processes, takes them back, replaces dead
+//! workers and ends the run cleanly on every path. [`run_server`] owns it.
+//!
+//! ## Threads and state
+//! The server runs on a single-threaded tokio runtime inside a `LocalSet`
+//! on the calling thread (the bindings release the GIL around it). All run
+//! state lives in one `RefCell` shared by the connection tasks, the worker
+//! monitors and the main loop: no locks, no cross-thread wake-ups, and the
+//! only calls back into the embedding program are the explicit
+//! [`RunHooks`] (a block's pre-check, a periodic tick).
+//!
+//! ## One block, one owner
+//! A block handed out is recorded in `outstanding` with the connection and
+//! worker it went to, when, and its deadline. Whoever removes it from there
+//! first accounts for it, exactly once: the worker's release or failure
+//! report, the connection closing (lost block), or the timeout sweep. A late
+//! report for a block that is no longer outstanding is refused.
+//!
+//! ## Workers
+//! Managed workers are processes started from the task's
+//! [`WorkerCommand`], one process group each (so the terminal's Ctrl-C
+//! reaches only the driver, and killing a worker kills what it started),
+//! stdout/stderr written straight into `<log dir>/<task>/worker_<id>.out|.err`.
+//! A monitor awaits each child's exit, so a death is seen at once. The main
+//! loop ([`TICK`]) sweeps timeouts, starts workers where a task has more
+//! ready blocks than idle workers (within `max_workers` and the resource
+//! budget), retires idle workers when another task needs their resources,
+//! and abandons a task whose workers died more than `max_worker_restarts`
+//! times (its downstream tasks are orphaned).
+//!
+//! ## Ending
+//! When every task is finished, waiting workers get `NoMoreBlocks` and exit;
+//! stragglers are killed after [`TEARDOWN_GRACE`]. When the tick hook
+//! reports an error (Ctrl-C in the driver), every worker's process group is
+//! killed at once and the error is returned.
+
+use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
+use crate::pipeline::Pipeline;
+use crate::protocol::{self, ClientMessage, ServerMessage};
+use crate::scheduler::Scheduler;
+use crate::task_state::TaskState;
+use futures_util::{SinkExt, StreamExt};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+use tokio_util::codec::Framed;
+
+/// How often the main loop sweeps timeouts, starts workers and calls the
+/// tick hook: short enough that Ctrl-C and a hung block are acted on well
+/// within a second, long enough to cost nothing.
+pub const TICK: Duration = Duration::from_millis(50);
+
+/// How long finished workers get to exit on their own before they are
+/// killed.
+pub const TEARDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How long a new connection may take to say hello.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How to start one worker process of a task.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerCommand {
+    /// The executable.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment variables (the server adds `DAISY_CONTEXT`).
+    pub env: Vec<(String, String)>,
+    /// Bytes written to the worker's stdin, then closed (the pickled
+    /// function, for daisy's Python workers).
+    pub stdin: Vec<u8>,
+}
+
+/// Per-task runtime settings.
+#[derive(Clone, Debug)]
+pub struct TaskRuntime {
+    /// At most this many workers at once.
+    pub max_workers: u32,
+    /// A block out longer than this is reclaimed and its worker killed.
+    pub timeout: Option<Duration>,
+    /// Unexpected worker deaths tolerated before the task is abandoned.
+    pub max_worker_restarts: u32,
+    /// Resources one worker of this task holds (e.g. `gpu: 1`).
+    pub requires: BTreeMap<String, u64>,
+    /// How to start a worker; `None`: only external clients serve it.
+    pub worker: Option<WorkerCommand>,
+}
+
+/// Settings of one run.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Address to listen on (`127.0.0.1` by default in daisy).
+    pub host: String,
+    /// Port; 0 picks a free one.
+    pub port: u16,
+    /// One entry per task, in pipeline order.
+    pub tasks: Vec<TaskRuntime>,
+    /// Total resources workers may hold at once.
+    pub resources: BTreeMap<String, u64>,
+    /// Base directory for worker logs; `None` leaves their output on the
+    /// driver's console.
+    pub log_dir: Option<PathBuf>,
+    /// The run's secret token.
+    pub token: String,
+}
+
+/// Where a run stands, for the tick hook (progress display).
+#[derive(Clone, Debug)]
+pub struct RunSnapshot {
+    /// Task states in pipeline order.
+    pub states: Vec<TaskState>,
+    /// Live managed workers per task.
+    pub workers: Vec<u32>,
+}
+
+/// A failed attempt, for the summary.
+#[derive(Clone, Debug)]
+pub struct FailureNote {
+    /// Task of the block.
+    pub task: TaskIndex,
+    /// Spatial id of the block.
+    pub spatial_id: u64,
+    /// Worker that reported it (None: unmanaged client).
+    pub worker_id: Option<u32>,
+    /// What happened.
+    pub reason: String,
+}
+
+/// What a finished run reports.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    /// Final task states in pipeline order.
+    pub states: Vec<TaskState>,
+    /// Every failed attempt.
+    pub failures: Vec<FailureNote>,
+    /// Abandoned tasks with the reason.
+    pub abandoned: Vec<(TaskIndex, String)>,
+    /// Clients that connected without a server-assigned worker id.
+    pub unmanaged_clients: u32,
+    /// Worker processes started per task.
+    pub workers_started: Vec<u32>,
+}
+
+/// Calls from the server back into the embedding program.
+pub trait RunHooks {
+    /// The error a tick may return to stop the run.
+    type Error;
+    /// Whether a ready block is already done and can be skipped (the
+    /// user's check function). An error is logged and the block runs.
+    fn is_done(&mut self, block: &Block) -> Result<bool, String>;
+    /// Called every [`TICK`]; an error stops the run (workers are killed).
+    fn tick(&mut self, snapshot: &RunSnapshot) -> Result<(), Self::Error>;
+    /// Called once the server listens, before any worker starts.
+    fn on_listening(&mut self, _addr: SocketAddr) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// Errors of a run: the hook's own, or an I/O failure of the server.
+#[derive(Debug)]
+pub enum RunError<E> {
+    /// The tick hook stopped the run.
+    Hook(E),
+    /// The server could not listen or start a worker.
+    Io(io::Error),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExitKind {
+    Clean,
+    Error,
+    Timeout,
+    Interrupted,
+}
+
+#[derive(Debug)]
+struct WorkerSlot {
+    task: TaskIndex,
+    pid: Option<u32>,
+    alive: bool,
+    /// Set when the server killed or retired it on purpose.
+    expected_exit: Option<ExitKind>,
+    /// In an acquire with nothing to give.
+    waiting: bool,
+    /// Told to leave at its next acquire (resources wanted elsewhere).
+    retire: bool,
+    /// Holds a block now.
+    busy: bool,
+}
+
+#[derive(Debug)]
+struct Outstanding {
+    conn: u64,
+    worker: Option<u32>,
+    deadline: Option<Instant>,
+}
+
+struct State<H> {
+    scheduler: Scheduler,
+    config: ServerConfig,
+    hooks: H,
+    addr: Option<SocketAddr>,
+    outstanding: HashMap<BlockKey, Outstanding>,
+    workers: BTreeMap<u32, WorkerSlot>,
+    next_worker_id: u32,
+    restarts: Vec<u32>,
+    workers_started: Vec<u32>,
+    failures: Vec<FailureNote>,
+    abandoned: Vec<(TaskIndex, String)>,
+    unmanaged_clients: u32,
+    next_conn: u64,
+    stopping: bool,
+}
+
+type Shared<H> = Rc<(RefCell<State<H>>, Notify)>;
+
+/// Run a pipeline with workers until every task is finished (or the tick
+/// hook stops it). Blocks the calling thread.
+pub fn run_server<H: RunHooks + 'static>(
+    pipeline: Pipeline,
+    config: ServerConfig,
+    hooks: H,
+) -> Result<RunOutcome, RunError<H::Error>>
+where
+    H::Error: 'static,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Io)?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, serve(pipeline, config, hooks))
+}
+
+async fn serve<H: RunHooks + 'static>(
+    pipeline: Pipeline,
+    config: ServerConfig,
+    hooks: H,
+) -> Result<RunOutcome, RunError<H::Error>>
+where
+    H::Error: 'static,
+{
+    let listener = TcpListener::bind((config.host.as_str(), config.port))
+        .await
+        .map_err(RunError::Io)?;
+    let addr = listener.local_addr().map_err(RunError::Io)?;
+    let n = pipeline.len();
+    let shared: Shared<H> = Rc::new((
+        RefCell::new(State {
+            scheduler: Scheduler::new(pipeline),
+            config,
+            hooks,
+            addr: Some(addr),
+            outstanding: HashMap::new(),
+            workers: BTreeMap::new(),
+            next_worker_id: 0,
+            restarts: vec![0; n],
+            workers_started: vec![0; n],
+            failures: Vec::new(),
+            abandoned: Vec::new(),
+            unmanaged_clients: 0,
+            next_conn: 0,
+            stopping: false,
+        }),
+        Notify::new(),
+    ));
+    shared
+        .0
+        .borrow_mut()
+        .hooks
+        .on_listening(addr)
+        .map_err(RunError::Hook)?;
+    tracing::debug!("daisy server listening on {addr}");
+
+    let accept = {
+        let shared = shared.clone();
+        tokio::task::spawn_local(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nodelay(true);
+                        let conn = {
+                            let mut st = shared.0.borrow_mut();
+                            st.next_conn += 1;
+                            st.next_conn
+                        };
+                        tokio::task::spawn_local(handle_connection(shared.clone(), stream, conn));
+                    }
+                    Err(e) => {
+                        tracing::warn!("daisy server: accept failed: {e}");
+                        tokio::time::sleep(TICK).await;
+                    }
+                }
+            }
+        })
+    };
+
+    let result = main_loop(&shared).await;
+    accept.abort();
+    match result {
+        Ok(()) => {
+            teardown(&shared, false).await;
+            let st = shared.0.borrow();
+            Ok(outcome(&st))
+        }
+        Err(e) => {
+            teardown(&shared, true).await;
+            Err(RunError::Hook(e))
+        }
+    }
+}
+
+fn outcome<H>(st: &State<H>) -> RunOutcome {
+    let n = st.scheduler.pipeline().len();
+    RunOutcome {
+        states: (0..n as TaskIndex)
+            .map(|t| st.scheduler.task_state(t).clone())
+            .collect(),
+        failures: st.failures.clone(),
+        abandoned: st.abandoned.clone(),
+        unmanaged_clients: st.unmanaged_clients,
+        workers_started: st.workers_started.clone(),
+    }
+}
+
+fn snapshot<H>(st: &State<H>) -> RunSnapshot {
+    let n = st.scheduler.pipeline().len();
+    let mut workers = vec![0u32; n];
+    for w in st.workers.values().filter(|w| w.alive) {
+        workers[w.task as usize] += 1;
+    }
+    RunSnapshot {
+        states: (0..n as TaskIndex)
+            .map(|t| st.scheduler.task_state(t).clone())
+            .collect(),
+        workers,
+    }
+}
+
+async fn main_loop<H: RunHooks + 'static>(shared: &Shared<H>) -> Result<(), H::Error> {
+    let mut interval = tokio::time::interval(TICK);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let snap = {
+            let mut st = shared.0.borrow_mut();
+            sweep_timeouts(&mut st);
+            check_progress_possible(&mut st);
+            rebalance(shared, &mut st);
+            snapshot(&st)
+        };
+        shared.1.notify_waiters();
+        // the hook runs without any borrow held: it may take the GIL
+        let tick = {
+            let mut st = shared.0.borrow_mut();
+            st.hooks.tick(&snap)
+        };
+        tick?;
+        if shared.0.borrow().scheduler.is_done() {
+            return Ok(());
+        }
+    }
+}
+
+/// Reclaim blocks past their deadline and kill their workers.
+fn sweep_timeouts<H: RunHooks>(st: &mut State<H>) {
+    let now = Instant::now();
+    let expired: Vec<BlockKey> = st
+        .outstanding
+        .iter()
+        .filter(|(_, o)| o.deadline.is_some_and(|d| d <= now))
+        .map(|(k, _)| *k)
+        .collect();
+    for key in expired {
+        let Some(out) = st.outstanding.remove(&key) else {
+            continue;
+        };
+        let spatial_id = st.scheduler.graph().block(key).spatial_id;
+        let task_id = st.scheduler.pipeline().spec(key.task).task_id.clone();
+        tracing::warn!(
+            "daisy: block {spatial_id} of task {task_id:?} timed out in worker {:?}; retrying it",
+            out.worker
+        );
+        record_failure(
+            st,
+            key,
+            out.worker,
+            "timed out (the worker was killed)".into(),
+        );
+        if let Some(w) = out.worker.and_then(|id| st.workers.get_mut(&id)) {
+            w.expected_exit = Some(ExitKind::Timeout);
+            w.busy = false;
+            if let Some(pid) = w.pid {
+                kill_group(pid);
+            }
+        }
+    }
+}
+
+/// Count a failed attempt in the scheduler and the summary.
+fn record_failure<H>(st: &mut State<H>, key: BlockKey, worker: Option<u32>, reason: String) {
+    let spatial_id = st.scheduler.graph().block(key).spatial_id;
+    if st.scheduler.is_abandoned(key.task) {
+        return;
+    }
+    if let Err(e) = st.scheduler.release_block(key, BlockStatus::Failed) {
+        tracing::warn!("daisy: could not record a failure: {e}");
+        return;
+    }
+    st.failures.push(FailureNote {
+        task: key.task,
+        spatial_id,
+        worker_id: worker,
+        reason,
+    });
+}
+
+/// A task that has work but can never get a worker is abandoned with a
+/// message instead of waiting forever.
+fn check_progress_possible<H>(st: &mut State<H>) {
+    for t in 0..st.scheduler.pipeline().len() as TaskIndex {
+        if st.scheduler.is_task_finished(t) {
+            continue;
+        }
+        let rt = &st.config.tasks[t as usize];
+        if rt.worker.is_none() {
+            continue; // served by external clients; nothing to decide here
+        }
+        if st.restarts[t as usize] > rt.max_worker_restarts {
+            let task_id = st.scheduler.pipeline().spec(t).task_id.clone();
+            let reason = format!(
+                "its workers died {} times (max_worker_restarts={}); see the worker logs",
+                st.restarts[t as usize], rt.max_worker_restarts
+            );
+            tracing::error!("daisy: abandoning task {task_id:?}: {reason}");
+            abandon(st, t, reason);
+        }
+    }
+}
+
+fn abandon<H>(st: &mut State<H>, task: TaskIndex, reason: String) {
+    let before: Vec<bool> = (0..st.scheduler.pipeline().len() as TaskIndex)
+        .map(|t| st.scheduler.is_abandoned(t))
+        .collect();
+    st.scheduler.abandon_task(task);
+    st.outstanding
+        .retain(|k, _| !st.scheduler.is_abandoned(k.task));
+    st.abandoned.push((task, reason));
+    for (t, was) in before.iter().enumerate() {
+        if !was && t as TaskIndex != task && st.scheduler.is_abandoned(t as TaskIndex) {
+            let up = st.scheduler.pipeline().spec(task).task_id.clone();
+            st.abandoned
+                .push((t as TaskIndex, format!("upstream task {up:?} was abandoned")));
+        }
+    }
+    // workers of abandoned tasks leave at their next request
+    for w in st.workers.values_mut() {
+        if st.scheduler.is_abandoned(w.task) && w.alive {
+            w.retire = true;
+        }
+    }
+}
+
+fn resources_in_use<H>(st: &State<H>) -> BTreeMap<String, u64> {
+    let mut used = BTreeMap::new();
+    for w in st.workers.values().filter(|w| w.alive) {
+        for (k, v) in &st.config.tasks[w.task as usize].requires {
+            *used.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+    used
+}
+
+fn fits(budget: &BTreeMap<String, u64>, used: &BTreeMap<String, u64>, req: &BTreeMap<String, u64>) -> bool {
+    req.iter().all(|(k, v)| {
+        let have = budget.get(k).copied().unwrap_or(u64::MAX);
+        used.get(k).copied().unwrap_or(0) + v <= have
+    })
+}
+
+/// Start workers where tasks have more ready blocks than idle workers.
+fn rebalance<H: RunHooks + 'static>(shared: &Shared<H>, st: &mut State<H>) {
+    if st.stopping {
+        return;
+    }
+    for t in 0..st.scheduler.pipeline().len() as TaskIndex {
+        if st.scheduler.is_task_finished(t) {
+            continue;
+        }
+        let Some(cmd) = st.config.tasks[t as usize].worker.clone() else {
+            continue;
+        };
+        let ready = st.scheduler.task_state(t).ready_count;
+        loop {
+            let alive = st.workers.values().filter(|w| w.alive && w.task == t).count() as u64;
+            let idle = st
+                .workers
+                .values()
+                .filter(|w| w.alive && w.task == t && !w.busy && !w.retire)
+                .count() as u64;
+            let max = st.config.tasks[t as usize].max_workers as u64;
+            if ready <= idle || alive >= max {
+                break;
+            }
+            let req = st.config.tasks[t as usize].requires.clone();
+            let used = resources_in_use(st);
+            if !fits(&st.config.resources, &used, &req) {
+                retire_one_idle_worker(st, t);
+                break;
+            }
+            if let Err(e) = spawn_worker(shared, st, t, &cmd) {
+                let task_id = st.scheduler.pipeline().spec(t).task_id.clone();
+                let reason = format!("could not start a worker: {e}");
+                tracing::error!("daisy: abandoning task {task_id:?}: {reason}");
+                abandon(st, t, reason);
+                break;
+            }
+        }
+    }
+}
+
+/// Ask a worker of another task that is waiting for work to leave, so its
+/// resources can go to `needy`.
+fn retire_one_idle_worker<H>(st: &mut State<H>, needy: TaskIndex) {
+    if let Some(w) = st
+        .workers
+        .values_mut()
+        .find(|w| w.alive && w.task != needy && w.waiting && !w.retire)
+    {
+        w.retire = true;
+    }
+}
+
+fn context_json(addr: SocketAddr, task_id: &str, worker_id: u32, token: &str, log_dir: &Option<PathBuf>) -> String {
+    let log = log_dir
+        .as_ref()
+        .map(|p| format!("{:?}", p.to_string_lossy()))
+        .unwrap_or_else(|| "null".into());
+    format!(
+        "{{\"hostname\": {:?}, \"port\": {}, \"task_id\": {:?}, \"worker_id\": {}, \"token\": {:?}, \"log_dir\": {}}}",
+        addr.ip().to_string(),
+        addr.port(),
+        task_id,
+        worker_id,
+        token,
+        log
+    )
+}
+
+fn spawn_worker<H: RunHooks + 'static>(
+    shared: &Shared<H>,
+    st: &mut State<H>,
+    task: TaskIndex,
+    cmd: &WorkerCommand,
+) -> io::Result<()> {
+    let addr = st
+        .addr
+        .ok_or_else(|| io::Error::other("server has no address"))?;
+    let id = st.next_worker_id;
+    st.next_worker_id += 1;
+    let task_id = st.scheduler.pipeline().spec(task).task_id.clone();
+    let mut command = tokio::process::Command::new(&cmd.program);
+    command
+        .args(&cmd.args)
+        .envs(cmd.env.iter().cloned())
+        .env(
+            "DAISY_CONTEXT",
+            context_json(addr, &task_id, id, &st.config.token, &st.config.log_dir),
+        )
+        .stdin(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    if let Some(base) = &st.config.log_dir {
+        let dir = base.join(&task_id);
+        std::fs::create_dir_all(&dir)?;
+        let out = std::fs::File::create(dir.join(format!("worker_{id}.out")))?;
+        let err = std::fs::File::create(dir.join(format!("worker_{id}.err")))?;
+        command.stdout(Stdio::from(out)).stderr(Stdio::from(err));
+    }
+    let mut child = command.spawn()?;
+    let pid = child.id();
+    st.workers.insert(
+        id,
+        WorkerSlot {
+            task,
+            pid,
+            alive: true,
+            expected_exit: None,
+            waiting: false,
+            retire: false,
+            busy: false,
+        },
+    );
+    st.workers_started[task as usize] += 1;
+    let payload = cmd.stdin.clone();
+    let stdin = child.stdin.take();
+    let shared = shared.clone();
+    tokio::task::spawn_local(async move {
+        if let Some(mut stdin) = stdin {
+            // a worker that dies before reading its function is seen below
+            let _ = stdin.write_all(&payload).await;
+            drop(stdin);
+        }
+        let status = child.wait().await;
+        on_worker_exit(&shared, id, status.ok());
+    });
+    Ok(())
+}
+
+fn on_worker_exit<H: RunHooks>(shared: &Shared<H>, id: u32, status: Option<std::process::ExitStatus>) {
+    let mut st = shared.0.borrow_mut();
+    let Some(w) = st.workers.get_mut(&id) else {
+        return;
+    };
+    w.alive = false;
+    w.busy = false;
+    let task = w.task;
+    let kind = match w.expected_exit {
+        Some(k) => k,
+        None if status.is_some_and(|s| s.success()) => ExitKind::Clean,
+        None => ExitKind::Error,
+    };
+    // a block still out with this worker is lost
+    let lost: Vec<BlockKey> = st
+        .outstanding
+        .iter()
+        .filter(|(_, o)| o.worker == Some(id))
+        .map(|(k, _)| *k)
+        .collect();
+    for key in lost {
+        st.outstanding.remove(&key);
+        record_failure(&mut st, key, Some(id), format!("worker {id} died ({status:?})"));
+    }
+    if kind == ExitKind::Error && !st.stopping {
+        st.restarts[task as usize] += 1;
+        let task_id = st.scheduler.pipeline().spec(task).task_id.clone();
+        tracing::warn!(
+            "daisy: worker {id} of task {task_id:?} exited unexpectedly ({}); replacing it",
+            status.map(|s| s.to_string()).unwrap_or_else(|| "unknown status".into())
+        );
+    }
+    drop(st);
+    shared.1.notify_waiters();
+}
+
+fn kill_group(pid: u32) {
+    // SAFETY: kill(2) with a negative pid signals the process group the
+    // worker leads; it has no memory-safety preconditions.
+    unsafe {
+        libc::kill(-(pid as i32), libc::SIGKILL);
+    }
+}
+
+async fn teardown<H: RunHooks>(shared: &Shared<H>, interrupted: bool) {
+    {
+        let mut st = shared.0.borrow_mut();
+        st.stopping = true;
+        for w in st.workers.values_mut().filter(|w| w.alive) {
+            w.retire = true;
+            if interrupted {
+                w.expected_exit = Some(ExitKind::Interrupted);
+                if let Some(pid) = w.pid {
+                    kill_group(pid);
+                }
+            }
+        }
+    }
+    shared.1.notify_waiters();
+    let deadline = Instant::now() + if interrupted { Duration::from_secs(2) } else { TEARDOWN_GRACE };
+    loop {
+        let alive: Vec<u32> = shared
+            .0
+            .borrow()
+            .workers
+            .values()
+            .filter(|w| w.alive)
+            .filter_map(|w| w.pid)
+            .collect();
+        if alive.is_empty() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            tracing::warn!("daisy: killing {} worker(s) that did not exit", alive.len());
+            for pid in alive {
+                kill_group(pid);
+            }
+            // give the monitors a moment to reap them
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+type Conn = Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>;
+
+async fn send(conn: &mut Conn, msg: &ServerMessage) -> bool {
+    match protocol::encode(msg) {
+        Ok(bytes) => conn
+            .send(tokio_util::bytes::Bytes::from(bytes))
+            .await
+            .is_ok(),
+        Err(_) => false,
+    }
+}
+
+async fn recv(conn: &mut Conn) -> Option<ClientMessage> {
+    match conn.next().await {
+        Some(Ok(frame)) => protocol::decode(&frame).ok(),
+        _ => None, // closed, oversized or malformed: drop the connection
+    }
+}
+
+async fn handle_connection<H: RunHooks + 'static>(shared: Shared<H>, stream: TcpStream, conn_id: u64) {
+    let mut conn = Framed::new(stream, protocol::codec());
+    let hello = tokio::time::timeout(HELLO_TIMEOUT, recv(&mut conn)).await;
+    let Ok(Some(ClientMessage::Hello {
+        token,
+        task_id,
+        worker_id,
+    })) = hello
+    else {
+        return; // no hello: close without a word
+    };
+    let task = {
+        let mut st = shared.0.borrow_mut();
+        if token != st.config.token {
+            tracing::warn!("daisy: refused a connection with a wrong token");
+            return;
+        }
+        let task = match st.scheduler.pipeline().index_of(&task_id) {
+            Ok(t) => t,
+            Err(e) => {
+                drop(st);
+                let _ = send(&mut conn, &ServerMessage::Error { message: e.to_string() }).await;
+                return;
+            }
+        };
+        match worker_id {
+            None => st.unmanaged_clients += 1,
+            Some(id) => match st.workers.get(&id) {
+                Some(w) if w.task == task && w.alive => {}
+                _ => {
+                    tracing::warn!("daisy: refused a connection claiming unknown worker {id}");
+                    return;
+                }
+            },
+        }
+        task
+    };
+    if !send(&mut conn, &ServerMessage::Welcome).await {
+        return;
+    }
+    loop {
+        let Some(msg) = recv(&mut conn).await else {
+            break;
+        };
+        let reply = match msg {
+            ClientMessage::AcquireBlock => acquire(&shared, task, worker_id, conn_id).await,
+            ClientMessage::ReleaseBlock { block } => {
+                release(&shared, task, worker_id, conn_id, block, None)
+            }
+            ClientMessage::BlockFailed { block, error } => {
+                release(&shared, task, worker_id, conn_id, block, Some(error))
+            }
+            ClientMessage::Disconnect => break,
+            ClientMessage::Hello { .. } => ServerMessage::Error {
+                message: "hello sent twice".into(),
+            },
+        };
+        if !send(&mut conn, &reply).await {
+            break;
+        }
+    }
+    // anything still out with this connection is lost
+    let mut st = shared.0.borrow_mut();
+    let lost: Vec<BlockKey> = st
+        .outstanding
+        .iter()
+        .filter(|(_, o)| o.conn == conn_id)
+        .map(|(k, _)| *k)
+        .collect();
+    for key in lost {
+        st.outstanding.remove(&key);
+        record_failure(&mut st, key, worker_id, "the connection to its worker closed".into());
+    }
+    if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
+        w.busy = false;
+        w.waiting = false;
+    }
+    drop(st);
+    shared.1.notify_waiters();
+}
+
+async fn acquire<H: RunHooks>(
+    shared: &Shared<H>,
+    task: TaskIndex,
+    worker_id: Option<u32>,
+    conn_id: u64,
+) -> ServerMessage {
+    loop {
+        let notified = shared.1.notified();
+        {
+            let mut guard = shared.0.borrow_mut();
+            let st = &mut *guard;
+            let retire = worker_id
+                .and_then(|id| st.workers.get(&id))
+                .is_some_and(|w| w.retire);
+            if st.stopping || retire || st.scheduler.is_task_finished(task) {
+                if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
+                    w.waiting = false;
+                    w.expected_exit.get_or_insert(ExitKind::Clean);
+                }
+                return ServerMessage::NoMoreBlocks;
+            }
+            let hooks = &mut st.hooks;
+            let got = st.scheduler.acquire_block(task, |b| {
+                Ok::<bool, std::convert::Infallible>(match hooks.is_done(b) {
+                    Ok(done) => done,
+                    Err(e) => {
+                        tracing::warn!("daisy: check_function failed for block {}: {e}", b.spatial_id);
+                        false
+                    }
+                })
+            });
+            if let Ok(Some(block)) = got {
+                let timeout = st.config.tasks[task as usize].timeout;
+                st.outstanding.insert(
+                    block.key,
+                    Outstanding {
+                        conn: conn_id,
+                        worker: worker_id,
+                        deadline: timeout.map(|t| Instant::now() + t),
+                    },
+                );
+                if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
+                    w.waiting = false;
+                    w.busy = true;
+                }
+                return ServerMessage::SendBlock { block };
+            }
+            if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
+                w.waiting = true;
+            }
+        }
+        notified.await;
+    }
+}
+
+fn release<H>(
+    shared: &Shared<H>,
+    task: TaskIndex,
+    worker_id: Option<u32>,
+    conn_id: u64,
+    block: Block,
+    error: Option<String>,
+) -> ServerMessage {
+    let mut st = shared.0.borrow_mut();
+    let key = block.key;
+    let owned = st
+        .outstanding
+        .get(&key)
+        .is_some_and(|o| o.conn == conn_id && key.task == task);
+    if !owned {
+        return ServerMessage::Error {
+            message: format!(
+                "block {} is not out with this worker (reclaimed after a timeout, or never sent)",
+                block.spatial_id
+            ),
+        };
+    }
+    st.outstanding.remove(&key);
+    if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
+        w.busy = false;
+    }
+    let result = match error {
+        None if block.status != BlockStatus::Failed => {
+            st.scheduler.release_block(key, BlockStatus::Success).map(|_| ())
+        }
+        other => {
+            let reason = other.unwrap_or_else(|| "the block function set status FAILED".into());
+            record_failure(&mut st, key, worker_id, reason);
+            Ok(())
+        }
+    };
+    drop(st);
+    shared.1.notify_waiters();
+    match result {
+        Ok(()) => ServerMessage::ReleaseAck,
+        Err(e) => ServerMessage::Error {
+            message: e.to_string(),
+        },
+    }
+}

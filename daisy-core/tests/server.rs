@@ -1,0 +1,136 @@
+//! The server end to end over loopback, with external clients on threads:
+//! every block is processed exactly once; failures are retried; a wrong
+//! token, garbage and an oversized frame close only their own connection.
+
+use daisy_core::client::Client;
+use daisy_core::server::{RunHooks, RunSnapshot, ServerConfig, TaskRuntime, run_server};
+use daisy_core::{Block, BlockStatus, Fit, Pipeline, Roi, TaskSpec};
+use std::collections::{BTreeMap, HashSet};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+struct Hooks {
+    addr: mpsc::Sender<SocketAddr>,
+}
+
+impl RunHooks for Hooks {
+    type Error = String;
+    fn is_done(&mut self, _block: &Block) -> Result<bool, String> {
+        Ok(false)
+    }
+    fn tick(&mut self, _snapshot: &RunSnapshot) -> Result<(), String> {
+        Ok(())
+    }
+    fn on_listening(&mut self, addr: SocketAddr) -> Result<(), String> {
+        self.addr.send(addr).map_err(|e| e.to_string())
+    }
+}
+
+fn pipeline() -> Pipeline {
+    let roi = |o: &[i64], s: &[i64]| Roi::from_slices(o, s).unwrap();
+    let a = TaskSpec::new(
+        "a",
+        roi(&[0, 0], &[40, 40]),
+        roi(&[-1, -1], &[6, 6]),
+        roi(&[0, 0], &[4, 4]),
+        Fit::Shrink,
+        true,
+        1,
+        vec![],
+    )
+    .unwrap();
+    let b = TaskSpec::new(
+        "b",
+        roi(&[0, 0], &[40, 40]),
+        roi(&[0, 0], &[8, 8]),
+        roi(&[0, 0], &[8, 8]),
+        Fit::Valid,
+        false,
+        1,
+        vec!["a".into()],
+    )
+    .unwrap();
+    Pipeline::new(vec![a, b]).unwrap()
+}
+
+fn config(token: &str) -> ServerConfig {
+    let rt = TaskRuntime {
+        max_workers: 2,
+        timeout: None,
+        max_worker_restarts: 0,
+        requires: BTreeMap::new(),
+        worker: None,
+    };
+    ServerConfig {
+        host: "127.0.0.1".into(),
+        port: 0,
+        tasks: vec![rt.clone(), rt],
+        resources: BTreeMap::new(),
+        log_dir: None,
+        token: token.into(),
+    }
+}
+
+#[test]
+fn external_clients_process_every_block_once() {
+    let (tx, rx) = mpsc::channel();
+    let server = std::thread::spawn(move || run_server(pipeline(), config("s3cret"), Hooks { addr: tx }));
+    let addr = rx.recv().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::<(u32, u64)>::new()));
+
+    // hostile connections first: none of them may take a block or stop the run
+    {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&[0, 0, 0, 5, 0xff, 0xfe, 0xfd, 0xfc, 0xfb]).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(s.read(&mut buf).unwrap_or(0), 0, "garbage gets no reply");
+    }
+    {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&u32::MAX.to_be_bytes()).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(s.read(&mut buf).unwrap_or(0), 0, "an oversized frame gets no reply");
+    }
+    assert!(
+        Client::connect(&addr.ip().to_string(), addr.port(), "wrong", "a", None).is_err(),
+        "a wrong token is refused"
+    );
+    assert!(Client::connect(&addr.ip().to_string(), addr.port(), "s3cret", "nope", None).is_err());
+
+    let failed_once = Arc::new(Mutex::new(HashSet::new()));
+    let mut threads = Vec::new();
+    for task in ["a", "a", "b", "b"] {
+        let seen = seen.clone();
+        let failed_once = failed_once.clone();
+        threads.push(std::thread::spawn(move || {
+            let mut c = Client::connect(&addr.ip().to_string(), addr.port(), "s3cret", task, None).unwrap();
+            while let Some(mut block) = c.acquire_block().unwrap() {
+                // the first attempt at every 5th block fails: it must come back
+                if block.spatial_id % 5 == 0 && failed_once.lock().unwrap().insert(block.key) {
+                    c.block_failed(block, "boom".into()).unwrap();
+                    continue;
+                }
+                seen.lock().unwrap().push((block.key.task, block.key.index));
+                block.status = BlockStatus::Success;
+                c.release_block(block).unwrap();
+            }
+            c.disconnect();
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    let outcome = server.join().unwrap().map_err(|_| "run failed").unwrap();
+    let seen = seen.lock().unwrap();
+    let unique: HashSet<_> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "a block was processed twice");
+    for st in &outcome.states {
+        assert_eq!(st.completed_count, st.total_block_count);
+    }
+    let total: u64 = outcome.states.iter().map(|s| s.total_block_count).sum();
+    assert_eq!(seen.len() as u64, total);
+    assert_eq!(outcome.unmanaged_clients, 4);
+    assert!(!outcome.failures.is_empty());
+}
