@@ -16,8 +16,9 @@ Run with ``python -m pytest benchmarks --benchmark-only``.
 
 from __future__ import annotations
 
-import daisy
 import pytest
+
+import daisy
 
 N = 100  # blocks per axis for the 10^6-block cases
 TASK_ID = "bench"
@@ -93,9 +94,7 @@ def test_c_run_blockwise_serial_1e5(benchmark, capsys):
 
     def run():
         processed.clear()
-        task = make_task(
-            (10, N, N), process_function=lambda block: processed.append(None)
-        )
+        task = make_task((10, N, N), process_function=lambda block: processed.append(None))
         return daisy.run_blockwise([task], multiprocessing=False, summary=False)
 
     ok = benchmark.pedantic(run, rounds=5, iterations=1, warmup_rounds=0)

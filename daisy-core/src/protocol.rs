@@ -41,6 +41,9 @@ pub const MAX_FRAME_BYTES: usize = 1 << 20;
 pub const MAX_ERROR_BYTES: usize = 64 * 1024;
 
 /// Messages a worker sends.
+// A block is a few hundred bytes on the stack and every message is encoded
+// at once; boxing it would only add an allocation per message.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ClientMessage {
     /// First message of every connection.
@@ -71,6 +74,7 @@ pub enum ClientMessage {
 }
 
 /// Messages the server sends.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ServerMessage {
     /// The hello was accepted.
@@ -107,6 +111,14 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, postcard::Error> {
 /// Decode one frame payload.
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, postcard::Error> {
     postcard::from_bytes(bytes)
+}
+
+/// A fresh random run token (128 bits from the OS, hex).
+pub fn new_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Cut an error text to [`MAX_ERROR_BYTES`] on a character boundary.
@@ -166,6 +178,14 @@ mod tests {
         let junk = [0xffu8, 0x13, 0x37, 0x00, 0x42];
         assert!(decode::<ClientMessage>(&junk).is_err());
         assert!(decode::<ClientMessage>(&[]).is_err());
+    }
+
+    #[test]
+    fn tokens_are_random_and_long() {
+        let a = new_token().unwrap();
+        let b = new_token().unwrap();
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
     }
 
     #[test]

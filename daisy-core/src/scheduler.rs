@@ -168,7 +168,8 @@ impl Scheduler {
                 stack.push((d, false));
             }
         }
-        self.waiting.retain(|k, _| !self.tasks[k.task as usize].abandoned);
+        self.waiting
+            .retain(|k, _| !self.tasks[k.task as usize].abandoned);
     }
 
     /// Tasks that have a block ready now.
@@ -488,7 +489,10 @@ mod tests {
         assert_eq!(b.orphaned_count, b.total_block_count);
         assert!(s.is_done());
         s.abandon_task(0);
-        assert_eq!(s.task_state(1).orphaned_count, s.task_state(1).total_block_count);
+        assert_eq!(
+            s.task_state(1).orphaned_count,
+            s.task_state(1).total_block_count
+        );
     }
 
     #[test]

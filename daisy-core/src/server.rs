@@ -458,8 +458,10 @@ fn abandon<H>(st: &mut State<H>, task: TaskIndex, reason: String) {
     for (t, was) in before.iter().enumerate() {
         if !was && t as TaskIndex != task && st.scheduler.is_abandoned(t as TaskIndex) {
             let up = st.scheduler.pipeline().spec(task).task_id.clone();
-            st.abandoned
-                .push((t as TaskIndex, format!("upstream task {up:?} was abandoned")));
+            st.abandoned.push((
+                t as TaskIndex,
+                format!("upstream task {up:?} was abandoned"),
+            ));
         }
     }
     // workers of abandoned tasks leave at their next request
@@ -480,7 +482,11 @@ fn resources_in_use<H>(st: &State<H>) -> BTreeMap<String, u64> {
     used
 }
 
-fn fits(budget: &BTreeMap<String, u64>, used: &BTreeMap<String, u64>, req: &BTreeMap<String, u64>) -> bool {
+fn fits(
+    budget: &BTreeMap<String, u64>,
+    used: &BTreeMap<String, u64>,
+    req: &BTreeMap<String, u64>,
+) -> bool {
     req.iter().all(|(k, v)| {
         let have = budget.get(k).copied().unwrap_or(u64::MAX);
         used.get(k).copied().unwrap_or(0) + v <= have
@@ -501,7 +507,11 @@ fn rebalance<H: RunHooks + 'static>(shared: &Shared<H>, st: &mut State<H>) {
         };
         let ready = st.scheduler.task_state(t).ready_count;
         loop {
-            let alive = st.workers.values().filter(|w| w.alive && w.task == t).count() as u64;
+            let alive = st
+                .workers
+                .values()
+                .filter(|w| w.alive && w.task == t)
+                .count() as u64;
             let idle = st
                 .workers
                 .values()
@@ -540,7 +550,13 @@ fn retire_one_idle_worker<H>(st: &mut State<H>, needy: TaskIndex) {
     }
 }
 
-fn context_json(addr: SocketAddr, task_id: &str, worker_id: u32, token: &str, log_dir: &Option<PathBuf>) -> String {
+fn context_json(
+    addr: SocketAddr,
+    task_id: &str,
+    worker_id: u32,
+    token: &str,
+    log_dir: &Option<PathBuf>,
+) -> String {
     let log = log_dir
         .as_ref()
         .map(|p| format!("{:?}", p.to_string_lossy()))
@@ -616,7 +632,11 @@ fn spawn_worker<H: RunHooks + 'static>(
     Ok(())
 }
 
-fn on_worker_exit<H: RunHooks>(shared: &Shared<H>, id: u32, status: Option<std::process::ExitStatus>) {
+fn on_worker_exit<H: RunHooks>(
+    shared: &Shared<H>,
+    id: u32,
+    status: Option<std::process::ExitStatus>,
+) {
     let mut st = shared.0.borrow_mut();
     let Some(w) = st.workers.get_mut(&id) else {
         return;
@@ -638,14 +658,21 @@ fn on_worker_exit<H: RunHooks>(shared: &Shared<H>, id: u32, status: Option<std::
         .collect();
     for key in lost {
         st.outstanding.remove(&key);
-        record_failure(&mut st, key, Some(id), format!("worker {id} died ({status:?})"));
+        record_failure(
+            &mut st,
+            key,
+            Some(id),
+            format!("worker {id} died ({status:?})"),
+        );
     }
     if kind == ExitKind::Error && !st.stopping {
         st.restarts[task as usize] += 1;
         let task_id = st.scheduler.pipeline().spec(task).task_id.clone();
         tracing::warn!(
             "daisy: worker {id} of task {task_id:?} exited unexpectedly ({}); replacing it",
-            status.map(|s| s.to_string()).unwrap_or_else(|| "unknown status".into())
+            status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "unknown status".into())
         );
     }
     drop(st);
@@ -675,7 +702,12 @@ async fn teardown<H: RunHooks>(shared: &Shared<H>, interrupted: bool) {
         }
     }
     shared.1.notify_waiters();
-    let deadline = Instant::now() + if interrupted { Duration::from_secs(2) } else { TEARDOWN_GRACE };
+    let deadline = Instant::now()
+        + if interrupted {
+            Duration::from_secs(2)
+        } else {
+            TEARDOWN_GRACE
+        };
     loop {
         let alive: Vec<u32> = shared
             .0
@@ -720,7 +752,11 @@ async fn recv(conn: &mut Conn) -> Option<ClientMessage> {
     }
 }
 
-async fn handle_connection<H: RunHooks + 'static>(shared: Shared<H>, stream: TcpStream, conn_id: u64) {
+async fn handle_connection<H: RunHooks + 'static>(
+    shared: Shared<H>,
+    stream: TcpStream,
+    conn_id: u64,
+) {
     let mut conn = Framed::new(stream, protocol::codec());
     let hello = tokio::time::timeout(HELLO_TIMEOUT, recv(&mut conn)).await;
     let Ok(Some(ClientMessage::Hello {
@@ -731,31 +767,37 @@ async fn handle_connection<H: RunHooks + 'static>(shared: Shared<H>, stream: Tcp
     else {
         return; // no hello: close without a word
     };
-    let task = {
+    let checked: Result<TaskIndex, String> = {
         let mut st = shared.0.borrow_mut();
         if token != st.config.token {
             tracing::warn!("daisy: refused a connection with a wrong token");
             return;
         }
-        let task = match st.scheduler.pipeline().index_of(&task_id) {
-            Ok(t) => t,
-            Err(e) => {
-                drop(st);
-                let _ = send(&mut conn, &ServerMessage::Error { message: e.to_string() }).await;
-                return;
-            }
-        };
-        match worker_id {
-            None => st.unmanaged_clients += 1,
-            Some(id) => match st.workers.get(&id) {
-                Some(w) if w.task == task && w.alive => {}
-                _ => {
-                    tracing::warn!("daisy: refused a connection claiming unknown worker {id}");
-                    return;
+        match st.scheduler.pipeline().index_of(&task_id) {
+            Err(e) => Err(e.to_string()),
+            Ok(task) => {
+                match worker_id {
+                    None => st.unmanaged_clients += 1,
+                    Some(id) => match st.workers.get(&id) {
+                        Some(w) if w.task == task && w.alive => {}
+                        _ => {
+                            tracing::warn!(
+                                "daisy: refused a connection claiming unknown worker {id}"
+                            );
+                            return;
+                        }
+                    },
                 }
-            },
+                Ok(task)
+            }
         }
-        task
+    };
+    let task = match checked {
+        Ok(task) => task,
+        Err(message) => {
+            let _ = send(&mut conn, &ServerMessage::Error { message }).await;
+            return;
+        }
     };
     if !send(&mut conn, &ServerMessage::Welcome).await {
         return;
@@ -791,7 +833,12 @@ async fn handle_connection<H: RunHooks + 'static>(shared: Shared<H>, stream: Tcp
         .collect();
     for key in lost {
         st.outstanding.remove(&key);
-        record_failure(&mut st, key, worker_id, "the connection to its worker closed".into());
+        record_failure(
+            &mut st,
+            key,
+            worker_id,
+            "the connection to its worker closed".into(),
+        );
     }
     if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
         w.busy = false;
@@ -827,7 +874,10 @@ async fn acquire<H: RunHooks>(
                 Ok::<bool, std::convert::Infallible>(match hooks.is_done(b) {
                     Ok(done) => done,
                     Err(e) => {
-                        tracing::warn!("daisy: check_function failed for block {}: {e}", b.spatial_id);
+                        tracing::warn!(
+                            "daisy: check_function failed for block {}: {e}",
+                            b.spatial_id
+                        );
                         false
                     }
                 })
@@ -883,9 +933,10 @@ fn release<H>(
         w.busy = false;
     }
     let result = match error {
-        None if block.status != BlockStatus::Failed => {
-            st.scheduler.release_block(key, BlockStatus::Success).map(|_| ())
-        }
+        None if block.status != BlockStatus::Failed => st
+            .scheduler
+            .release_block(key, BlockStatus::Success)
+            .map(|_| ()),
         other => {
             let reason = other.unwrap_or_else(|| "the block function set status FAILED".into());
             record_failure(&mut st, key, worker_id, reason);

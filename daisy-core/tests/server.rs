@@ -76,14 +76,16 @@ fn config(token: &str) -> ServerConfig {
 #[test]
 fn external_clients_process_every_block_once() {
     let (tx, rx) = mpsc::channel();
-    let server = std::thread::spawn(move || run_server(pipeline(), config("s3cret"), Hooks { addr: tx }));
+    let server =
+        std::thread::spawn(move || run_server(pipeline(), config("s3cret"), Hooks { addr: tx }));
     let addr = rx.recv().unwrap();
     let seen = Arc::new(Mutex::new(Vec::<(u32, u64)>::new()));
 
     // hostile connections first: none of them may take a block or stop the run
     {
         let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(&[0, 0, 0, 5, 0xff, 0xfe, 0xfd, 0xfc, 0xfb]).unwrap();
+        s.write_all(&[0, 0, 0, 5, 0xff, 0xfe, 0xfd, 0xfc, 0xfb])
+            .unwrap();
         let mut buf = [0u8; 16];
         assert_eq!(s.read(&mut buf).unwrap_or(0), 0, "garbage gets no reply");
     }
@@ -91,7 +93,11 @@ fn external_clients_process_every_block_once() {
         let mut s = TcpStream::connect(addr).unwrap();
         s.write_all(&u32::MAX.to_be_bytes()).unwrap();
         let mut buf = [0u8; 16];
-        assert_eq!(s.read(&mut buf).unwrap_or(0), 0, "an oversized frame gets no reply");
+        assert_eq!(
+            s.read(&mut buf).unwrap_or(0),
+            0,
+            "an oversized frame gets no reply"
+        );
     }
     assert!(
         Client::connect(&addr.ip().to_string(), addr.port(), "wrong", "a", None).is_err(),
@@ -105,7 +111,8 @@ fn external_clients_process_every_block_once() {
         let seen = seen.clone();
         let failed_once = failed_once.clone();
         threads.push(std::thread::spawn(move || {
-            let mut c = Client::connect(&addr.ip().to_string(), addr.port(), "s3cret", task, None).unwrap();
+            let mut c =
+                Client::connect(&addr.ip().to_string(), addr.port(), "s3cret", task, None).unwrap();
             while let Some(mut block) = c.acquire_block().unwrap() {
                 // the first attempt at every 5th block fails: it must come back
                 if block.spatial_id % 5 == 0 && failed_once.lock().unwrap().insert(block.key) {

@@ -10,7 +10,9 @@ use pyo3::prelude::*;
 mod convert;
 mod errors;
 mod py_block;
+mod py_client;
 mod py_scheduler;
+mod py_server;
 mod py_task_spec;
 mod py_task_state;
 
@@ -32,6 +34,8 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_task_state::PyTaskState>()?;
     m.add_class::<py_scheduler::PyScheduler>()?;
     m.add_class::<py_scheduler::PyDependencyGraph>()?;
+    m.add_class::<py_client::PyClient>()?;
+    m.add_function(wrap_pyfunction!(py_server::run_distributed, m)?)?;
     m.add_function(wrap_pyfunction!(cantor_number, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

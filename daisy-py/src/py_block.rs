@@ -12,7 +12,7 @@
 
 use crate::convert::{roi_from_py, roi_to_py};
 use daisy_core::block_id::cantor_number_signed;
-use daisy_core::{Block, BlockKey, BlockStatus, Roi};
+use daisy_core::{Block, BlockKey, BlockStatus, Coord, Roi};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -82,11 +82,31 @@ pub struct PyBlock {
     pub(crate) status: BlockStatus,
     /// Set when the block came from a scheduler (its identity there).
     pub(crate) key: Option<BlockKey>,
+    /// Grid position, when the block came from a scheduler.
+    pub(crate) position: Option<Coord>,
     read_py: Option<Py<PyAny>>,
     write_py: Option<Py<PyAny>>,
 }
 
 impl PyBlock {
+    /// The core block this was made from (a block handed out by daisy).
+    pub fn to_core(&self) -> PyResult<Block> {
+        let (Some(key), Some(position)) = (self.key, self.position) else {
+            return Err(PyValueError::new_err(
+                "block: this block was not handed out by daisy; release the block you acquired",
+            ));
+        };
+        Ok(Block {
+            key,
+            spatial_id: self.spatial_id.max(0) as u64,
+            position,
+            read_roi: self.read,
+            write_roi: self.write,
+            requested_write_roi: self.requested_write,
+            status: self.status,
+        })
+    }
+
     /// Wrap a block handed out by the scheduler.
     pub fn from_core(block: &Block, task_id: &str) -> Self {
         Self {
@@ -99,6 +119,7 @@ impl PyBlock {
             stopped_processing: None,
             status: block.status,
             key: Some(block.key),
+            position: Some(block.position),
             read_py: None,
             write_py: None,
         }
@@ -157,6 +178,7 @@ impl PyBlock {
             stopped_processing: None,
             status: BlockStatus::Created,
             key: None,
+            position: None,
             read_py: None,
             write_py: None,
         })
@@ -256,6 +278,7 @@ impl PyBlock {
             stopped_processing: self.stopped_processing,
             status: self.status,
             key: self.key,
+            position: self.position,
             read_py: self.read_py.as_ref().map(|r| r.clone_ref(py)),
             write_py: self.write_py.as_ref().map(|r| r.clone_ref(py)),
         }
@@ -307,7 +330,9 @@ impl PyBlock {
             )
         };
         let key = b.key.map(|k| (k.task, k.index));
+        let position = b.position.map(|p| p.as_slice().to_vec());
         let state = (
+            position,
             b.task_id.clone(),
             b.spatial_id,
             roi(&b.read)?,
@@ -331,6 +356,7 @@ impl PyBlock {
     #[allow(clippy::type_complexity)]
     fn _from_state(
         state: (
+            Option<Vec<i64>>,
             Option<String>,
             i64,
             Bound<'_, PyAny>,
@@ -340,7 +366,7 @@ impl PyBlock {
             Option<(u32, u64)>,
         ),
     ) -> PyResult<Self> {
-        let (task_id, spatial_id, read, write, requested, status, key) = state;
+        let (position, task_id, spatial_id, read, write, requested, status, key) = state;
         let status = [
             BlockStatus::Created,
             BlockStatus::Processing,
@@ -360,6 +386,10 @@ impl PyBlock {
             stopped_processing: None,
             status,
             key: key.map(|(task, index)| BlockKey { task, index }),
+            position: position
+                .map(|p| Coord::new(&p))
+                .transpose()
+                .map_err(|e| PyValueError::new_err(e.to_string()))?,
             read_py: None,
             write_py: None,
         })

@@ -78,6 +78,12 @@ impl PyTaskState {
         self.core().is_done()
     }
 
+    /// True if every block completed.
+    #[getter]
+    fn all_completed(&self) -> bool {
+        self.core().all_completed()
+    }
+
     fn __repr__(&self) -> String {
         self.__str__()
     }

@@ -11,6 +11,7 @@ from funlib.geometry import Coordinate, Roi
 
 from daisy import (
     block,
+    client,
     context,
     convenience,
     coordinate,
@@ -18,6 +19,7 @@ from daisy import (
     execution_summary,
     logging,
     pipeline,
+    progress,
     roi,
     scheduler,
     serial_server,
@@ -27,10 +29,12 @@ from daisy import (
 )
 from daisy._daisy import __version__
 from daisy.block import Block, BlockStatus
+from daisy.client import Client
 from daisy.context import Context
 from daisy.convenience import run_blockwise
 from daisy.dependency_graph import BlockwiseDependencyGraph, DependencyGraph
 from daisy.pipeline import Pipeline
+from daisy.progress import JsonProgressObserver
 from daisy.scheduler import Scheduler
 from daisy.serial_server import SerialServer
 from daisy.server import Server
@@ -41,9 +45,11 @@ __all__ = [
     "Block",
     "BlockStatus",
     "BlockwiseDependencyGraph",
+    "Client",
     "Context",
     "Coordinate",
     "DependencyGraph",
+    "JsonProgressObserver",
     "Pipeline",
     "Roi",
     "Scheduler",
@@ -53,6 +59,7 @@ __all__ = [
     "TaskState",
     "__version__",
     "block",
+    "client",
     "context",
     "convenience",
     "coordinate",
@@ -60,6 +67,7 @@ __all__ = [
     "execution_summary",
     "logging",
     "pipeline",
+    "progress",
     "roi",
     "run_blockwise",
     "scheduler",

@@ -11,25 +11,49 @@ from daisy.serial_server import SerialServer
 from daisy.server import Server
 
 
-def run_blockwise(tasks: Any, multiprocessing: bool = True, *, summary: bool = True) -> bool:
+def run_blockwise(
+    tasks: Any,
+    multiprocessing: bool = True,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    resources: dict[str, int] | None = None,
+    progress: Any = True,
+    summary: bool = True,
+) -> bool:
     """Run every block of ``tasks`` (a Task, a list of tasks or a
     Pipeline; upstream tasks are included) in dependency order.
 
     Args:
         tasks: what to run.
-        multiprocessing: ``False`` runs every block in this process, one at
-            a time, and lets the first exception propagate (for debugging).
+        multiprocessing: True (the default) runs blocks on worker
+            processes, up to ``max_workers`` per task; an exception fails
+            its block, which is retried. False runs every block in this
+            process, one at a time, and lets the first exception propagate
+            (for debugging).
+        host: address the server listens on (loopback by default; use a
+            routable one for workers on other machines).
+        port: port the server listens on (a free one by default).
+        resources: caps on what all workers hold at once, e.g.
+            ``{"gpu": 2}`` with ``Task(requires={"gpu": 1})``.
+        progress: True (a bar per task on a terminal, a log line every 30 s
+            otherwise), False, or progress observers such as
+            ``daisy.JsonProgressObserver(path)``.
         summary: print the Execution Summary to stdout when the run ends.
 
     Returns:
         True if every block of every task completed; False if any block
-        failed or was orphaned.
+        failed, was orphaned or was left unprocessed.
     """
     if not isinstance(multiprocessing, bool):
         raise TypeError(f"multiprocessing: expected True or False, got {multiprocessing!r}")
-    scheduler = Scheduler(tasks)
-    server = Server() if multiprocessing else SerialServer()
-    states = server.run_blockwise(tasks, scheduler=scheduler)
+    if multiprocessing:
+        server = Server(host=host, port=port)
+        states = server.run_blockwise(tasks, progress=progress, resources=resources)
+        notes = server.failure_notes()
+    else:
+        states = SerialServer().run_blockwise(tasks, scheduler=Scheduler(tasks))
+        notes = {}
     if summary:
-        print_execution_summary(states)
+        print_execution_summary(states, notes)
     return all(s.completed_count == s.total_block_count for s in states.values())

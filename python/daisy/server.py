@@ -1,69 +1,151 @@
-"""`Server`: runs a pipeline with workers (``daisy.server`` in daisy 1.x).
+"""`Server`: runs a pipeline with worker processes (``daisy.server`` in
+daisy 1.x).
 
-The distributed runtime (a Rust TCP server and worker processes) is the
-next piece of work and is not in this build yet. Until it lands,
-`Server.run_blockwise` runs block functions in this process, with the
-semantics workers give them: an exception fails that block (it is logged
-and retried up to ``max_retries``), it does not stop the run. A warning
-says so once per run.
+The server itself is Rust (``daisy._daisy.run_distributed``): it listens
+on TCP in this process with the GIL released, starts up to ``max_workers``
+worker processes per task (``python -m daisy._worker``, the task's
+function sent over by cloudpickle), retries failed blocks, replaces dead
+workers and reclaims blocks past their ``timeout``. This module only
+gathers the settings, shows progress and keeps what the run reported.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import sys
+from pathlib import Path
 from typing import Any
 
-from daisy._daisy import Block, TaskState
-from daisy.block import BlockStatus
+import cloudpickle
+
+from daisy import logging as daisy_logging
+from daisy._daisy import TaskState, run_distributed
+from daisy.context import Context
+from daisy.pipeline import Pipeline
+from daisy.progress import ProgressObserver, default_observers
 from daisy.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
-
-def _catching(task_id: str, fn: Callable[[Block], Any]) -> Callable[[Block], None]:
-    """``fn`` with any exception turned into a failed block, as a worker
-    would report it."""
-
-    def run(block: Block) -> None:
-        try:
-            fn(block)
-        except Exception:
-            logger.exception("block %s of task %r failed", block.block_id[1], task_id)
-            block.status = BlockStatus.FAILED
-
-    return run
+#: the most failed attempts listed per task in the Execution Summary
+MAX_LISTED_FAILURES = 10
 
 
 class Server:
-    """Runs the blocks of a pipeline and reports every task's state."""
+    """Runs the blocks of a pipeline on worker processes.
+
+    Args:
+        host: address to listen on; loopback by default. Use ``"0.0.0.0"``
+            (or this machine's address) for workers on other machines.
+        port: port to listen on; 0 picks a free one.
+    """
 
     def __init__(self, host: str | None = None, port: int | None = None) -> None:
-        self.host = host
-        self.port = port
+        self.host = host or "127.0.0.1"
+        self.port = int(port or 0)
+        self.failures: list[tuple[str, int, int | None, str]] = []
+        self.abandoned: list[tuple[str, str]] = []
+        self.unmanaged_clients = 0
 
-    def run_blockwise(self, tasks: Any, scheduler: Scheduler | None = None) -> dict[str, TaskState]:
-        """Run every block of ``tasks`` and return the task states by id."""
-        if scheduler is None:
-            scheduler = Scheduler(tasks)
-        for task in scheduler.tasks:
-            if task.process_function is None:
+    def run_blockwise(
+        self,
+        tasks: Any,
+        scheduler: Scheduler | None = None,
+        *,
+        progress: Any = True,
+        resources: dict[str, int] | None = None,
+    ) -> dict[str, TaskState]:
+        """Run every block of ``tasks`` and return the task states by id,
+        in pipeline order. ``progress`` is True (bars or log lines), False,
+        or observers (see `daisy.progress`); ``resources`` caps what the
+        workers of all tasks hold at once (see ``Task(requires=...)``)."""
+        pipeline = scheduler._pipeline if scheduler is not None else Pipeline.of(tasks)
+        task_map = {t.task_id: t for t in pipeline.tasks}
+        settings: dict[str, dict[str, Any]] = {}
+        for tid, t in task_map.items():
+            if t.process_function is None:
                 raise ValueError(
-                    f"process_function: task {task.task_id!r} has none; give it a function "
-                    "that takes a block"
+                    f"process_function: task {tid!r} has none; give it a function that takes a "
+                    "block (or a worker function that takes nothing)"
                 )
-            if task.spawn_worker_function is not None:
-                raise NotImplementedError(
-                    f"task {task.task_id!r} has a worker function (no arguments); worker "
-                    "functions need the distributed runtime, which this build of daisy does "
-                    "not have yet"
+            settings[tid] = {
+                "max_workers": t.max_workers,
+                "timeout": None if t.timeout is None else float(t.timeout),
+                "max_worker_restarts": t.max_worker_restarts,
+                "requires": dict(t.required_resources),
+                "program": sys.executable,
+                "args": ["-m", "daisy._worker"],
+                "env": [],
+                "stdin": cloudpickle.dumps(t.process_function),
+            }
+        resources = dict(resources or {})
+        for k, v in resources.items():
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(
+                    f"resources: expected resource names mapped to non-negative integers, "
+                    f"got {k!r}: {v!r}"
                 )
-        logger.warning(
-            "daisy: worker processes are not available in this build yet; running the blocks "
-            "in this process (an exception fails its block, as in a worker)"
-        )
-        scheduler._native.run_serial(
-            {t.task_id: _catching(t.task_id, t.process_function) for t in scheduler.tasks},
-            {t.task_id: t._post_check for t in scheduler.tasks if t._post_check},
-        )
-        return scheduler.task_states
+        specs = pipeline.specs()
+        order = [s.task_id for s in specs]
+        observers: list[ProgressObserver] = default_observers(order, progress)
+        log_dir = daisy_logging.get_log_basedir()
+
+        def on_listening(host: str, port: int, token: str) -> None:
+            for tid, t in task_map.items():
+                if t.init_callback_fn is not None:
+                    t.init_callback_fn(
+                        Context(hostname=host, port=port, task_id=tid, token=token)
+                    )
+
+        def on_tick(states: list[TaskState], workers: list[int]) -> None:
+            for obs in observers:
+                for tid, state, n in zip(order, states, workers, strict=True):
+                    obs.update(tid, state, n)
+
+        try:
+            out = run_distributed(
+                specs,
+                settings,
+                self.host,
+                self.port,
+                resources,
+                None if log_dir is None else str(Path(log_dir).absolute()),
+                {tid: t._pre_check for tid, t in task_map.items() if t._pre_check},
+                on_tick,
+                on_listening,
+            )
+        finally:
+            for obs in observers:
+                obs.close()
+        self.failures = list(out["failures"])
+        self.abandoned = list(out["abandoned"])
+        self.unmanaged_clients = out["unmanaged_clients"]
+        for tid, reason in self.abandoned:
+            logger.error("daisy: task %r was abandoned: %s", tid, reason)
+        return dict(out["states"])
+
+    def failure_notes(self) -> dict[str, list[str]]:
+        """Per task, the lines the Execution Summary shows under it: the
+        failed attempts (at most `MAX_LISTED_FAILURES`), why a task was
+        abandoned, and where the worker logs are."""
+        notes: dict[str, list[str]] = {}
+        log_dir = daisy_logging.get_log_basedir()
+        for tid, reason in self.abandoned:
+            notes.setdefault(tid, []).append(f"abandoned: {reason}")
+        by_task: dict[str, list[tuple[int, int | None, str]]] = {}
+        for tid, spatial_id, worker_id, reason in self.failures:
+            by_task.setdefault(tid, []).append((spatial_id, worker_id, reason))
+        for tid, rows in by_task.items():
+            lines = notes.setdefault(tid, [])
+            lines.append("Failed Blocks:")
+            for spatial_id, worker_id, reason in rows[:MAX_LISTED_FAILURES]:
+                last = reason.strip().splitlines()[-1] if reason.strip() else reason
+                lines.append(f"  block {spatial_id} in worker {worker_id}: {last}")
+            if len(rows) > MAX_LISTED_FAILURES:
+                lines.append(f"  ... and {len(rows) - MAX_LISTED_FAILURES} more failed attempts")
+            workers = sorted({w for _, w, _ in rows if w is not None})
+            if log_dir is not None and workers:
+                lines.append("See the worker logs for details:")
+                for w in workers[:MAX_LISTED_FAILURES]:
+                    lines.append(f"  {Path(log_dir) / tid / f'worker_{w}'}.err / .out")
+        return notes

@@ -86,6 +86,10 @@ class Task:
             for exactly the upstream blocks whose write ROI overlaps its
             read ROI.
         max_workers: how many workers may process this task at once.
+        max_worker_restarts: how many times a worker may die unexpectedly
+            (crash, kill) before the task is abandoned.
+        requires: resources one worker of this task holds, e.g.
+            ``{"gpu": 1}``; ``run_blockwise(resources=...)`` caps the total.
     """
 
     def __init__(
@@ -107,13 +111,18 @@ class Task:
         upstream_tasks: Iterable[Task] | None = None,
         *,
         max_workers: int | None = None,
+        max_worker_restarts: int = 10,
+        requires: dict[str, int] | None = None,
     ) -> None:
+        if isinstance(task_id, numbers.Integral) and not isinstance(task_id, bool):
+            task_id = str(task_id)  # daisy 1.x accepted int ids
         if not isinstance(task_id, str) or not task_id:
             raise TypeError(
                 f"task_id: expected a non-empty string naming the task, got {task_id!r}"
             )
         self.task_id = task_id
         self.total_roi = _as_roi(total_roi, "total_roi")
+        self.orig_total_roi = self.total_roi
         self.read_roi = _as_roi(read_roi, "read_roi")
         self.write_roi = _as_roi(write_roi, "write_roi")
 
@@ -175,6 +184,19 @@ class Task:
             1,
         )
         self.max_retries = _check_int(max_retries, "max_retries", 0)
+        self.max_worker_restarts = _check_int(max_worker_restarts, "max_worker_restarts", 0)
+        if requires is None:
+            requires = {}
+        if not isinstance(requires, dict):
+            raise TypeError(
+                f'requires: expected a dict of resource amounts such as {{"gpu": 1}}, '
+                f"got {type(requires).__name__}"
+            )
+        for k, v in requires.items():
+            if not isinstance(k, str):
+                raise TypeError(f"requires: resource names must be strings, got {k!r}")
+            _check_int(v, f"requires[{k!r}]", 0)
+        self.required_resources = {k: int(v) for k, v in requires.items()}
 
         if not isinstance(fit, str) or fit not in _FITS:
             raise ValueError(f'fit: unknown fit {fit!r}; use "valid", "overhang" or "shrink"')
@@ -207,6 +229,13 @@ class Task:
             max_retries=self.max_retries,
             upstream=[u.task_id for u in upstream],
         )
+
+    @property
+    def total_write_roi(self) -> Roi:
+        """The region blocks write: ``total_roi`` without the read context."""
+        lower = self.write_roi.begin - self.read_roi.begin
+        upper = self.read_roi.end - self.write_roi.end
+        return self.total_roi.grow(-lower, -upper)
 
     @property
     def num_workers(self) -> int:

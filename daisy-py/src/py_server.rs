@@ -1,0 +1,209 @@
+//! `daisy._daisy.run_distributed`: run a pipeline with the core server.
+//!
+//! Converts the Python-side settings into the core's `ServerConfig`, plugs
+//! the user's check functions and the progress/signal tick into the core's
+//! `RunHooks`, and runs the server with the GIL released. The GIL is taken
+//! back only inside those hooks: to call a check function, and every tick
+//! to let Python handle signals (Ctrl-C raises `KeyboardInterrupt` there,
+//! which stops the run) and update progress.
+
+use crate::errors::IntoPyResult;
+use crate::py_block::PyBlock;
+use crate::py_task_spec::PyTaskSpec;
+use crate::py_task_state::PyTaskState;
+use daisy_core::server::{
+    RunError, RunHooks, RunSnapshot, ServerConfig, TaskRuntime, WorkerCommand, run_server,
+};
+use daisy_core::{Block, Pipeline};
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyAny, PyBytes, PyDict, PyList};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+struct PyHooks {
+    task_ids: Vec<String>,
+    checks: Vec<Option<Py<PyAny>>>,
+    on_tick: Py<PyAny>,
+    on_listening: Py<PyAny>,
+    token: String,
+}
+
+fn states_list(py: Python<'_>, snap: &RunSnapshot) -> PyResult<Py<PyList>> {
+    let items: Vec<PyTaskState> = snap
+        .states
+        .iter()
+        .map(|s| PyTaskState::from_core(s, true))
+        .collect();
+    Ok(PyList::new(py, items)?.unbind())
+}
+
+impl RunHooks for PyHooks {
+    type Error = PyErr;
+
+    fn is_done(&mut self, block: &Block) -> Result<bool, String> {
+        let Some(check) = &self.checks[block.key.task as usize] else {
+            return Ok(false);
+        };
+        Python::attach(|py| {
+            let b = Py::new(
+                py,
+                PyBlock::from_core(block, &self.task_ids[block.key.task as usize]),
+            )?;
+            check.call1(py, (b,))?.bind(py).is_truthy()
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    fn tick(&mut self, snap: &RunSnapshot) -> Result<(), PyErr> {
+        Python::attach(|py| {
+            py.check_signals()?;
+            let states = states_list(py, snap)?;
+            self.on_tick
+                .call1(py, (states, snap.workers.clone()))
+                .map(|_| ())
+        })
+    }
+
+    fn on_listening(&mut self, addr: SocketAddr) -> Result<(), PyErr> {
+        Python::attach(|py| {
+            self.on_listening
+                .call1(py, (addr.ip().to_string(), addr.port(), self.token.clone()))
+                .map(|_| ())
+        })
+    }
+}
+
+fn get<'py, T: FromPyObject<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
+    d.get_item(key)?
+        .ok_or_else(|| PyValueError::new_err(format!("missing task setting {key:?}")))?
+        .extract()
+}
+
+fn task_runtime(d: &Bound<'_, PyDict>) -> PyResult<TaskRuntime> {
+    let timeout: Option<f64> = get(d, "timeout")?;
+    let program: Option<String> = get(d, "program")?;
+    let worker = match program {
+        None => None,
+        Some(program) => Some(WorkerCommand {
+            program: PathBuf::from(program),
+            args: get(d, "args")?,
+            env: get(d, "env")?,
+            stdin: get::<Bound<'_, PyBytes>>(d, "stdin")?.as_bytes().to_vec(),
+        }),
+    };
+    Ok(TaskRuntime {
+        max_workers: get(d, "max_workers")?,
+        timeout: timeout.map(Duration::from_secs_f64),
+        max_worker_restarts: get(d, "max_worker_restarts")?,
+        requires: get(d, "requires")?,
+        worker,
+    })
+}
+
+/// Run `specs` with worker processes; returns a dict with `states` (task id
+/// to TaskState), `failures` (task id, spatial id, worker id, reason),
+/// `abandoned` (task id, reason), `unmanaged_clients` and
+/// `workers_started` (task id to count).
+#[pyfunction]
+#[pyo3(signature = (specs, tasks, host, port, resources, log_dir, check_functions, on_tick, on_listening))]
+#[allow(clippy::too_many_arguments)]
+pub fn run_distributed(
+    py: Python<'_>,
+    specs: Vec<PyRef<'_, PyTaskSpec>>,
+    tasks: &Bound<'_, PyDict>,
+    host: String,
+    port: u16,
+    resources: BTreeMap<String, u64>,
+    log_dir: Option<PathBuf>,
+    check_functions: &Bound<'_, PyDict>,
+    on_tick: Py<PyAny>,
+    on_listening: Py<PyAny>,
+) -> PyResult<Py<PyDict>> {
+    let pipeline = Pipeline::new(specs.iter().map(|s| s.spec.clone()).collect()).py()?;
+    let task_ids: Vec<String> = pipeline.specs().iter().map(|s| s.task_id.clone()).collect();
+    let mut runtimes = Vec::with_capacity(task_ids.len());
+    let mut checks = Vec::with_capacity(task_ids.len());
+    for tid in &task_ids {
+        let d = tasks
+            .get_item(tid)?
+            .ok_or_else(|| PyValueError::new_err(format!("no settings for task {tid:?}")))?;
+        let rt = task_runtime(d.cast::<PyDict>()?)?;
+        for (k, need) in &rt.requires {
+            if let Some(have) = resources.get(k)
+                && need > have
+            {
+                return Err(PyValueError::new_err(format!(
+                    "requires: task {tid:?} needs {need} {k:?} per worker but resources only has \
+                     {have}; it could never run. Raise resources[{k:?}] or lower the task's requires"
+                )));
+            }
+        }
+        runtimes.push(rt);
+        checks.push(
+            check_functions
+                .get_item(tid)?
+                .filter(|f| !f.is_none())
+                .map(|f| f.unbind()),
+        );
+    }
+    let token = daisy_core::protocol::new_token()
+        .map_err(|e| PyOSError::new_err(format!("could not make a run token: {e}")))?;
+    let config = ServerConfig {
+        host,
+        port,
+        tasks: runtimes,
+        resources,
+        log_dir,
+        token: token.clone(),
+    };
+    let hooks = PyHooks {
+        task_ids: task_ids.clone(),
+        checks,
+        on_tick,
+        on_listening,
+        token,
+    };
+    let outcome = py.detach(|| run_server(pipeline, config, hooks));
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(RunError::Hook(e)) => return Err(e),
+        Err(RunError::Io(e)) => {
+            return Err(PyOSError::new_err(format!("daisy server: {e}")));
+        }
+    };
+    let out = PyDict::new(py);
+    let states = PyDict::new(py);
+    for (tid, s) in task_ids.iter().zip(&outcome.states) {
+        states.set_item(tid, PyTaskState::from_core(s, true))?;
+    }
+    out.set_item("states", states)?;
+    let failures: Vec<(String, u64, Option<u32>, String)> = outcome
+        .failures
+        .iter()
+        .map(|f| {
+            (
+                task_ids[f.task as usize].clone(),
+                f.spatial_id,
+                f.worker_id,
+                f.reason.clone(),
+            )
+        })
+        .collect();
+    out.set_item("failures", failures)?;
+    let abandoned: Vec<(String, String)> = outcome
+        .abandoned
+        .iter()
+        .map(|(t, r)| (task_ids[*t as usize].clone(), r.clone()))
+        .collect();
+    out.set_item("abandoned", abandoned)?;
+    out.set_item("unmanaged_clients", outcome.unmanaged_clients)?;
+    let started = PyDict::new(py);
+    for (tid, n) in task_ids.iter().zip(&outcome.workers_started) {
+        started.set_item(tid, n)?;
+    }
+    out.set_item("workers_started", started)?;
+    Ok(out.unbind())
+}

@@ -1,0 +1,44 @@
+"""Entry point of daisy's worker processes: ``python -m daisy._worker``.
+
+The server starts this with ``DAISY_CONTEXT`` set and the task's
+cloudpickled ``process_function`` on stdin. A block function is called for
+every block this worker acquires; a worker function (no arguments) is
+called once and runs its own loop with `daisy.Client`. stdout and stderr
+are already the worker's log files (the server opened them).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import cloudpickle
+
+from daisy.client import Client
+from daisy.task import _count_required_args
+
+
+def main() -> int:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s: %(message)s",
+        stream=sys.stderr,
+    )
+    function = cloudpickle.loads(sys.stdin.buffer.read())
+    if _count_required_args(function) == 0:
+        function()
+        return 0
+    client = Client()
+    try:
+        while True:
+            with client.acquire_block() as block:
+                if block is None:
+                    break
+                function(block)
+    finally:
+        client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
