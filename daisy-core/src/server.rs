@@ -387,7 +387,7 @@ fn sweep_timeouts<H: RunHooks>(st: &mut State<H>) {
         let spatial_id = st.scheduler.graph().block(key).spatial_id;
         let task_id = st.scheduler.pipeline().spec(key.task).task_id.clone();
         tracing::warn!(
-            "daisy: block {spatial_id} of task {task_id:?} timed out in worker {:?}; retrying it",
+            "block {spatial_id} of task {task_id:?} timed out in worker {:?}; retrying it",
             out.worker
         );
         record_failure(
@@ -413,7 +413,7 @@ fn record_failure<H>(st: &mut State<H>, key: BlockKey, worker: Option<u32>, reas
         return;
     }
     if let Err(e) = st.scheduler.release_block(key, BlockStatus::Failed) {
-        tracing::warn!("daisy: could not record a failure: {e}");
+        tracing::warn!("could not record a failure: {e}");
         return;
     }
     st.failures.push(FailureNote {
@@ -441,7 +441,7 @@ fn check_progress_possible<H>(st: &mut State<H>) {
                 "its workers died {} times (max_worker_restarts={}); see the worker logs",
                 st.restarts[t as usize], rt.max_worker_restarts
             );
-            tracing::error!("daisy: abandoning task {task_id:?}: {reason}");
+            tracing::error!("abandoning task {task_id:?}: {reason}");
             abandon(st, t, reason);
         }
     }
@@ -530,7 +530,7 @@ fn rebalance<H: RunHooks + 'static>(shared: &Shared<H>, st: &mut State<H>) {
             if let Err(e) = spawn_worker(shared, st, t, &cmd) {
                 let task_id = st.scheduler.pipeline().spec(t).task_id.clone();
                 let reason = format!("could not start a worker: {e}");
-                tracing::error!("daisy: abandoning task {task_id:?}: {reason}");
+                tracing::error!("abandoning task {task_id:?}: {reason}");
                 abandon(st, t, reason);
                 break;
             }
@@ -669,7 +669,7 @@ fn on_worker_exit<H: RunHooks>(
         st.restarts[task as usize] += 1;
         let task_id = st.scheduler.pipeline().spec(task).task_id.clone();
         tracing::warn!(
-            "daisy: worker {id} of task {task_id:?} exited unexpectedly ({}); replacing it",
+            "worker {id} of task {task_id:?} exited unexpectedly ({}); replacing it",
             status
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| "unknown status".into())
@@ -721,7 +721,7 @@ async fn teardown<H: RunHooks>(shared: &Shared<H>, interrupted: bool) {
             return;
         }
         if Instant::now() >= deadline {
-            tracing::warn!("daisy: killing {} worker(s) that did not exit", alive.len());
+            tracing::warn!("killing {} worker(s) that did not exit", alive.len());
             for pid in alive {
                 kill_group(pid);
             }
@@ -770,7 +770,7 @@ async fn handle_connection<H: RunHooks + 'static>(
     let checked: Result<TaskIndex, String> = {
         let mut st = shared.0.borrow_mut();
         if token != st.config.token {
-            tracing::warn!("daisy: refused a connection with a wrong token");
+            tracing::warn!("refused a connection with a wrong token");
             return;
         }
         match st.scheduler.pipeline().index_of(&task_id) {
@@ -781,9 +781,7 @@ async fn handle_connection<H: RunHooks + 'static>(
                     Some(id) => match st.workers.get(&id) {
                         Some(w) if w.task == task && w.alive => {}
                         _ => {
-                            tracing::warn!(
-                                "daisy: refused a connection claiming unknown worker {id}"
-                            );
+                            tracing::warn!("refused a connection claiming unknown worker {id}");
                             return;
                         }
                     },
@@ -874,10 +872,7 @@ async fn acquire<H: RunHooks>(
                 Ok::<bool, std::convert::Infallible>(match hooks.is_done(b) {
                     Ok(done) => done,
                     Err(e) => {
-                        tracing::warn!(
-                            "daisy: check_function failed for block {}: {e}",
-                            b.spatial_id
-                        );
+                        tracing::warn!("check_function failed for block {}: {e}", b.spatial_id);
                         false
                     }
                 })

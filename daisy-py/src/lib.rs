@@ -11,6 +11,7 @@ mod convert;
 mod errors;
 mod py_block;
 mod py_client;
+mod py_logging;
 mod py_scheduler;
 mod py_server;
 mod py_task_spec;
@@ -29,6 +30,7 @@ fn cantor_number(position: Vec<i64>) -> PyResult<u64> {
 
 #[pymodule]
 fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    py_logging::install();
     m.add_class::<py_block::PyBlock>()?;
     m.add_class::<py_task_spec::PyTaskSpec>()?;
     m.add_class::<py_task_state::PyTaskState>()?;
