@@ -7,6 +7,14 @@
 //! length-delimited codec the server uses. TCP_NODELAY is set: without it a
 //! request/reply exchange can stall for tens of milliseconds (Nagle's
 //! algorithm meeting delayed ACKs).
+//!
+//! Releases are pipelined: a release (or failure report) is sent at once,
+//! but its acknowledgement is read only with the reply to the next request
+//! (or at disconnect). A worker's release and its next acquire thus cost one
+//! network round trip instead of two. The server handles a connection's
+//! frames in order, so the block is released before the next one is
+//! handed out; a release the server refused (the block was reclaimed after
+//! a timeout) is logged when its answer arrives.
 
 use crate::block::Block;
 use crate::protocol::{self, ClientMessage, ServerMessage};
@@ -37,6 +45,8 @@ pub enum ClientError {
 pub struct Client {
     rt: tokio::runtime::Runtime,
     conn: Framed<TcpStream, LengthDelimitedCodec>,
+    /// Releases sent whose acknowledgement has not been read yet.
+    pending_acks: usize,
 }
 
 impl Client {
@@ -65,6 +75,7 @@ impl Client {
         let mut client = Self {
             rt,
             conn: Framed::new(stream, protocol::codec()),
+            pending_acks: 0,
         };
         match client.request(&ClientMessage::Hello {
             token: token.to_string(),
@@ -79,22 +90,56 @@ impl Client {
         }
     }
 
-    fn request(&mut self, msg: &ClientMessage) -> Result<ServerMessage, ClientError> {
+    /// Send one message (flushed at once).
+    fn send(&mut self, msg: &ClientMessage) -> Result<(), ClientError> {
         let bytes = protocol::encode(msg).map_err(|e| ClientError::Protocol(e.to_string()))?;
         let conn = &mut self.conn;
-        self.rt.block_on(async {
-            conn.send(tokio_util::bytes::Bytes::from(bytes)).await?;
-            match conn.next().await {
-                Some(Ok(frame)) => {
-                    protocol::decode(&frame).map_err(|e| ClientError::Protocol(e.to_string()))
-                }
-                Some(Err(e)) => Err(ClientError::Io(e)),
-                None => Err(ClientError::Io(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the daisy server closed the connection",
-                ))),
+        self.rt.block_on(SinkExt::<tokio_util::bytes::Bytes>::send(
+            conn,
+            bytes.into(),
+        ))?;
+        Ok(())
+    }
+
+    /// Read one reply.
+    fn receive(&mut self) -> Result<ServerMessage, ClientError> {
+        let conn = &mut self.conn;
+        match self.rt.block_on(conn.next()) {
+            Some(Ok(frame)) => {
+                protocol::decode(&frame).map_err(|e| ClientError::Protocol(e.to_string()))
             }
-        })
+            Some(Err(e)) => Err(ClientError::Io(e)),
+            None => Err(ClientError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the daisy server closed the connection",
+            ))),
+        }
+    }
+
+    /// Read the acknowledgements of pipelined releases.
+    fn drain_acks(&mut self) -> Result<(), ClientError> {
+        while self.pending_acks > 0 {
+            self.pending_acks -= 1;
+            match self.receive()? {
+                ServerMessage::ReleaseAck => {}
+                ServerMessage::Error { message } => {
+                    tracing::warn!("the server refused a release: {message}");
+                }
+                other => {
+                    return Err(ClientError::Protocol(format!(
+                        "expected a release acknowledgement, got {other:?}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Send a request and read its reply (after any pending acks).
+    fn request(&mut self, msg: &ClientMessage) -> Result<ServerMessage, ClientError> {
+        self.send(msg)?;
+        self.drain_acks()?;
+        self.receive()
     }
 
     /// The next block, or `None` when the task has no more for this worker.
@@ -107,29 +152,29 @@ impl Client {
         }
     }
 
-    fn expect_ack(&mut self, msg: &ClientMessage) -> Result<(), ClientError> {
-        match self.request(msg)? {
-            ServerMessage::ReleaseAck => Ok(()),
-            ServerMessage::Error { message } => Err(ClientError::Refused(message)),
-            other => Err(ClientError::Protocol(format!("unexpected reply {other:?}"))),
-        }
-    }
-
-    /// Report a block done (or failed, if its status says so).
+    /// Report a block done (or failed, if its status says so). Sent at
+    /// once; acknowledged with the next request.
     pub fn release_block(&mut self, block: Block) -> Result<(), ClientError> {
-        self.expect_ack(&ClientMessage::ReleaseBlock { block })
+        self.send(&ClientMessage::ReleaseBlock { block })?;
+        self.pending_acks += 1;
+        Ok(())
     }
 
-    /// Report a block failed with an error text.
+    /// Report a block failed with an error text. Sent at once;
+    /// acknowledged with the next request.
     pub fn block_failed(&mut self, block: Block, error: String) -> Result<(), ClientError> {
-        self.expect_ack(&ClientMessage::BlockFailed {
+        self.send(&ClientMessage::BlockFailed {
             block,
             error: protocol::cap_error_text(error),
-        })
+        })?;
+        self.pending_acks += 1;
+        Ok(())
     }
 
     /// Say goodbye and close.
     pub fn disconnect(mut self) {
+        // make sure every release was recorded before the connection closes
+        let _ = self.drain_acks();
         if let Ok(bytes) = protocol::encode(&ClientMessage::Disconnect) {
             let conn = &mut self.conn;
             let _ = self.rt.block_on(async {

@@ -1,7 +1,9 @@
 """Entry point of daisy's worker processes: ``python -m daisy._worker``.
 
-The server starts this with ``DAISY_CONTEXT`` set and the task's
-cloudpickled ``process_function`` on stdin. A block function is called for
+The server starts this with ``DAISY_CONTEXT`` set and, on stdin, the
+driver's ``sys.path`` (pickled first, so functions defined in the driver's
+own modules can be imported here, as multiprocessing's spawn does) followed
+by the task's cloudpickled ``process_function``. A block function is called for
 every block this worker acquires; a worker function (no arguments) is
 called once and runs its own loop with `daisy.Client`. stdout and stderr
 are already the worker's log files (the server opened them).
@@ -9,7 +11,9 @@ are already the worker's log files (the server opened them).
 
 from __future__ import annotations
 
+import io
 import logging
+import pickle
 import sys
 
 import cloudpickle
@@ -18,13 +22,22 @@ from daisy.client import Client
 from daisy.task import _count_required_args
 
 
+def worker_payload(function: object) -> bytes:
+    """What the server writes to a worker's stdin for ``function``."""
+    return pickle.dumps(list(sys.path)) + cloudpickle.dumps(function)
+
+
 def main() -> int:
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s: %(message)s",
         stream=sys.stderr,
     )
-    function = cloudpickle.loads(sys.stdin.buffer.read())
+    payload = io.BytesIO(sys.stdin.buffer.read())
+    for entry in reversed(pickle.load(payload)):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    function = cloudpickle.load(payload)
     if _count_required_args(function) == 0:
         function()
         return 0

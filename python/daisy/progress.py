@@ -16,8 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from tqdm import tqdm
-
 from daisy._daisy import TaskState
 
 logger = logging.getLogger("daisy.progress")
@@ -54,6 +52,8 @@ class TqdmProgress:
     def update(self, task_id: str, state: TaskState, workers: int) -> None:
         bar = self._bars.get(task_id)
         if bar is None:
+            from tqdm import tqdm  # imported here: worker processes never need it
+
             bar = tqdm(
                 total=state.total_block_count,
                 desc=f"{task_id} ▶",

@@ -16,10 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
-
 from daisy import logging as daisy_logging
 from daisy._daisy import TaskState, run_distributed
+from daisy._worker import worker_payload
 from daisy.context import Context
 from daisy.pipeline import Pipeline
 from daisy.progress import ProgressObserver, default_observers
@@ -76,7 +75,7 @@ class Server:
                 "program": sys.executable,
                 "args": ["-m", "daisy._worker"],
                 "env": [],
-                "stdin": cloudpickle.dumps(t.process_function),
+                "stdin": worker_payload(t.process_function),
             }
         resources = dict(resources or {})
         for k, v in resources.items():
@@ -93,9 +92,7 @@ class Server:
         def on_listening(host: str, port: int, token: str) -> None:
             for tid, t in task_map.items():
                 if t.init_callback_fn is not None:
-                    t.init_callback_fn(
-                        Context(hostname=host, port=port, task_id=tid, token=token)
-                    )
+                    t.init_callback_fn(Context(hostname=host, port=port, task_id=tid, token=token))
 
         def on_tick(states: list[TaskState], workers: list[int]) -> None:
             for obs in observers:

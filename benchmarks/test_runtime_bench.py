@@ -1,0 +1,103 @@
+"""Distributed runtime throughput benchmarks (pytest-benchmark).
+
+No-op blocks on worker processes: 10^4 blocks with 1, 2 and 4 workers, as
+block functions and as worker functions (a ``daisy.Client`` loop), plus
+the per-block round trip a worker sees (acquire + release, measured inside
+the worker, so worker start-up is excluded). Only API that this package
+shares with the published daisy 2.0.0 is used, so the same file runs under
+either installation (see ``compare_with_daisy200.py``).
+
+Every benchmark checks its result (all blocks completed), so a run is a
+correctness check as well as a timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+
+import pytest
+
+import daisy
+
+N_BLOCKS = 10_000
+
+
+def noop(block):
+    pass
+
+
+def client_loop():
+    client = daisy.Client()
+    while True:
+        with client.acquire_block() as block:
+            if block is None:
+                break
+
+
+def make_task(task_id, process_function, workers, n_blocks=N_BLOCKS):
+    return daisy.Task(
+        task_id,
+        total_roi=daisy.Roi((0,), (n_blocks,)),
+        read_roi=daisy.Roi((0,), (1,)),
+        write_roi=daisy.Roi((0,), (1,)),
+        process_function=process_function,
+        read_write_conflict=False,
+        num_workers=workers,
+        max_retries=0,
+    )
+
+
+def run(task):
+    logdir = tempfile.mkdtemp(prefix="daisy-bench-logs-")
+    daisy.logging.set_log_basedir(logdir)
+    return daisy.run_blockwise([task], progress=False, summary=False)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+@pytest.mark.parametrize("mode", ["block_function", "worker_function"])
+def test_noop_throughput(benchmark, mode, workers):
+    function = noop if mode == "block_function" else client_loop
+    counter = iter(range(1000))
+
+    def once():
+        return run(make_task(f"noop_{mode}_{workers}_{next(counter)}", function, workers))
+
+    ok = benchmark.pedantic(once, rounds=3, iterations=1)
+    assert ok is True
+    benchmark.extra_info["blocks"] = N_BLOCKS
+    benchmark.extra_info["blocks_per_second"] = N_BLOCKS / benchmark.stats.stats.median
+
+
+def test_round_trip_per_block(benchmark):
+    """Mean acquire + release time per block, timed inside one worker."""
+    out_dir = tempfile.mkdtemp(prefix="daisy-bench-rt-")
+
+    def timed_loop():
+        client = daisy.Client()
+        n = 0
+        start = time.perf_counter()
+        while True:
+            with client.acquire_block() as block:
+                if block is None:
+                    break
+                n += 1
+        elapsed = time.perf_counter() - start
+        with open(os.path.join(out_dir, f"{os.getpid()}.json"), "w") as f:
+            json.dump({"n": n, "seconds": elapsed}, f)
+
+    counter = iter(range(1000))
+
+    def once():
+        for name in os.listdir(out_dir):
+            os.remove(os.path.join(out_dir, name))
+        assert run(make_task(f"round_trip_{next(counter)}", timed_loop, 1)) is True
+        (result,) = [json.load(open(os.path.join(out_dir, n))) for n in os.listdir(out_dir)]
+        assert result["n"] == N_BLOCKS
+        return result["seconds"] / result["n"]
+
+    per_block = benchmark.pedantic(once, rounds=3, iterations=1)
+    benchmark.extra_info["round_trip_us"] = per_block * 1e6
+    assert per_block > 0
