@@ -1,4 +1,5 @@
-"""Run ``benchmarks/test_core_bench.py`` under this package and under the
+"""Run ``benchmarks/test_core_bench.py`` and ``benchmarks/test_runtime_bench.py``
+under this package and under the
 published daisy 2.0.0, one after the other, and print a markdown table of
 the median times.
 
@@ -13,7 +14,7 @@ editable), ``--theirs`` to ``/work/venvs/daisy200/bin/python`` (a venv with
 the daisy 2.0.0 wheel, pytest and pytest-benchmark). Arguments after ``--``
 go to pytest.
 
-Each interpreter runs ``python -m pytest <repo>/benchmarks/test_core_bench.py
+Each interpreter runs ``python -m pytest <repo>/benchmarks/test_*_bench.py
 --benchmark-only --benchmark-json=...`` with a temporary directory as its
 working directory, ``-p no:cacheprovider`` and PYTHONDONTWRITEBYTECODE=1,
 so nothing is written into the repository and the interpreter imports its
@@ -39,7 +40,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-BENCH_FILE = HERE / "test_core_bench.py"
+BENCH_FILES = [HERE / "test_core_bench.py", HERE / "test_runtime_bench.py"]
 DEFAULT_OURS = REPO / ".venv" / "bin" / "python"
 DEFAULT_THEIRS = Path("/work/venvs/daisy200/bin/python")
 
@@ -50,7 +51,7 @@ def run_benchmarks(python: str, json_path: Path, pytest_args: list[str]) -> dict
         python,
         "-m",
         "pytest",
-        str(BENCH_FILE),
+        *(str(f) for f in BENCH_FILES),
         "--benchmark-only",
         f"--benchmark-json={json_path}",
         "-p",
