@@ -109,8 +109,22 @@ pub struct ServerConfig {
     /// Base directory for worker logs; `None` leaves their output on the
     /// driver's console.
     pub log_dir: Option<PathBuf>,
+    /// Where worker output goes when there is a log directory.
+    pub log_mode: LogMode,
     /// The run's secret token.
     pub token: String,
+}
+
+/// Where worker output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LogMode {
+    /// The driver's console only.
+    Console,
+    /// `<log dir>/<task>/worker_<id>.out|.err` only.
+    #[default]
+    File,
+    /// Both: the files, and copied to the driver's stdout/stderr.
+    Both,
 }
 
 /// Where a run stands, for the tick hook (progress display).
@@ -177,7 +191,6 @@ pub enum RunError<E> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ExitKind {
     Clean,
-    Error,
     Timeout,
     Interrupted,
 }
@@ -195,6 +208,8 @@ struct WorkerSlot {
     retire: bool,
     /// Holds a block now.
     busy: bool,
+    /// Was told there are no more blocks (so a clean exit is expected).
+    dismissed: bool,
 }
 
 #[derive(Debug)]
@@ -438,7 +453,7 @@ fn check_progress_possible<H>(st: &mut State<H>) {
         if st.restarts[t as usize] > rt.max_worker_restarts {
             let task_id = st.scheduler.pipeline().spec(t).task_id.clone();
             let reason = format!(
-                "its workers died {} times (max_worker_restarts={}); see the worker logs",
+                "its workers stopped unexpectedly {} times (max_worker_restarts={}); see the worker logs",
                 st.restarts[t as usize], rt.max_worker_restarts
             );
             tracing::error!("abandoning task {task_id:?}: {reason}");
@@ -595,14 +610,28 @@ fn spawn_worker<H: RunHooks + 'static>(
         .stdin(Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
-    if let Some(base) = &st.config.log_dir {
+    let mut files = None;
+    if let (Some(base), LogMode::File | LogMode::Both) = (&st.config.log_dir, st.config.log_mode) {
         let dir = base.join(&task_id);
         std::fs::create_dir_all(&dir)?;
         let out = std::fs::File::create(dir.join(format!("worker_{id}.out")))?;
         let err = std::fs::File::create(dir.join(format!("worker_{id}.err")))?;
-        command.stdout(Stdio::from(out)).stderr(Stdio::from(err));
+        if st.config.log_mode == LogMode::File {
+            command.stdout(Stdio::from(out)).stderr(Stdio::from(err));
+        } else {
+            command.stdout(Stdio::piped()).stderr(Stdio::piped());
+            files = Some((out, err));
+        }
     }
     let mut child = command.spawn()?;
+    if let Some((out, err)) = files {
+        if let Some(pipe) = child.stdout.take() {
+            tokio::task::spawn_local(tee(pipe, out, false));
+        }
+        if let Some(pipe) = child.stderr.take() {
+            tokio::task::spawn_local(tee(pipe, err, true));
+        }
+    }
     let pid = child.id();
     st.workers.insert(
         id,
@@ -614,6 +643,7 @@ fn spawn_worker<H: RunHooks + 'static>(
             waiting: false,
             retire: false,
             busy: false,
+            dismissed: false,
         },
     );
     st.workers_started[task as usize] += 1;
@@ -632,6 +662,27 @@ fn spawn_worker<H: RunHooks + 'static>(
     Ok(())
 }
 
+/// Copy a worker's output pipe into its log file and the driver's
+/// stdout (or stderr).
+async fn tee(mut pipe: impl tokio::io::AsyncRead + Unpin, mut file: std::fs::File, stderr: bool) {
+    use std::io::Write;
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let _ = file.write_all(&buf[..n]);
+                let _ = if stderr {
+                    std::io::stderr().write_all(&buf[..n])
+                } else {
+                    std::io::stdout().write_all(&buf[..n])
+                };
+            }
+        }
+    }
+}
+
 fn on_worker_exit<H: RunHooks>(
     shared: &Shared<H>,
     id: u32,
@@ -644,10 +695,22 @@ fn on_worker_exit<H: RunHooks>(
     w.alive = false;
     w.busy = false;
     let task = w.task;
-    let kind = match w.expected_exit {
-        Some(k) => k,
-        None if status.is_some_and(|s| s.success()) => ExitKind::Clean,
-        None => ExitKind::Error,
+    let dismissed = w.dismissed;
+    let expected = w.expected_exit;
+    let task_id = st.scheduler.pipeline().spec(task).task_id.clone();
+    let status_text = status
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| "unknown status".into());
+    // A worker that leaves while its task still has work, without having
+    // been told there is none (a worker function that returned early),
+    // counts like a crash: otherwise it would be replaced forever.
+    let unexpected = match expected {
+        Some(_) => None,
+        None if !status.is_some_and(|s| s.success()) => Some(format!("died ({status_text})")),
+        None if !dismissed && !st.scheduler.is_task_finished(task) => {
+            Some("exited before the task was finished, without asking for more blocks".to_string())
+        }
+        None => None,
     };
     // a block still out with this worker is lost
     let lost: Vec<BlockKey> = st
@@ -662,18 +725,14 @@ fn on_worker_exit<H: RunHooks>(
             &mut st,
             key,
             Some(id),
-            format!("worker {id} died ({status:?})"),
+            format!("worker {id} died ({status_text})"),
         );
     }
-    if kind == ExitKind::Error && !st.stopping {
+    if let Some(why) = unexpected
+        && !st.stopping
+    {
         st.restarts[task as usize] += 1;
-        let task_id = st.scheduler.pipeline().spec(task).task_id.clone();
-        tracing::warn!(
-            "worker {id} of task {task_id:?} exited unexpectedly ({}); replacing it",
-            status
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "unknown status".into())
-        );
+        tracing::warn!("worker {id} of task {task_id:?} {why}; replacing it");
     }
     drop(st);
     shared.1.notify_waiters();
@@ -863,6 +922,7 @@ async fn acquire<H: RunHooks>(
             if st.stopping || retire || st.scheduler.is_task_finished(task) {
                 if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
                     w.waiting = false;
+                    w.dismissed = true;
                     w.expected_exit.get_or_insert(ExitKind::Clean);
                 }
                 return ServerMessage::NoMoreBlocks;

@@ -69,6 +69,7 @@ fn config(token: &str) -> ServerConfig {
         tasks: vec![rt.clone(), rt],
         resources: BTreeMap::new(),
         log_dir: None,
+        log_mode: Default::default(),
         token: token.into(),
     }
 }

@@ -12,7 +12,7 @@ use crate::py_block::PyBlock;
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
 use daisy_core::server::{
-    RunError, RunHooks, RunSnapshot, ServerConfig, TaskRuntime, WorkerCommand, run_server,
+    LogMode, RunError, RunHooks, RunSnapshot, ServerConfig, TaskRuntime, WorkerCommand, run_server,
 };
 use daisy_core::{Block, Pipeline};
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -108,7 +108,7 @@ fn task_runtime(d: &Bound<'_, PyDict>) -> PyResult<TaskRuntime> {
 /// `abandoned` (task id, reason), `unmanaged_clients` and
 /// `workers_started` (task id to count).
 #[pyfunction]
-#[pyo3(signature = (specs, tasks, host, port, resources, log_dir, check_functions, on_tick, on_listening))]
+#[pyo3(signature = (specs, tasks, host, port, resources, log_dir, log_mode, check_functions, on_tick, on_listening))]
 #[allow(clippy::too_many_arguments)]
 pub fn run_distributed(
     py: Python<'_>,
@@ -118,6 +118,7 @@ pub fn run_distributed(
     port: u16,
     resources: BTreeMap<String, u64>,
     log_dir: Option<PathBuf>,
+    log_mode: &str,
     check_functions: &Bound<'_, PyDict>,
     on_tick: Py<PyAny>,
     on_listening: Py<PyAny>,
@@ -151,12 +152,23 @@ pub fn run_distributed(
     }
     let token = daisy_core::protocol::new_token()
         .map_err(|e| PyOSError::new_err(format!("could not make a run token: {e}")))?;
+    let log_mode = match log_mode {
+        "console" => LogMode::Console,
+        "file" => LogMode::File,
+        "both" => LogMode::Both,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "log_mode: unknown mode {other:?}; use \"console\", \"file\" or \"both\""
+            )));
+        }
+    };
     let config = ServerConfig {
         host,
         port,
         tasks: runtimes,
         resources,
         log_dir,
+        log_mode,
         token: token.clone(),
     };
     let hooks = PyHooks {

@@ -164,6 +164,7 @@ def run_distributed(
     port: int,
     resources: Mapping[str, int],
     log_dir: str | None,
+    log_mode: str,
     check_functions: Mapping[str, Callable[[Block], Any]],
     on_tick: Callable[[list[TaskState], list[int]], Any],
     on_listening: Callable[[str, int, str], Any],

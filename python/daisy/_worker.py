@@ -22,11 +22,6 @@ from daisy.client import Client
 from daisy.task import _count_required_args
 
 
-def worker_payload(function: object) -> bytes:
-    """What the server writes to a worker's stdin for ``function``."""
-    return pickle.dumps(list(sys.path)) + cloudpickle.dumps(function)
-
-
 def main() -> int:
     logging.basicConfig(
         level=logging.INFO,

@@ -1,8 +1,10 @@
 """Where worker logs go (``daisy.logging`` in daisy 1.x).
 
 Worker logs are written under ``<log basedir>/<task_id>/worker_<id>.out``
-and ``.err``. The base directory is ``./daisy_logs`` unless set with
-`set_log_basedir`; ``None`` sends everything to the console.
+and ``.err``, captured at the file-descriptor level (output of C code and
+subprocesses included). The base directory is ``./daisy_logs`` unless set
+with `set_log_basedir`; ``None`` sends everything to the console. The log
+mode (`set_log_mode`) chooses "file" (the default), "console" or "both".
 """
 
 from __future__ import annotations
@@ -12,6 +14,22 @@ import sys
 from pathlib import Path
 
 LOG_BASEDIR: Path | None = Path("daisy_logs")
+LOG_MODES = ("console", "file", "both")
+_log_mode = "file"
+
+
+def set_log_mode(mode: str) -> None:
+    """Where worker output goes: ``"file"`` (the log files, the default),
+    ``"console"`` (the driver's terminal) or ``"both"``."""
+    global _log_mode
+    if mode not in LOG_MODES:
+        raise ValueError(f'mode: unknown log mode {mode!r}; use "console", "file" or "both"')
+    _log_mode = mode
+
+
+def get_log_mode() -> str:
+    """The current log mode; "console" whenever no base directory is set."""
+    return "console" if LOG_BASEDIR is None else _log_mode
 
 
 def set_log_basedir(path: str | os.PathLike[str] | None) -> None:

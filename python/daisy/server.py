@@ -12,13 +12,15 @@ gathers the settings, shows progress and keeps what the run reported.
 from __future__ import annotations
 
 import logging
+import pickle
 import sys
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
+
 from daisy import logging as daisy_logging
 from daisy._daisy import TaskState, run_distributed
-from daisy._worker import worker_payload
 from daisy.context import Context
 from daisy.pipeline import Pipeline
 from daisy.progress import ProgressObserver, default_observers
@@ -28,6 +30,12 @@ logger = logging.getLogger(__name__)
 
 #: the most failed attempts listed per task in the Execution Summary
 MAX_LISTED_FAILURES = 10
+
+
+def worker_payload(function: object) -> bytes:
+    """What a worker process reads from stdin (see `daisy._worker`): this
+    process's ``sys.path``, then the cloudpickled ``function``."""
+    return pickle.dumps(list(sys.path)) + cloudpickle.dumps(function)
 
 
 class Server:
@@ -107,6 +115,7 @@ class Server:
                 self.port,
                 resources,
                 None if log_dir is None else str(Path(log_dir).absolute()),
+                daisy_logging.get_log_mode(),
                 {tid: t._pre_check for tid, t in task_map.items() if t._pre_check},
                 on_tick,
                 on_listening,
