@@ -74,7 +74,7 @@ impl BoxIter {
                     ((extent + self.step[d] - 1) / self.step[d]) as u64
                 }
             })
-            .product()
+            .fold(1u64, u64::saturating_mul)
     }
 }
 
@@ -101,6 +101,38 @@ impl Iterator for BoxIter {
         }
         Some(out)
     }
+}
+
+/// Number of positions `p = first + k * period` in `0..extent` for which
+/// some offset `o` keeps `p + o` in `0..extent`: points of an arithmetic
+/// progression inside the union of the intervals `[-o, extent - o)`.
+/// Closed form, so it costs nothing however long the axis.
+fn count_with_neighbour(first: i64, period: i64, extent: i64, offsets: &[i64]) -> u64 {
+    // points of the progression in [lo, hi)
+    let points_in = |lo: i64, hi: i64| -> i64 {
+        let lo = lo.max(0).max(first);
+        let hi = hi.min(extent);
+        if lo >= hi {
+            return 0;
+        }
+        let k_lo = (lo - first + period - 1).div_euclid(period);
+        let k_hi = (hi - 1 - first).div_euclid(period);
+        (k_hi - k_lo + 1).max(0)
+    };
+    let mut intervals: Vec<(i64, i64)> = offsets.iter().map(|o| (-o, extent - o)).collect();
+    intervals.sort_unstable();
+    // merge overlapping intervals, then count each once
+    let mut merged: Vec<(i64, i64)> = Vec::new();
+    for (lo, hi) in intervals {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    merged
+        .iter()
+        .map(|&(lo, hi)| points_in(lo, hi))
+        .sum::<i64>() as u64
 }
 
 /// The block layout of one task.
@@ -162,7 +194,12 @@ impl BlockGrid {
             let hi = spec.context_upper();
             for d in 0..dims {
                 let min_level_stride = lo[d].max(hi[d]) + stride[d];
-                period[d] = (min_level_stride + stride[d] - 1) / stride[d];
+                // capped by the grid extent, as daisy 1.x does: beyond it a
+                // residue has no blocks, and the level tables stay as small
+                // as the grid however wide the context
+                period[d] = ((min_level_stride + stride[d] - 1) / stride[d])
+                    .min(grid_shape[d])
+                    .max(1);
             }
         }
         let period_grid = GridIndexer::new(period);
@@ -228,20 +265,14 @@ impl BlockGrid {
                 let all = BoxIter::new(level_offsets[level], grid_shape, period).count_all();
                 let mut with_neighbours = 1u64;
                 for d in 0..dims {
-                    let mut n = 0u64;
-                    let mut p = level_offsets[level][d];
-                    while p < grid_shape[d] {
-                        if conflict_axes[level][d]
-                            .iter()
-                            .any(|o| (0..grid_shape[d]).contains(&(p + o)))
-                        {
-                            n += 1;
-                        }
-                        p += period[d];
-                    }
-                    with_neighbours *= n;
+                    with_neighbours = with_neighbours.saturating_mul(count_with_neighbour(
+                        level_offsets[level][d],
+                        period[d],
+                        grid_shape[d],
+                        &conflict_axes[level][d],
+                    ));
                 }
-                all - with_neighbours
+                all.saturating_sub(with_neighbours)
             })
             .collect();
 
@@ -283,6 +314,14 @@ impl BlockGrid {
                     opts.iter()
                         .any(|o| (0..self.grid.shape()[d]).contains(&(pos[d] + o)))
                 })
+    }
+
+    /// The largest spatial id of the grid (at its far corner), or None if it
+    /// does not fit in 64 bits.
+    pub fn max_spatial_id(&self) -> Option<u64> {
+        let one = Coord::splat(1, self.grid.shape().dims());
+        let corner = self.grid.shape().sub(&one).add(&self.id_shift);
+        crate::block_id::cantor_number_checked(corner.as_slice())
     }
 
     /// Which task of the pipeline this grid belongs to.
@@ -561,6 +600,44 @@ mod tests {
                 .collect();
             assert_eq!(got, want, "{fit}");
         }
+    }
+
+    #[test]
+    fn neighbour_count_matches_a_walk() {
+        for extent in 0..12 {
+            for period in 1..5 {
+                for first in 0..period {
+                    for offsets in [vec![0], vec![-1, 1], vec![-2, 1], vec![-3, 0], vec![1, 4]] {
+                        let mut walk = 0;
+                        let mut p = first;
+                        while p < extent {
+                            if offsets.iter().any(|o| (0..extent).contains(&(p + o))) {
+                                walk += 1;
+                            }
+                            p += period;
+                        }
+                        assert_eq!(
+                            count_with_neighbour(first, period, extent, &offsets),
+                            walk,
+                            "{first} {period} {extent} {offsets:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wide_context_keeps_level_tables_small() {
+        let g = grid(
+            roi(&[0, 0, 0], &[202, 202, 202]),
+            roi(&[-100, -100, -100], &[201, 201, 201]),
+            roi(&[0, 0, 0], &[1, 1, 1]),
+            Fit::Valid,
+            true,
+        );
+        assert_eq!(g.num_blocks(), 8);
+        assert_eq!(g.num_levels(), 8);
     }
 
     #[test]

@@ -21,57 +21,66 @@
 //! in memory.
 
 /// Number of non-negative integer points in `dims` axes with coordinate sum
-/// `< s`, i.e. `C(s + dims - 1, dims)`.
-fn simplex_volume(dims: u32, s: u64) -> u128 {
+/// `< s`, i.e. `C(s + dims - 1, dims)`; None if it does not fit in `u128`.
+fn simplex_volume(dims: u32, s: u128) -> Option<u128> {
     if s == 0 {
-        return 0;
+        return Some(0);
     }
     // C(s + dims - 1, dims) = prod_{d=0}^{dims-1} (s + d) / (d + 1), computed
     // incrementally so every intermediate division is exact.
     let mut acc: u128 = 1;
     for d in 0..dims as u128 {
-        acc = acc * (s as u128 + d) / (d + 1);
+        acc = acc.checked_mul(s.checked_add(d)?)? / (d + 1);
     }
-    acc
+    Some(acc)
+}
+
+/// The Cantor number of a grid position with non-negative coordinates, or
+/// None if it does not fit in 64 bits (a grid far beyond any real volume).
+pub fn cantor_number_checked(position: &[i64]) -> Option<u64> {
+    let mut id: u128 = 0;
+    let mut n = position.len();
+    let mut sum: u128 = position.iter().map(|&c| c.max(0) as u128).sum();
+    while n > 1 {
+        id = id.checked_add(simplex_volume(n as u32, sum)?)?;
+        n -= 1;
+        sum -= position[n].max(0) as u128;
+    }
+    id = id.checked_add(position.first().map_or(0, |&c| c.max(0) as u128))?;
+    u64::try_from(id).ok()
 }
 
 /// The Cantor number of a grid position with non-negative coordinates.
+/// Block grids are checked when their task is built (see `task_spec`), so
+/// every id asked for fits; should one not, `u64::MAX` is returned.
 pub fn cantor_number(position: &[i64]) -> u64 {
-    let mut id: u128 = 0;
-    let mut n = position.len();
-    let mut sum: u64 = position.iter().map(|&c| c.max(0) as u64).sum();
-    while n > 1 {
-        id += simplex_volume(n as u32, sum);
-        n -= 1;
-        sum -= position[n].max(0) as u64;
-    }
-    id += position.first().map_or(0, |&c| c.max(0) as u128);
-    u64::try_from(id).unwrap_or(u64::MAX)
+    cantor_number_checked(position).unwrap_or(u64::MAX)
 }
 
 /// `C(m, k)` for any integer `m` (the falling-factorial polynomial
-/// `m (m-1) .. (m-k+1) / k!`, an integer for every integer `m`).
-fn binomial_poly(m: i128, k: u32) -> i128 {
+/// `m (m-1) .. (m-k+1) / k!`, an integer for every integer `m`); None on
+/// overflow.
+fn binomial_poly(m: i128, k: u32) -> Option<i128> {
     let mut acc: i128 = 1;
     for j in 0..k as i128 {
         // acc = C(m, j) * (m - j) / (j + 1) = C(m, j + 1): exact at every step
-        acc = acc * (m - j) / (j + 1);
+        acc = acc.checked_mul(m.checked_sub(j)?)? / (j + 1);
     }
-    acc
+    Some(acc)
 }
 
 /// The Cantor polynomial extended to negative coordinates, as daisy 1.x
 /// evaluates it for hand-made blocks that start before the total ROI:
 /// `sum_{k=1..n} C(k - 1 + x_1 + .. + x_k, k)`. Equal to [`cantor_number`]
-/// for non-negative positions.
-pub fn cantor_number_signed(position: &[i64]) -> i64 {
+/// for non-negative positions. None if it does not fit in 64 bits.
+pub fn cantor_number_signed(position: &[i64]) -> Option<i64> {
     let mut id: i128 = 0;
     let mut partial: i128 = 0;
     for (k, &x) in position.iter().enumerate() {
-        partial += x as i128;
-        id += binomial_poly(k as i128 + partial, k as u32 + 1);
+        partial = partial.checked_add(x as i128)?;
+        id = id.checked_add(binomial_poly(k as i128 + partial, k as u32 + 1)?)?;
     }
-    id.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+    i64::try_from(id).ok()
 }
 
 #[cfg(test)]
@@ -83,19 +92,30 @@ mod tests {
     fn signed_matches_unsigned_and_daisy_1x_on_negatives() {
         for x in 0..15 {
             for y in 0..15 {
-                assert_eq!(cantor_number_signed(&[x, y]) as u64, cantor_number(&[x, y]));
+                assert_eq!(
+                    cantor_number_signed(&[x, y]).unwrap() as u64,
+                    cantor_number(&[x, y])
+                );
             }
         }
         // values observed from daisy 1.2.2
-        assert_eq!(cantor_number_signed(&[3, 4]), 31);
-        assert_eq!(cantor_number_signed(&[4, 3]), 32);
-        assert_eq!(cantor_number_signed(&[1, 1, 1]), 14);
-        assert_eq!(cantor_number_signed(&[-1, -1]), 0);
-        assert_eq!(cantor_number_signed(&[-2, -2]), 4);
-        assert_eq!(cantor_number_signed(&[-2, 0]), -1);
-        assert_eq!(cantor_number_signed(&[-2, 1]), -2);
-        assert_eq!(cantor_number_signed(&[0, -2]), 1);
-        assert_eq!(cantor_number_signed(&[-3]), -3);
+        assert_eq!(cantor_number_signed(&[3, 4]), Some(31));
+        assert_eq!(cantor_number_signed(&[4, 3]), Some(32));
+        assert_eq!(cantor_number_signed(&[1, 1, 1]), Some(14));
+        assert_eq!(cantor_number_signed(&[-1, -1]), Some(0));
+        assert_eq!(cantor_number_signed(&[-2, -2]), Some(4));
+        assert_eq!(cantor_number_signed(&[-2, 0]), Some(-1));
+        assert_eq!(cantor_number_signed(&[-2, 1]), Some(-2));
+        assert_eq!(cantor_number_signed(&[0, -2]), Some(1));
+        assert_eq!(cantor_number_signed(&[-3]), Some(-3));
+    }
+
+    #[test]
+    fn ids_beyond_64_bits_are_refused() {
+        assert_eq!(cantor_number_checked(&[1 << 33, 1 << 33]), None);
+        assert!(cantor_number_checked(&[1 << 20, 1 << 20]).is_some());
+        assert_eq!(cantor_number_signed(&[i64::MAX, i64::MAX]), None);
+        assert_eq!(cantor_number_checked(&[i64::MAX; 8]), None);
     }
 
     #[test]
@@ -145,7 +165,7 @@ mod tests {
             }
         }
         ids.sort_unstable();
-        let expect: Vec<u64> = (0..simplex_volume(3, s as u64) as u64).collect();
+        let expect: Vec<u64> = (0..simplex_volume(3, s as u128).unwrap() as u64).collect();
         assert_eq!(ids, expect);
     }
 }

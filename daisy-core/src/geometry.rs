@@ -20,6 +20,11 @@ use std::fmt;
 /// The most axes a [`Coord`] can hold.
 pub const MAX_DIMS: usize = 8;
 
+/// Largest magnitude of a ROI's offset, shape and end: 2^62, far beyond any
+/// volume, and small enough that the grid arithmetic on it (position times
+/// stride, offset plus shape) cannot overflow 64 bits.
+pub const MAX_COORD: i64 = 1 << 62;
+
 /// An n-dimensional integer coordinate (or extent), `n <= MAX_DIMS`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Coord {
@@ -212,6 +217,18 @@ impl Roi {
             return Err(DaisyError::invalid(
                 "roi",
                 format!("shape {shape} is negative on some axis"),
+            ));
+        }
+        let in_range = |v: i64| (-MAX_COORD..=MAX_COORD).contains(&v);
+        let fits = (0..offset.dims())
+            .all(|d| in_range(offset[d]) && in_range(shape[d]) && in_range(offset[d] + shape[d]));
+        if !fits {
+            return Err(DaisyError::invalid(
+                "roi",
+                format!(
+                    "offset {offset} and shape {shape} reach beyond +-2^62; daisy needs \
+                     coordinates within that range"
+                ),
             ));
         }
         Ok(Self { offset, shape })
@@ -432,6 +449,13 @@ mod tests {
     fn roi_rejects_mismatch_and_negative() {
         assert!(Roi::from_slices(&[0, 0], &[1]).is_err());
         assert!(Roi::from_slices(&[0], &[-1]).is_err());
+    }
+
+    #[test]
+    fn roi_rejects_coordinates_beyond_range() {
+        assert!(Roi::from_slices(&[MAX_COORD], &[1]).is_err());
+        assert!(Roi::from_slices(&[i64::MAX - 1], &[10]).is_err());
+        assert!(Roi::from_slices(&[-MAX_COORD], &[MAX_COORD]).is_ok());
     }
 
     #[test]

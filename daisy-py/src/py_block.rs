@@ -165,7 +165,12 @@ impl PyBlock {
                 // daisy 1.x divides with truncation towards zero
                 let rel = write.offset().sub(&total.offset());
                 let index: Vec<i64> = (0..rel.dims()).map(|d| rel[d] / write.shape()[d]).collect();
-                cantor_number_signed(&index)
+                cantor_number_signed(&index).ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "write_roi: the block's grid position {index:?} is too far from \
+                         total_roi's offset for a 64-bit block id"
+                    ))
+                })?
             }
         };
         Ok(Self {

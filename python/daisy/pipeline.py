@@ -22,9 +22,17 @@ class Pipeline:
     def __init__(self, tasks: Iterable[Task] = (), edges: Iterable[tuple[str, str]] = ()) -> None:
         self._tasks: dict[str, Task] = {}
         self._edges: set[tuple[str, str]] = set()  # (upstream id, downstream id)
+        # tasks given directly, as opposed to brought along as upstream tasks
+        self._explicit: set[str] = set()
         for t in tasks:
             self._add(t)
+            self._explicit.add(t.task_id)
         for up, down in edges:
+            for tid in (up, down):
+                if tid not in self._tasks:
+                    raise ValueError(
+                        f"edges: {tid!r} is not a task of this pipeline; add the Task first"
+                    )
             self._edges.add((up, down))
         self._validate()
 
@@ -90,6 +98,7 @@ class Pipeline:
         p = Pipeline.__new__(Pipeline)
         p._tasks = dict(self._tasks)
         p._edges = set(self._edges) | set(other._edges) | set(extra)
+        p._explicit = set(self._explicit) | set(other._explicit)
         for tid, t in other._tasks.items():
             if tid in p._tasks and p._tasks[tid] is not t:
                 raise ValueError(
@@ -102,7 +111,10 @@ class Pipeline:
 
     def __add__(self, other: Any) -> Pipeline:
         other = Pipeline.of(other)
-        return self._merged(other, [(u, d) for u in self._sinks() for d in other._sources()])
+        # an upstream task the right side only brought along, and that the
+        # left side already has, is not an entry point of the right side
+        sources = [d for d in other._sources() if d in other._explicit or d not in self._tasks]
+        return self._merged(other, [(u, d) for u in self._sinks() for d in sources])
 
     def __radd__(self, other: Any) -> Pipeline:
         return Pipeline.of(other) + self

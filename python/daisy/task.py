@@ -13,24 +13,45 @@ import numbers
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from funlib.geometry import Coordinate, Roi
+from funlib.geometry import Roi
 
 from daisy._daisy import TaskSpec
 
 _FITS = ("valid", "overhang", "shrink")
 
 
+def _coordinate(value: Any, name: str, what: str) -> tuple[int, ...]:
+    """A tuple of ints, or a TypeError naming ``name``."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise TypeError(f"{name}: {what} must be a sequence of integers, got {value!r}")
+    items = tuple(value)
+    for v in items:
+        if v is None:
+            raise ValueError(
+                f"{name}: {what} {items!r} is unbounded (None); give every axis a finite value"
+            )
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(
+                f"{name}: {what} {items!r} contains {v!r} of type {type(v).__name__}; "
+                "use integers (world units)"
+            )
+    return tuple(int(v) for v in items)
+
+
 def _as_roi(value: Any, name: str) -> Roi:
-    """A funlib Roi from a Roi or an ``(offset, shape)`` pair."""
+    """A funlib Roi from a Roi or an ``(offset, shape)`` pair of integer
+    sequences of the same length."""
     if isinstance(value, Roi):
         return value
     if isinstance(value, tuple | list) and len(value) == 2:
-        try:
-            return Roi(Coordinate(value[0]), Coordinate(value[1]))
-        except (TypeError, ValueError) as e:
-            raise TypeError(
-                f"{name}: could not read {value!r} as an (offset, shape) pair: {e}"
-            ) from None
+        offset = _coordinate(value[0], name, "offset")
+        shape = _coordinate(value[1], name, "shape")
+        if len(offset) != len(shape):
+            raise ValueError(
+                f"{name}: offset {offset} has {len(offset)} dimensions but shape {shape} has "
+                f"{len(shape)}; give both the same number"
+            )
+        return Roi(offset, shape)
     raise TypeError(
         f"{name}: expected a daisy.Roi (funlib.geometry.Roi) or an (offset, shape) pair, "
         f"got {type(value).__name__}"
@@ -211,7 +232,17 @@ class Task:
                 )
         self.timeout = timeout
 
-        upstream = list(upstream_tasks) if upstream_tasks is not None else []
+        if upstream_tasks is None:
+            upstream = []
+        elif isinstance(upstream_tasks, Task):
+            upstream = [upstream_tasks]
+        elif isinstance(upstream_tasks, str | bytes) or not isinstance(upstream_tasks, Iterable):
+            raise TypeError(
+                f"upstream_tasks: expected a list of daisy.Task objects, "
+                f"got {type(upstream_tasks).__name__}"
+            )
+        else:
+            upstream = list(upstream_tasks)
         for u in upstream:
             if not isinstance(u, Task):
                 raise TypeError(
@@ -219,15 +250,21 @@ class Task:
                 )
         self.upstream_tasks = upstream
 
-        self._spec = TaskSpec(
-            task_id,
-            self.total_roi,
-            self.read_roi,
-            self.write_roi,
-            fit=fit,
-            read_write_conflict=read_write_conflict,
+        _ = self._spec  # validate the geometry now, not when the task first runs
+
+    @property
+    def _spec(self) -> TaskSpec:
+        """The core's view of the task, built from its current attributes
+        (so a changed ``max_retries`` or ROI is what runs)."""
+        return TaskSpec(
+            self.task_id,
+            _as_roi(self.total_roi, "total_roi"),
+            _as_roi(self.read_roi, "read_roi"),
+            _as_roi(self.write_roi, "write_roi"),
+            fit=self.fit,
+            read_write_conflict=self.read_write_conflict,
             max_retries=self.max_retries,
-            upstream=[u.task_id for u in upstream],
+            upstream=[u.task_id for u in self.upstream_tasks],
         )
 
     @property
