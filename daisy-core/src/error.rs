@@ -34,6 +34,26 @@ pub enum DaisyError {
     /// twice (Python: `ValueError`).
     #[error("release_block: {0}")]
     UnknownBlock(String),
+    /// A tracking store that belongs to another block layout (Python:
+    /// `daisy.LayoutMismatch`).
+    #[error(
+        "tracking store {store} does not fit this task: {reason}. Its layout hash is {found}; \
+         this task's is {expected}. Delete it to start fresh: rm -rf {store} (or Task.reset()), \
+         or point tracking_path elsewhere"
+    )]
+    LayoutMismatch {
+        /// The store's directory.
+        store: String,
+        /// This task's layout hash.
+        expected: String,
+        /// The hash found in the store.
+        found: String,
+        /// What differs.
+        reason: String,
+    },
+    /// Reading or writing a file failed (Python: `OSError`).
+    #[error("{0}")]
+    Io(String),
 }
 
 impl DaisyError {

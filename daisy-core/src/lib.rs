@@ -7,6 +7,7 @@
 pub mod block;
 pub mod block_grid;
 pub mod block_id;
+pub mod block_tracking;
 pub mod client;
 pub mod dependency_graph;
 pub mod error;

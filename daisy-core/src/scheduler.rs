@@ -30,6 +30,7 @@
 //! transitive downstream block, across tasks, is orphaned exactly once.
 
 use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
+use crate::block_tracking::TaskTracking;
 use crate::dependency_graph::{DependencyGraph, RootCursor};
 use crate::error::DaisyError;
 use crate::pipeline::Pipeline;
@@ -47,6 +48,10 @@ struct TaskRun {
     processing: HashSet<u64>,
     max_retries: u32,
     abandoned: bool,
+    /// The task's tracking store, when it has one.
+    tracking: Option<TaskTracking>,
+    /// Per-run skip mask over the placement grid (nonzero: skip).
+    skip_mask: Option<Vec<u8>>,
 }
 
 /// What happened to a block handed back with [`Scheduler::release_block`].
@@ -91,6 +96,8 @@ impl Scheduler {
                     processing: HashSet::new(),
                     max_retries: graph.pipeline().spec(t).max_retries,
                     abandoned: false,
+                    tracking: None,
+                    skip_mask: None,
                 }
             })
             .collect();
@@ -102,6 +109,48 @@ impl Scheduler {
             scratch: Vec::new(),
             scratch2: Vec::new(),
         }
+    }
+
+    /// Give a task its tracking store: done blocks are skipped before
+    /// dispatch, completions are marked, failed attempts counted.
+    pub fn set_tracking(&mut self, task: TaskIndex, tracking: TaskTracking) {
+        self.tasks[task as usize].tracking = Some(tracking);
+    }
+
+    /// The tracking store of a task, if it has one.
+    pub fn tracking(&self, task: TaskIndex) -> Option<&TaskTracking> {
+        self.tasks[task as usize].tracking.as_ref()
+    }
+
+    /// Give a task a skip mask for this run: one byte per block in C order
+    /// of the placement grid, nonzero meaning skip. Masked blocks count as
+    /// skipped, release their downstream blocks and are never recorded.
+    pub fn set_skip_mask(&mut self, task: TaskIndex, mask: Vec<u8>) -> Result<(), DaisyError> {
+        let grid = self.graph.grid(task);
+        if mask.len() as u64 != grid.num_blocks() {
+            return Err(DaisyError::invalid(
+                "skip_mask",
+                format!(
+                    "has {} cells but task {:?} has {} blocks (grid {}); give one cell per block",
+                    mask.len(),
+                    self.graph.pipeline().spec(task).task_id,
+                    grid.num_blocks(),
+                    grid.grid_shape()
+                ),
+            ));
+        }
+        self.tasks[task as usize].skip_mask = Some(mask);
+        Ok(())
+    }
+
+    /// Write every tracking store's dirty pages to disk.
+    pub fn flush_tracking(&self) -> Result<(), DaisyError> {
+        for run in &self.tasks {
+            if let Some(t) = &run.tracking {
+                t.flush()?;
+            }
+        }
+        Ok(())
     }
 
     /// The dependency graph the scheduler works on.
@@ -217,18 +266,33 @@ impl Scheduler {
                 return Ok(None);
             };
             let mut block = self.graph.grid(task).block(index);
-            let skip = match is_done(&block) {
-                Ok(skip) => skip,
-                Err(e) => {
-                    self.tasks[task as usize].retry.push_front(index);
-                    return Err(e);
+            // cheapest first: the done marker (one memory read), the mask
+            // (one byte), then the caller's check (a Python call in daisy)
+            let run = &self.tasks[task as usize];
+            let marked = run.tracking.as_ref().is_some_and(|t| t.is_done(&block));
+            let masked = !marked
+                && run
+                    .skip_mask
+                    .as_ref()
+                    .is_some_and(|m| m.get(index as usize).is_some_and(|&v| v != 0));
+            let checked = if marked || masked {
+                false
+            } else {
+                match is_done(&block) {
+                    Ok(done) => done,
+                    Err(e) => {
+                        self.tasks[task as usize].retry.push_front(index);
+                        return Err(e);
+                    }
                 }
             };
             let run = &mut self.tasks[task as usize];
             run.state.ready_count -= 1;
-            if skip {
+            if marked || masked || checked {
                 run.state.skipped_count += 1;
-                self.complete(block.key);
+                // a block the check function found done is marked, so the
+                // next run skips it for one memory read
+                self.complete(block.key, checked);
                 continue;
             }
             run.processing.insert(index);
@@ -284,19 +348,23 @@ impl Scheduler {
         run.state.processing_count -= 1;
         Ok(match status {
             BlockStatus::Success => {
-                self.complete(key);
+                self.complete(key, true);
                 ReleaseOutcome::Completed
             }
             _ => self.fail(key),
         })
     }
 
-    /// Mark a block completed and release what waits for it.
-    fn complete(&mut self, key: BlockKey) {
+    /// Mark a block completed (in the store too if `record`) and release
+    /// what waits for it.
+    fn complete(&mut self, key: BlockKey, record: bool) {
+        let block = self.graph.block(key);
         let run = &mut self.tasks[key.task as usize];
         run.state.completed_count += 1;
         run.attempts.remove(&key.index);
-        let block = self.graph.block(key);
+        if record && let Some(t) = run.tracking.as_mut() {
+            t.mark_done(&block);
+        }
         let mut downstream = std::mem::take(&mut self.scratch2);
         downstream.clear();
         self.graph.downstream(&block, &mut downstream);
@@ -326,8 +394,12 @@ impl Scheduler {
 
     /// Count a failed attempt; retry or fail for good.
     fn fail(&mut self, key: BlockKey) -> ReleaseOutcome {
+        let block = self.graph.block(key);
         let run = &mut self.tasks[key.task as usize];
         run.state.failed_attempts += 1;
+        if let Some(t) = run.tracking.as_mut() {
+            t.add_failure(&block);
+        }
         let attempts = run.attempts.entry(key.index).or_insert(0);
         *attempts += 1;
         if *attempts <= run.max_retries {
@@ -493,6 +565,69 @@ mod tests {
             s.task_state(1).orphaned_count,
             s.task_state(1).total_block_count
         );
+    }
+
+    #[test]
+    fn tracking_skips_done_blocks_and_masks_are_not_recorded() {
+        let path = std::env::temp_dir().join(format!("daisy-sched-track-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        let run = |mask: Option<Vec<u8>>, fail_id: Option<u64>| {
+            let mut s = chain(0);
+            let spec = s.pipeline().spec(0).clone();
+            s.set_tracking(0, TaskTracking::open(&path, &spec).unwrap());
+            if let Some(m) = mask {
+                s.set_skip_mask(0, m).unwrap();
+            }
+            let mut ran = Vec::new();
+            loop {
+                let mut progressed = false;
+                for t in 0..2 {
+                    while let Some(b) = acquire(&mut s, t) {
+                        if t == 0 {
+                            ran.push(b.spatial_id);
+                        }
+                        let st = if Some(b.spatial_id) == fail_id && t == 0 {
+                            BlockStatus::Failed
+                        } else {
+                            BlockStatus::Success
+                        };
+                        s.release_block(b.key, st).unwrap();
+                        progressed = true;
+                    }
+                }
+                if !progressed {
+                    break;
+                }
+            }
+            (ran, s.task_state(0).clone())
+        };
+        let n = chain(0).graph().num_blocks(0);
+        // first run: everything is masked but block 0 is not; block 0 fails
+        let mut mask = vec![1u8; n as usize];
+        mask[0] = 0;
+        let (ran, st) = run(Some(mask), Some(0));
+        assert_eq!(ran, vec![0]);
+        assert_eq!(st.skipped_count, n - 1);
+        // second run: nothing was recorded done, so everything runs
+        let (ran, st) = run(None, None);
+        assert_eq!(ran.len() as u64, n);
+        assert_eq!(st.skipped_count, 0);
+        // third run: everything is skipped via the markers
+        let (ran, st) = run(None, None);
+        assert!(ran.is_empty());
+        assert_eq!(st.skipped_count, n);
+        assert!(st.all_completed());
+        let s = chain(0);
+        let t = TaskTracking::open(&path, s.pipeline().spec(0)).unwrap();
+        let first = s.graph().grid(0).block(0);
+        let zero = (0..n)
+            .map(|i| s.graph().grid(0).block(i))
+            .find(|b| b.spatial_id == 0)
+            .unwrap();
+        assert_eq!(t.failures(&zero), 1);
+        assert!(t.is_done(&first));
+        assert!(chain(0).set_skip_mask(0, vec![0; 3]).is_err());
+        std::fs::remove_dir_all(&path).unwrap();
     }
 
     #[test]

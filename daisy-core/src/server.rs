@@ -36,7 +36,6 @@
 //! killed at once and the error is returned.
 
 use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
-use crate::pipeline::Pipeline;
 use crate::protocol::{self, ClientMessage, ServerMessage};
 use crate::scheduler::Scheduler;
 use crate::task_state::TaskState;
@@ -210,6 +209,8 @@ struct WorkerSlot {
     busy: bool,
     /// Was told there are no more blocks (so a clean exit is expected).
     dismissed: bool,
+    /// Blocks handed to it.
+    blocks_taken: u64,
 }
 
 #[derive(Debug)]
@@ -238,10 +239,11 @@ struct State<H> {
 
 type Shared<H> = Rc<(RefCell<State<H>>, Notify)>;
 
-/// Run a pipeline with workers until every task is finished (or the tick
-/// hook stops it). Blocks the calling thread.
+/// Run a scheduler's pipeline with workers until every task is finished
+/// (or the tick hook stops it). Blocks the calling thread. Tracking stores
+/// and skip masks set on the scheduler are honoured and flushed at the end.
 pub fn run_server<H: RunHooks + 'static>(
-    pipeline: Pipeline,
+    scheduler: Scheduler,
     config: ServerConfig,
     hooks: H,
 ) -> Result<RunOutcome, RunError<H::Error>>
@@ -253,11 +255,11 @@ where
         .build()
         .map_err(RunError::Io)?;
     let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, serve(pipeline, config, hooks))
+    local.block_on(&rt, serve(scheduler, config, hooks))
 }
 
 async fn serve<H: RunHooks + 'static>(
-    pipeline: Pipeline,
+    scheduler: Scheduler,
     config: ServerConfig,
     hooks: H,
 ) -> Result<RunOutcome, RunError<H::Error>>
@@ -268,10 +270,10 @@ where
         .await
         .map_err(RunError::Io)?;
     let addr = listener.local_addr().map_err(RunError::Io)?;
-    let n = pipeline.len();
+    let n = scheduler.pipeline().len();
     let shared: Shared<H> = Rc::new((
         RefCell::new(State {
-            scheduler: Scheduler::new(pipeline),
+            scheduler,
             config,
             hooks,
             addr: Some(addr),
@@ -321,6 +323,9 @@ where
 
     let result = main_loop(&shared).await;
     accept.abort();
+    if let Err(e) = shared.0.borrow().scheduler.flush_tracking() {
+        tracing::warn!("could not flush a tracking store: {e}");
+    }
     match result {
         Ok(()) => {
             teardown(&shared, false).await;
@@ -610,6 +615,11 @@ fn spawn_worker<H: RunHooks + 'static>(
         .stdin(Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls async-signal-safe functions (prctl, getppid, _exit).
+    unsafe {
+        command.pre_exec(die_with_parent);
+    }
     let mut files = None;
     if let (Some(base), LogMode::File | LogMode::Both) = (&st.config.log_dir, st.config.log_mode) {
         let dir = base.join(&task_id);
@@ -644,6 +654,7 @@ fn spawn_worker<H: RunHooks + 'static>(
             retire: false,
             busy: false,
             dismissed: false,
+            blocks_taken: 0,
         },
     );
     st.workers_started[task as usize] += 1;
@@ -696,19 +707,22 @@ fn on_worker_exit<H: RunHooks>(
     w.busy = false;
     let task = w.task;
     let dismissed = w.dismissed;
+    let took_blocks = w.blocks_taken > 0;
     let expected = w.expected_exit;
     let task_id = st.scheduler.pipeline().spec(task).task_id.clone();
     let status_text = status
         .map(|s| s.to_string())
         .unwrap_or_else(|| "unknown status".into());
     // A worker that leaves while its task still has work, without having
-    // been told there is none (a worker function that returned early),
-    // counts like a crash: otherwise it would be replaced forever.
+    // been told there is none and without having taken a single block (a
+    // worker function that returns at once), counts like a crash: otherwise
+    // it would be replaced forever. One that did some work and left (to cap
+    // its memory, say) made progress and is simply replaced.
     let unexpected = match expected {
         Some(_) => None,
         None if !status.is_some_and(|s| s.success()) => Some(format!("died ({status_text})")),
-        None if !dismissed && !st.scheduler.is_task_finished(task) => {
-            Some("exited before the task was finished, without asking for more blocks".to_string())
+        None if !dismissed && !took_blocks && !st.scheduler.is_task_finished(task) => {
+            Some("exited before the task was finished without taking a block".to_string())
         }
         None => None,
     };
@@ -736,6 +750,24 @@ fn on_worker_exit<H: RunHooks>(
     }
     drop(st);
     shared.1.notify_waiters();
+}
+
+/// In a worker, before exec: be killed when the driver dies, however it
+/// dies (SIGKILL, SIGTERM without cleanup), so no worker outlives its run.
+fn die_with_parent() -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(PR_SET_PDEATHSIG) and getppid have no memory-safety
+    // preconditions; this runs in the child between fork and exec.
+    unsafe {
+        let parent = libc::getppid();
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() != parent {
+            libc::_exit(1); // the driver died before the request took hold
+        }
+    }
+    Ok(())
 }
 
 fn kill_group(pid: u32) {
@@ -950,6 +982,7 @@ async fn acquire<H: RunHooks>(
                 if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
                     w.waiting = false;
                     w.busy = true;
+                    w.blocks_taken += 1;
                 }
                 return ServerMessage::SendBlock { block };
             }

@@ -4,7 +4,7 @@
 
 use daisy_core::client::Client;
 use daisy_core::server::{RunHooks, RunSnapshot, ServerConfig, TaskRuntime, run_server};
-use daisy_core::{Block, BlockStatus, Fit, Pipeline, Roi, TaskSpec};
+use daisy_core::{Block, BlockStatus, Fit, Pipeline, Roi, Scheduler, TaskSpec};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -77,8 +77,13 @@ fn config(token: &str) -> ServerConfig {
 #[test]
 fn external_clients_process_every_block_once() {
     let (tx, rx) = mpsc::channel();
-    let server =
-        std::thread::spawn(move || run_server(pipeline(), config("s3cret"), Hooks { addr: tx }));
+    let server = std::thread::spawn(move || {
+        run_server(
+            Scheduler::new(pipeline()),
+            config("s3cret"),
+            Hooks { addr: tx },
+        )
+    });
     let addr = rx.recv().unwrap();
     let seen = Arc::new(Mutex::new(Vec::<(u32, u64)>::new()));
 

@@ -6,7 +6,15 @@
 
 use daisy_core::DaisyError;
 use pyo3::PyErr;
-use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyOSError, PyValueError};
+
+pyo3::create_exception!(
+    daisy,
+    LayoutMismatch,
+    PyValueError,
+    "A tracking store was written for a different block layout (its message names the store, \
+     both layout hashes and how to delete it)."
+);
 
 /// Convert a core error into the Python exception the user sees.
 pub fn to_pyerr(e: DaisyError) -> PyErr {
@@ -16,6 +24,8 @@ pub fn to_pyerr(e: DaisyError) -> PyErr {
         | DaisyError::Cycle(_)
         | DaisyError::DuplicateTask(_)
         | DaisyError::UnknownBlock(_) => PyValueError::new_err(e.to_string()),
+        DaisyError::LayoutMismatch { .. } => LayoutMismatch::new_err(e.to_string()),
+        DaisyError::Io(_) => PyOSError::new_err(e.to_string()),
     }
 }
 

@@ -28,6 +28,13 @@ fn cantor_number(position: Vec<i64>) -> PyResult<u64> {
     Ok(daisy_core::block_id::cantor_number(&position))
 }
 
+/// Delete a task's tracking store (only a directory that is one).
+#[pyfunction]
+fn reset_tracking(path: std::path::PathBuf) -> PyResult<()> {
+    use errors::IntoPyResult;
+    daisy_core::block_tracking::TaskTracking::reset(&path).py()
+}
+
 #[pymodule]
 fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     py_logging::install();
@@ -39,6 +46,11 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_client::PyClient>()?;
     m.add_function(wrap_pyfunction!(py_server::run_distributed, m)?)?;
     m.add_function(wrap_pyfunction!(cantor_number, m)?)?;
+    m.add_function(wrap_pyfunction!(reset_tracking, m)?)?;
+    m.add(
+        "LayoutMismatch",
+        m.py().get_type::<errors::LayoutMismatch>(),
+    )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -11,6 +11,7 @@ use crate::errors::{IntoPyResult, to_pyerr};
 use crate::py_block::PyBlock;
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
+use daisy_core::block_tracking::TaskTracking;
 use daisy_core::dependency_graph::DependencyGraph;
 use daisy_core::{Block, BlockKey, BlockStatus, DaisyError, Pipeline, Scheduler, TaskIndex};
 use pyo3::exceptions::PyValueError;
@@ -19,6 +20,39 @@ use pyo3::types::{PyAny, PyDict, PyList};
 
 fn pipeline_from(specs: &[PyRef<'_, PyTaskSpec>]) -> PyResult<Pipeline> {
     Pipeline::new(specs.iter().map(|s| s.spec.clone()).collect()).py()
+}
+
+/// A core scheduler for `specs`, with the tracking stores (task id to
+/// directory) opened and the skip masks (task id to one byte per block)
+/// set. A store of another layout raises `daisy.LayoutMismatch`.
+pub fn build_scheduler(
+    specs: &[PyRef<'_, PyTaskSpec>],
+    tracking: Option<&Bound<'_, PyDict>>,
+    skip_masks: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Scheduler> {
+    let mut scheduler = Scheduler::new(pipeline_from(specs)?);
+    for t in 0..scheduler.pipeline().len() as TaskIndex {
+        let spec = scheduler.pipeline().spec(t).clone();
+        if let Some(path) = tracking
+            .map(|d| d.get_item(&spec.task_id))
+            .transpose()?
+            .flatten()
+            && !path.is_none()
+        {
+            let path: std::path::PathBuf = path.extract()?;
+            scheduler.set_tracking(t, TaskTracking::open(&path, &spec).py()?);
+        }
+        if let Some(mask) = skip_masks
+            .map(|d| d.get_item(&spec.task_id))
+            .transpose()?
+            .flatten()
+            && !mask.is_none()
+        {
+            let bytes: Vec<u8> = mask.extract()?;
+            scheduler.set_skip_mask(t, bytes).py()?;
+        }
+    }
+    Ok(scheduler)
 }
 
 /// The core key of a Python block, from its scheduler key when it has one,
@@ -110,20 +144,29 @@ impl PyScheduler {
 
 #[pymethods]
 impl PyScheduler {
-    /// `Scheduler(specs, check_functions=None)`: `check_functions` maps
-    /// task ids to callables that return True for blocks already done.
+    /// `Scheduler(specs, check_functions=None, tracking=None,
+    /// skip_masks=None)`: `check_functions` maps task ids to callables that
+    /// return True for blocks already done, `tracking` task ids to tracking
+    /// store directories, `skip_masks` task ids to one byte per block.
     #[new]
-    #[pyo3(signature = (specs, check_functions=None))]
+    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None))]
     fn new(
         specs: Vec<PyRef<'_, PyTaskSpec>>,
         check_functions: Option<&Bound<'_, PyDict>>,
+        tracking: Option<&Bound<'_, PyDict>>,
+        skip_masks: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        let pipeline = pipeline_from(&specs)?;
-        let checks = callables_by_task(&pipeline, check_functions)?;
-        let task_ids = pipeline.specs().iter().map(|s| s.task_id.clone()).collect();
-        let n = pipeline.len();
+        let inner = build_scheduler(&specs, tracking, skip_masks)?;
+        let checks = callables_by_task(inner.pipeline(), check_functions)?;
+        let task_ids = inner
+            .pipeline()
+            .specs()
+            .iter()
+            .map(|s| s.task_id.clone())
+            .collect();
+        let n = inner.pipeline().len();
         Ok(Self {
-            inner: Scheduler::new(pipeline),
+            inner,
             task_ids,
             checks,
             started: vec![false; n],
@@ -147,6 +190,11 @@ impl PyScheduler {
             self.started[task as usize] = true;
         }
         Ok(block.map(|b| PyBlock::from_core(&b, task_id)))
+    }
+
+    /// Write the tracking stores' pages to disk.
+    fn flush(&self) -> PyResult<()> {
+        self.inner.flush_tracking().py()
     }
 
     /// Hand back a block with its status set to SUCCESS or FAILED.
@@ -226,7 +274,9 @@ impl PyScheduler {
         for (t, s) in self.started.iter_mut().enumerate() {
             *s |= self.inner.task_state(t as TaskIndex).skipped_count > 0;
         }
-        result.map_err(|e| e.0)
+        let flushed = self.inner.flush_tracking().py();
+        result.map_err(|e| e.0)?;
+        flushed
     }
 }
 

@@ -7,14 +7,14 @@
 //! to let Python handle signals (Ctrl-C raises `KeyboardInterrupt` there,
 //! which stops the run) and update progress.
 
-use crate::errors::IntoPyResult;
 use crate::py_block::PyBlock;
+use crate::py_scheduler::build_scheduler;
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
+use daisy_core::Block;
 use daisy_core::server::{
     LogMode, RunError, RunHooks, RunSnapshot, ServerConfig, TaskRuntime, WorkerCommand, run_server,
 };
-use daisy_core::{Block, Pipeline};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyBytes, PyDict, PyList};
@@ -108,7 +108,7 @@ fn task_runtime(d: &Bound<'_, PyDict>) -> PyResult<TaskRuntime> {
 /// `abandoned` (task id, reason), `unmanaged_clients` and
 /// `workers_started` (task id to count).
 #[pyfunction]
-#[pyo3(signature = (specs, tasks, host, port, resources, log_dir, log_mode, check_functions, on_tick, on_listening))]
+#[pyo3(signature = (specs, tasks, host, port, resources, log_dir, log_mode, check_functions, on_tick, on_listening, tracking=None, skip_masks=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn run_distributed(
     py: Python<'_>,
@@ -122,9 +122,16 @@ pub fn run_distributed(
     check_functions: &Bound<'_, PyDict>,
     on_tick: Py<PyAny>,
     on_listening: Py<PyAny>,
+    tracking: Option<&Bound<'_, PyDict>>,
+    skip_masks: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyDict>> {
-    let pipeline = Pipeline::new(specs.iter().map(|s| s.spec.clone()).collect()).py()?;
-    let task_ids: Vec<String> = pipeline.specs().iter().map(|s| s.task_id.clone()).collect();
+    let scheduler = build_scheduler(&specs, tracking, skip_masks)?;
+    let task_ids: Vec<String> = scheduler
+        .pipeline()
+        .specs()
+        .iter()
+        .map(|s| s.task_id.clone())
+        .collect();
     let mut runtimes = Vec::with_capacity(task_ids.len());
     let mut checks = Vec::with_capacity(task_ids.len());
     for tid in &task_ids {
@@ -178,7 +185,7 @@ pub fn run_distributed(
         on_listening,
         token,
     };
-    let outcome = py.detach(|| run_server(pipeline, config, hooks));
+    let outcome = py.detach(|| run_server(scheduler, config, hooks));
     let outcome = match outcome {
         Ok(o) => o,
         Err(RunError::Hook(e)) => return Err(e),

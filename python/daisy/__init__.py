@@ -11,6 +11,7 @@ from funlib.geometry import Coordinate, Roi
 
 from daisy import (
     block,
+    block_tracking,
     client,
     context,
     convenience,
@@ -27,8 +28,13 @@ from daisy import (
     task,
     task_state,
 )
-from daisy._daisy import __version__
+from daisy._daisy import LayoutMismatch, __version__
 from daisy.block import Block, BlockStatus
+from daisy.block_tracking import (
+    get_tracking_basedir,
+    set_done_marker_basedir,
+    set_tracking_basedir,
+)
 from daisy.client import Client
 from daisy.context import Context
 from daisy.convenience import run_blockwise
@@ -50,6 +56,7 @@ __all__ = [
     "Coordinate",
     "DependencyGraph",
     "JsonProgressObserver",
+    "LayoutMismatch",
     "Pipeline",
     "Roi",
     "Scheduler",
@@ -59,12 +66,14 @@ __all__ = [
     "TaskState",
     "__version__",
     "block",
+    "block_tracking",
     "client",
     "context",
     "convenience",
     "coordinate",
     "dependency_graph",
     "execution_summary",
+    "get_tracking_basedir",
     "logging",
     "pipeline",
     "progress",
@@ -72,6 +81,8 @@ __all__ = [
     "run_blockwise",
     "scheduler",
     "serial_server",
+    "set_done_marker_basedir",
+    "set_tracking_basedir",
     "server",
     "task",
     "task_state",

@@ -17,10 +17,15 @@ __all__ = [
     "Client",
     "run_distributed",
     "cantor_number",
+    "reset_tracking",
+    "LayoutMismatch",
     "__version__",
 ]
 
 def cantor_number(position: Sequence[int]) -> int: ...
+def reset_tracking(path: str) -> None: ...
+
+class LayoutMismatch(ValueError): ...
 
 @disjoint_base
 class Block:
@@ -121,7 +126,10 @@ class Scheduler:
         cls,
         specs: Sequence[TaskSpec],
         check_functions: Mapping[str, Callable[[Block], Any]] | None = None,
+        tracking: Mapping[str, str] | None = None,
+        skip_masks: Mapping[str, bytes] | None = None,
     ) -> Scheduler: ...
+    def flush(self) -> None: ...
     @property
     def task_ids(self) -> list[str]: ...
     def acquire_block(self, task_id: str) -> Block | None: ...
@@ -168,4 +176,6 @@ def run_distributed(
     check_functions: Mapping[str, Callable[[Block], Any]],
     on_tick: Callable[[list[TaskState], list[int]], Any],
     on_listening: Callable[[str, int, str], Any],
+    tracking: Mapping[str, str] | None = None,
+    skip_masks: Mapping[str, bytes] | None = None,
 ) -> dict[str, Any]: ...

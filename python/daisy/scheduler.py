@@ -9,6 +9,7 @@ from typing import Any
 
 from daisy._daisy import Block, TaskState
 from daisy._daisy import Scheduler as _NativeScheduler
+from daisy.block_tracking import skip_masks, tracking_paths
 from daisy.pipeline import Pipeline
 from daisy.task import Task
 
@@ -29,6 +30,8 @@ class Scheduler:
         self._native = _NativeScheduler(
             self._pipeline.specs(),
             {tid: t._pre_check for tid, t in self._tasks.items() if t._pre_check},
+            tracking_paths(self._tasks.values()),
+            skip_masks(self._tasks.values()),
         )
 
     @property

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from daisy._daisy import TaskState
+from daisy.block_tracking import log_skips
 from daisy.scheduler import Scheduler
 
 
@@ -39,4 +40,6 @@ class SerialServer:
             {t.task_id: t.process_function for t in scheduler.tasks},
             {t.task_id: t._post_check for t in scheduler.tasks if t._post_check},
         )
-        return scheduler.task_states
+        states = scheduler.task_states
+        log_skips(scheduler.tasks, states)
+        return states

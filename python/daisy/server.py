@@ -11,9 +11,12 @@ gathers the settings, shows progress and keeps what the run reported.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ import cloudpickle
 
 from daisy import logging as daisy_logging
 from daisy._daisy import TaskState, run_distributed
+from daisy.block_tracking import log_skips, skip_masks, tracking_paths
 from daisy.context import Context
 from daisy.pipeline import Pipeline
 from daisy.progress import ProgressObserver, default_observers
@@ -32,10 +36,35 @@ logger = logging.getLogger(__name__)
 MAX_LISTED_FAILURES = 10
 
 
-def worker_payload(function: object) -> bytes:
+def worker_payload(function: object, post_check: object = None) -> bytes:
     """What a worker process reads from stdin (see `daisy._worker`): this
-    process's ``sys.path``, then the cloudpickled ``function``."""
-    return pickle.dumps(list(sys.path)) + cloudpickle.dumps(function)
+    process's ``sys.path``, then the cloudpickled ``(function, post_check)``."""
+    return pickle.dumps(list(sys.path)) + cloudpickle.dumps((function, post_check))
+
+
+@contextlib.contextmanager
+def _sigterm_stops_the_run() -> Iterator[None]:
+    """While a run goes, SIGTERM (``kill``, a batch system's time limit)
+    stops it like Ctrl-C: the server kills every worker and the driver
+    exits with status 143. A handler the program installed itself is left
+    alone."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is not signal.SIG_DFL:
+            yield
+            return
+        signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class Server:
@@ -83,7 +112,7 @@ class Server:
                 "program": sys.executable,
                 "args": ["-m", "daisy._worker"],
                 "env": [],
-                "stdin": worker_payload(t.process_function),
+                "stdin": worker_payload(t.process_function, t._post_check),
             }
         resources = dict(resources or {})
         for k, v in resources.items():
@@ -108,18 +137,21 @@ class Server:
                     obs.update(tid, state, n)
 
         try:
-            out = run_distributed(
-                specs,
-                settings,
-                self.host,
-                self.port,
-                resources,
-                None if log_dir is None else str(Path(log_dir).absolute()),
-                daisy_logging.get_log_mode(),
-                {tid: t._pre_check for tid, t in task_map.items() if t._pre_check},
-                on_tick,
-                on_listening,
-            )
+            with _sigterm_stops_the_run():
+                out = run_distributed(
+                    specs,
+                    settings,
+                    self.host,
+                    self.port,
+                    resources,
+                    None if log_dir is None else str(Path(log_dir).absolute()),
+                    daisy_logging.get_log_mode(),
+                    {tid: t._pre_check for tid, t in task_map.items() if t._pre_check},
+                    on_tick,
+                    on_listening,
+                    tracking_paths(task_map.values()),
+                    skip_masks(task_map.values()),
+                )
         finally:
             for obs in observers:
                 obs.close()
@@ -128,7 +160,9 @@ class Server:
         self.unmanaged_clients = out["unmanaged_clients"]
         for tid, reason in self.abandoned:
             logger.error("daisy: task %r was abandoned: %s", tid, reason)
-        return dict(out["states"])
+        states = dict(out["states"])
+        log_skips(task_map.values(), states)
+        return states
 
     def failure_notes(self) -> dict[str, list[str]]:
         """Per task, the lines the Execution Summary shows under it: the

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import os
+import warnings
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from funlib.geometry import Roi
 
-from daisy._daisy import TaskSpec
+from daisy._daisy import TaskSpec, reset_tracking
+from daisy.block_tracking import resolve_tracking_path
 
 _FITS = ("valid", "overhang", "shrink")
 
@@ -111,6 +115,14 @@ class Task:
             (crash, kill) before the task is abandoned.
         requires: resources one worker of this task holds, e.g.
             ``{"gpu": 1}``; ``run_blockwise(resources=...)`` caps the total.
+        tracking_path: directory of the task's tracking store (done
+            markers, failure counts; see DONE_MARKERS.md). ``None`` (the
+            default) uses ``<basedir>/<task_id>`` when
+            `daisy.set_tracking_basedir` was called, else no store;
+            ``False`` opts out. Blocks marked done are skipped next time.
+        done_marker_path: deprecated name of ``tracking_path``.
+        skip_mask: an array of shape `block_grid_shape`, nonzero for blocks
+            to skip in this run only (never recorded as done).
     """
 
     def __init__(
@@ -134,6 +146,9 @@ class Task:
         max_workers: int | None = None,
         max_worker_restarts: int = 10,
         requires: dict[str, int] | None = None,
+        tracking_path: str | os.PathLike[str] | bool | None = None,
+        done_marker_path: str | os.PathLike[str] | bool | None = None,
+        skip_mask: Any = None,
     ) -> None:
         if isinstance(task_id, numbers.Integral) and not isinstance(task_id, bool):
             task_id = str(task_id)  # daisy 1.x accepted int ids
@@ -252,6 +267,36 @@ class Task:
 
         _ = self._spec  # validate the geometry now, not when the task first runs
 
+        if done_marker_path is not None:
+            warnings.warn(
+                "done_marker_path is deprecated; use tracking_path",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if tracking_path is not None and tracking_path != done_marker_path:
+                raise ValueError(
+                    "tracking_path and done_marker_path disagree; done_marker_path is the old "
+                    "name of tracking_path: pass only one"
+                )
+            tracking_path = done_marker_path
+        if tracking_path is True:
+            raise TypeError(
+                "tracking_path: expected a directory, None (use the tracking basedir) or False "
+                "(no store), got True"
+            )
+        if not (
+            tracking_path is None
+            or tracking_path is False
+            or isinstance(tracking_path, str | os.PathLike)
+        ):
+            raise TypeError(
+                f"tracking_path: expected a directory path, None or False, "
+                f"got {type(tracking_path).__name__}"
+            )
+        self._tracking_path = tracking_path
+        self._skip_mask = self._check_skip_mask(skip_mask)
+        self.skip_mask = skip_mask
+
     @property
     def _spec(self) -> TaskSpec:
         """The core's view of the task, built from its current attributes
@@ -266,6 +311,38 @@ class Task:
             max_retries=self.max_retries,
             upstream=[u.task_id for u in self.upstream_tasks],
         )
+
+    def _check_skip_mask(self, mask: Any) -> bytes | None:
+        """The mask as one byte per block in C order, or an error naming
+        the expected shape."""
+        if mask is None:
+            return None
+        import numpy as np
+
+        array = np.asarray(mask)
+        if array.dtype.kind not in "biu":
+            raise TypeError(
+                f"skip_mask: expected a boolean or integer array, got dtype {array.dtype}"
+            )
+        shape = self.block_grid_shape
+        if array.shape != shape:
+            raise ValueError(
+                f"skip_mask: has shape {array.shape} but task {self.task_id!r} has a block grid of "
+                f"shape {shape} (Task.block_grid_shape); give one cell per block"
+            )
+        return np.ascontiguousarray(array != 0, dtype=np.uint8).tobytes()
+
+    @property
+    def tracking_path(self) -> Path | None:
+        """The task's tracking store directory, or None if it has none."""
+        return resolve_tracking_path(self.task_id, self._tracking_path)
+
+    def reset(self) -> None:
+        """Delete the task's tracking store (only the store), so the next
+        run processes every block again."""
+        path = self.tracking_path
+        if path is not None:
+            reset_tracking(str(path))
 
     @property
     def total_write_roi(self) -> Roi:

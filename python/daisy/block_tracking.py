@@ -1,0 +1,104 @@
+"""Where tasks keep their tracking stores, and what a run skipped.
+
+A task's tracking store (see DONE_MARKERS.md) is a Zarr v3 group of
+memory-mapped arrays written by the Rust core: which blocks are done, how
+often each failed. A task is tracked when it has an explicit
+``Task(tracking_path=...)`` or when a base directory is set with
+`set_tracking_basedir`, which gives every task without an explicit path
+the store ``<basedir>/<task_id>``. Nothing is tracked otherwise, and
+nothing is ever skipped: a rerun executes every block, as in daisy 1.x.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from daisy._daisy import TaskState
+    from daisy.task import Task
+
+logger = logging.getLogger("daisy.block_tracking")
+
+_basedir: Path | None = None
+
+
+def set_tracking_basedir(path: str | os.PathLike[str] | None) -> None:
+    """Track every task without an explicit ``tracking_path`` in
+    ``<path>/<task_id>``; ``None`` stops that. Prefer an absolute path
+    that belongs to the run: markers are keyed by task id and geometry, not
+    by your code, so a changed pipeline wants new task ids or
+    ``Task.reset()``."""
+    global _basedir
+    _basedir = None if path is None else Path(path).absolute()
+
+
+def get_tracking_basedir() -> Path | None:
+    """The tracking base directory, or None."""
+    return _basedir
+
+
+def set_done_marker_basedir(path: str | os.PathLike[str] | None) -> None:
+    """Deprecated name of `set_tracking_basedir`."""
+    warnings.warn(
+        "set_done_marker_basedir is deprecated; use daisy.set_tracking_basedir",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    set_tracking_basedir(path)
+
+
+def resolve_tracking_path(task_id: str, explicit: Any) -> Path | None:
+    """A task's store: its explicit path, ``<basedir>/<task_id>``, or None
+    (``explicit=False`` opts out even when a base directory is set)."""
+    if explicit is False:
+        return None
+    if explicit is not None:
+        return Path(explicit).absolute()
+    if _basedir is not None:
+        return _basedir / task_id
+    return None
+
+
+def tracking_paths(tasks: Iterable[Task]) -> dict[str, str]:
+    """Task id to store directory, for the tracked tasks among ``tasks``."""
+    out = {}
+    for t in tasks:
+        path = t.tracking_path
+        if path is not None:
+            out[t.task_id] = str(path)
+    return out
+
+
+def skip_masks(tasks: Iterable[Task]) -> dict[str, bytes]:
+    """Task id to skip mask (one byte per block, C order), for the tasks
+    that have one."""
+    return {t.task_id: t._skip_mask for t in tasks if t._skip_mask is not None}
+
+
+def log_skips(tasks: Iterable[Task], states: Mapping[str, TaskState]) -> None:
+    """One INFO record per task that skipped blocks, saying how to
+    reprocess them."""
+    for t in tasks:
+        s = states.get(t.task_id)
+        if s is None or not s.skipped_count:
+            continue
+        how = []
+        if t.tracking_path is not None:
+            how.append("Task.reset() or tracking_path=False")
+        if t._skip_mask is not None:
+            how.append("a narrower skip_mask")
+        if t._pre_check is not None:
+            how.append("a check_function that returns False")
+        logger.info(
+            "task %r: resumed: %d/%d blocks skipped (done markers, skip mask or "
+            "check_function); %s reprocesses them",
+            t.task_id,
+            s.skipped_count,
+            s.total_block_count,
+            " or ".join(how) or "nothing",
+        )
