@@ -1,5 +1,5 @@
-"""Run ``benchmarks/test_core_bench.py`` and ``benchmarks/test_runtime_bench.py``
-under this package and under the
+"""Run ``benchmarks/test_core_bench.py``, ``test_runtime_bench.py`` and
+``test_tracking_bench.py`` under this package and under the
 published daisy 2.0.0, one after the other, and print a markdown table of
 the median times.
 
@@ -40,7 +40,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-BENCH_FILES = [HERE / "test_core_bench.py", HERE / "test_runtime_bench.py"]
+BENCH_FILES = [
+    HERE / "test_core_bench.py",
+    HERE / "test_runtime_bench.py",
+    HERE / "test_tracking_bench.py",
+]
 DEFAULT_OURS = REPO / ".venv" / "bin" / "python"
 DEFAULT_THEIRS = Path("/work/venvs/daisy200/bin/python")
 
