@@ -7,6 +7,7 @@
 pub mod block;
 pub mod block_grid;
 pub mod block_id;
+pub mod block_profile;
 pub mod block_tracking;
 pub mod client;
 pub mod dependency_graph;
@@ -14,11 +15,14 @@ pub mod error;
 pub mod geometry;
 pub mod pipeline;
 pub mod protocol;
+pub mod run_report;
+pub mod run_stats;
 pub mod scheduler;
 pub mod serial;
 pub mod server;
 pub mod task_spec;
 pub mod task_state;
+pub mod worker_timeline;
 
 pub use block::{Block, BlockKey, BlockStatus, TaskIndex};
 pub use error::DaisyError;

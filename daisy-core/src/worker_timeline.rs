@@ -1,0 +1,286 @@
+//! The life of every worker, stamped by the server from events it already
+//! handles: [`WorkerTimeline`] per worker, folded per task into a
+//! [`WorkerSummary`]. RUN_STATS.md explains the phases.
+//!
+//! ```text
+//! phase       from                               to
+//! startup     spawn                              first AcquireBlock
+//! idle        previous return (or 1st acquire)   SendBlock
+//! compute     SendBlock                          ReleaseBlock / BlockFailed
+//! final wait  last return                        NoMoreBlocks sent
+//! teardown    NoMoreBlocks (or run shutdown)     process exit
+//! ```
+//!
+//! Only the server sees startup (a worker cannot time the moments before
+//! its interpreter ran) and teardown (or after it exited); for a cluster
+//! worker function, startup honestly includes the queue wait. Compute is the
+//! server's round trip, so it includes transport and the worker's wrapper;
+//! the block's own `wall_seconds` is narrower, and the difference is
+//! reported as overhead. A failed block's round trip counts in compute and
+//! `blocks_failed`. Only clean exits have a teardown.
+
+use crate::run_stats::{StatSummary, Welford};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// How a worker ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerExit {
+    /// It was told there was no more work and exited.
+    Clean,
+    /// It died or left unexpectedly.
+    Error,
+    /// Its block timed out and the server killed it.
+    Timeout,
+    /// It was alive when the run was interrupted.
+    Interrupted,
+}
+
+/// One worker's stamps.
+#[derive(Clone, Debug)]
+pub struct WorkerTimeline {
+    worker_id: u32,
+    spawned: Instant,
+    first_acquire: Option<Instant>,
+    last_return: Option<Instant>,
+    sent: Option<Instant>,
+    idle: Welford,
+    compute: Welford,
+    blocks_ok: u64,
+    blocks_failed: u64,
+    final_wait: Option<f64>,
+    dismissed: Option<Instant>,
+    teardown: Option<f64>,
+    exit: Option<WorkerExit>,
+}
+
+/// One worker's figures, as the report writes them (seconds).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerRecord {
+    /// Server-assigned id.
+    pub worker_id: u32,
+    /// Spawn to first acquire; None if it never connected.
+    pub startup: Option<f64>,
+    /// Blocks it completed.
+    pub blocks_ok: u64,
+    /// Blocks it failed.
+    pub blocks_failed: u64,
+    /// Gaps before each block.
+    pub idle: StatSummary,
+    /// Round trip of each block.
+    pub compute: StatSummary,
+    /// Last return to being dismissed.
+    pub final_wait: Option<f64>,
+    /// Dismissed (or run shutdown) to exit; clean exits only.
+    pub teardown: Option<f64>,
+    /// How it ended; None if still running.
+    pub exit: Option<WorkerExit>,
+}
+
+impl WorkerTimeline {
+    /// A worker spawned at `spawned`.
+    pub fn new(worker_id: u32, spawned: Instant) -> Self {
+        Self {
+            worker_id,
+            spawned,
+            first_acquire: None,
+            last_return: None,
+            sent: None,
+            idle: Welford::default(),
+            compute: Welford::default(),
+            blocks_ok: 0,
+            blocks_failed: 0,
+            final_wait: None,
+            dismissed: None,
+            teardown: None,
+            exit: None,
+        }
+    }
+
+    /// An acquire request arrived.
+    pub fn on_acquire(&mut self, now: Instant) {
+        if self.first_acquire.is_none() {
+            self.first_acquire = Some(now);
+        }
+    }
+
+    /// A block was sent.
+    pub fn on_send(&mut self, now: Instant) {
+        if let Some(since) = self.last_return.or(self.first_acquire) {
+            self.idle
+                .push(now.saturating_duration_since(since).as_secs_f64());
+        }
+        self.sent = Some(now);
+    }
+
+    /// A block came back (released or failed).
+    pub fn on_return(&mut self, now: Instant, ok: bool) {
+        if let Some(sent) = self.sent.take() {
+            self.compute
+                .push(now.saturating_duration_since(sent).as_secs_f64());
+        }
+        if ok {
+            self.blocks_ok += 1;
+        } else {
+            self.blocks_failed += 1;
+        }
+        self.last_return = Some(now);
+    }
+
+    /// The worker was told there are no more blocks (or the run ended).
+    pub fn on_dismiss(&mut self, now: Instant) {
+        if self.dismissed.is_some() {
+            return;
+        }
+        self.dismissed = Some(now);
+        if let Some(last) = self.last_return.or(self.first_acquire) {
+            self.final_wait = Some(now.saturating_duration_since(last).as_secs_f64());
+        }
+    }
+
+    /// The process exited.
+    pub fn on_exit(&mut self, now: Instant, exit: WorkerExit) {
+        if self.exit.is_some() {
+            return;
+        }
+        self.exit = Some(exit);
+        if exit == WorkerExit::Clean
+            && let Some(d) = self.dismissed
+        {
+            self.teardown = Some(now.saturating_duration_since(d).as_secs_f64());
+        }
+    }
+
+    /// The record for the report.
+    pub fn record(&self) -> WorkerRecord {
+        WorkerRecord {
+            worker_id: self.worker_id,
+            startup: self
+                .first_acquire
+                .map(|t| t.saturating_duration_since(self.spawned).as_secs_f64()),
+            blocks_ok: self.blocks_ok,
+            blocks_failed: self.blocks_failed,
+            idle: self.idle.summary(),
+            compute: self.compute.summary(),
+            final_wait: self.final_wait,
+            teardown: self.teardown,
+            exit: self.exit,
+        }
+    }
+}
+
+/// The workers of one task, as the report writes them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerSummary {
+    /// Workers daisy started.
+    pub count: u64,
+    /// Clients that connected without a server-assigned id.
+    pub unmanaged_clients: u64,
+    /// One sample per worker that connected.
+    pub startup: StatSummary,
+    /// Every per-block gap, pooled.
+    pub idle: StatSummary,
+    /// Every per-block round trip, pooled.
+    pub compute: StatSummary,
+    /// One sample per clean exit.
+    pub teardown: StatSummary,
+    /// How many workers ended which way.
+    pub exits: BTreeMap<String, u64>,
+    /// Every worker, by id.
+    pub by_id: Vec<WorkerRecord>,
+}
+
+impl WorkerSummary {
+    /// Fold the timelines of one task's workers.
+    pub fn fold<'a>(
+        timelines: impl Iterator<Item = &'a WorkerTimeline>,
+        unmanaged_clients: u64,
+    ) -> Self {
+        let (mut startup, mut idle, mut compute, mut teardown) = (
+            Welford::default(),
+            Welford::default(),
+            Welford::default(),
+            Welford::default(),
+        );
+        let mut exits = BTreeMap::new();
+        let mut by_id = Vec::new();
+        for t in timelines {
+            let r = t.record();
+            if let Some(s) = r.startup {
+                startup.push(s);
+            }
+            idle.merge(&t.idle);
+            compute.merge(&t.compute);
+            if let Some(td) = r.teardown {
+                teardown.push(td);
+            }
+            if let Some(e) = r.exit {
+                let key = serde_json::to_value(e)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default();
+                *exits.entry(key).or_insert(0) += 1;
+            }
+            by_id.push(r);
+        }
+        by_id.sort_by_key(|r| r.worker_id);
+        Self {
+            count: by_id.len() as u64,
+            unmanaged_clients,
+            startup: startup.summary(),
+            idle: idle.summary(),
+            compute: compute.summary(),
+            teardown: teardown.summary(),
+            exits,
+            by_id,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn phases_follow_the_stamps() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut w = WorkerTimeline::new(3, t0);
+        w.on_acquire(at(60));
+        w.on_send(at(61));
+        w.on_return(at(111), true);
+        w.on_acquire(at(112));
+        w.on_send(at(113));
+        w.on_return(at(163), false);
+        w.on_dismiss(at(170));
+        w.on_exit(at(190), WorkerExit::Clean);
+        let r = w.record();
+        assert!((r.startup.unwrap() - 0.060).abs() < 1e-9);
+        assert_eq!((r.blocks_ok, r.blocks_failed), (1, 1));
+        assert_eq!(r.compute.n, 2);
+        assert!((r.compute.mean - 0.050).abs() < 1e-9);
+        assert!((r.idle.sum - 0.003).abs() < 1e-9, "{:?}", r.idle);
+        assert!((r.final_wait.unwrap() - 0.007).abs() < 1e-9);
+        assert!((r.teardown.unwrap() - 0.020).abs() < 1e-9);
+        assert_eq!(r.exit, Some(WorkerExit::Clean));
+        let s = WorkerSummary::fold([w].iter(), 2);
+        assert_eq!(s.count, 1);
+        assert_eq!(s.unmanaged_clients, 2);
+        assert_eq!(s.exits.get("clean"), Some(&1));
+    }
+
+    #[test]
+    fn only_clean_exits_have_a_teardown() {
+        let t0 = Instant::now();
+        let mut w = WorkerTimeline::new(0, t0);
+        w.on_acquire(t0);
+        w.on_dismiss(t0);
+        w.on_exit(t0 + Duration::from_millis(5), WorkerExit::Error);
+        assert_eq!(w.record().teardown, None);
+        let never = WorkerTimeline::new(1, t0);
+        assert_eq!(never.record().startup, None);
+    }
+}
