@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
+
+import pytest
 
 import daisy
 
@@ -66,3 +68,20 @@ def transitive_downstream(
         seen.add(bid(b))
         stack.extend(graph.downstream(b))
     return seen
+
+
+@pytest.fixture(autouse=True)
+def _isolated_daisy_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test starts with worker logs (and the run reports of untracked
+    tasks) in a fresh temporary directory, never the repository, and with
+    no tracking base directory; the previous settings come back after."""
+    old_log = daisy.logging.get_log_basedir()
+    old_mode = daisy.logging.get_log_mode()
+    old_tracking = daisy.get_tracking_basedir()
+    daisy.logging.set_log_basedir(tmp_path_factory.mktemp("daisy_logs"))
+    daisy.set_tracking_basedir(None)
+    yield
+    daisy.logging.set_log_basedir(old_log)
+    if old_log is not None:
+        daisy.logging.set_log_mode(old_mode)
+    daisy.set_tracking_basedir(old_tracking)

@@ -343,7 +343,9 @@ def test_worker_function_exception_fails_block_which_is_retried(rec_dir, tmp_pat
     assert_each_block_once(records, block_ids(task), log_dir)
     # the exception was swallowed: the one worker went on with other blocks
     assert len({r["pid"] for r in records}) == 1
+    # one worker's logs (and the task's run report, runs.jsonl, beside them)
     assert sorted(p.name for p in (log_dir / "wf_raise").iterdir()) == [
+        "runs.jsonl",
         "worker_0.err",
         "worker_0.out",
     ]
@@ -717,7 +719,7 @@ def test_init_callback_error_stops_the_run_before_workers_start(log_dir):
     task = line_task("init_err", 3, lambda b: None, init_callback_fn=explode)
     with pytest.raises(LookupError, match="init failed"):
         daisy.run_blockwise(task, progress=False, summary=False)
-    assert not (log_dir / "init_err").exists()
+    assert not list((log_dir / "init_err").glob("worker_*"))  # no worker started
 
 
 def test_init_callback_called_once_per_task_with_context(log_dir):

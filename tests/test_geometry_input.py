@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -707,8 +708,14 @@ import daisy
 def _run_limited(body: str) -> subprocess.CompletedProcess:
     code = _LIMITED.format(body=textwrap.dedent(body))
     env = {**os.environ, "RUST_BACKTRACE": "0"}
+    # run in a scratch directory: a run writes daisy_logs/ into its cwd
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tempfile.mkdtemp(prefix="daisy-limited-"),
     )
 
 

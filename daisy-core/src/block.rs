@@ -6,6 +6,7 @@
 //! comes back, so nothing per block lives longer than the block is in
 //! flight.
 
+use crate::block_profile::BlockStats;
 use crate::geometry::{Coord, Roi};
 use serde::{Deserialize, Serialize};
 
@@ -38,7 +39,7 @@ pub enum BlockStatus {
 }
 
 /// A block: what to read, what to write, and who it is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Block {
     /// The scheduler's key.
     pub key: BlockKey,
@@ -55,4 +56,7 @@ pub struct Block {
     pub requested_write_roi: Roi,
     /// Current status.
     pub status: BlockStatus,
+    /// What the block cost, measured by whoever ran it (resource tracking);
+    /// rides home on the release message.
+    pub stats: Option<BlockStats>,
 }

@@ -386,6 +386,7 @@ impl BlockGrid {
             write_roi,
             requested_write_roi,
             status: BlockStatus::Created,
+            stats: None,
         }
     }
 

@@ -39,6 +39,7 @@
 
 use crate::block::Block;
 use crate::block_grid::BlockGrid;
+use crate::block_profile::BlockStats;
 use crate::error::DaisyError;
 use crate::geometry::{Coord, GridIndexer, Roi};
 use crate::task_spec::{Fit, TaskSpec};
@@ -112,6 +113,53 @@ pub const FAILURES: ArrayKind = ArrayKind {
     fill: [0; 8],
 };
 
+const NAN32: [u8; 8] = {
+    let b = f32::NAN.to_le_bytes();
+    [b[0], b[1], b[2], b[3], 0, 0, 0, 0]
+};
+const NAN64: [u8; 8] = f64::NAN.to_le_bytes();
+
+const fn stat(name: &'static str, dtype: ElementType, fill: [u8; 8]) -> ArrayKind {
+    ArrayKind { name, dtype, fill }
+}
+
+/// The arrays added by resource tracking, in the order [`TaskTracking`]
+/// keeps them. Cells of blocks that never executed hold the fill value
+/// (NaN for measurements and times, 2^32-1 for "no worker").
+pub const STATS: [ArrayKind; 10] = [
+    stat("wall_seconds", ElementType::F32, NAN32),
+    stat("cpu_seconds", ElementType::F32, NAN32),
+    stat("peak_rss_bytes", ElementType::U64, [0; 8]),
+    stat("io_read_bytes", ElementType::U64, [0; 8]),
+    stat("io_write_bytes", ElementType::U64, [0; 8]),
+    stat("gpu_util_pct", ElementType::F32, NAN32),
+    stat("gpu_mem_bytes", ElementType::U64, [0; 8]),
+    stat(
+        "worker_id",
+        ElementType::U32,
+        [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0],
+    ),
+    stat("sent_at", ElementType::F64, NAN64),
+    stat("returned_at", ElementType::F64, NAN64),
+];
+
+/// What the store holds for one block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrackingRecord {
+    /// Marked done.
+    pub done: bool,
+    /// Failed attempts.
+    pub failures: u32,
+    /// Its measurement, if it executed with resource tracking.
+    pub stats: Option<BlockStats>,
+    /// The worker that completed it (None: unmanaged client or serial).
+    pub worker_id: Option<u32>,
+    /// Dispatch time, seconds since the UNIX epoch.
+    pub sent_at: Option<f64>,
+    /// Return time, seconds since the UNIX epoch.
+    pub returned_at: Option<f64>,
+}
+
 struct MappedArray {
     kind: ArrayKind,
     map: Option<MmapMut>,
@@ -128,6 +176,19 @@ impl MappedArray {
         let size = self.kind.dtype.size();
         let start = index as usize * size;
         self.map.as_ref()?.get(start..start + size)
+    }
+
+    fn put(&mut self, index: u64, value: &[u8]) {
+        if let Some(b) = self.bytes_mut(index) {
+            b.copy_from_slice(&value[..b.len()]);
+        }
+    }
+
+    fn get8(&self, index: u64) -> Option<[u8; 8]> {
+        let b = self.bytes(index)?;
+        let mut out = [0u8; 8];
+        out[..b.len()].copy_from_slice(b);
+        Some(out)
     }
 }
 
@@ -211,6 +272,8 @@ pub struct TaskTracking {
     anchor_shift: Coord,
     done: MappedArray,
     failures: MappedArray,
+    /// The [`STATS`] arrays, when resource tracking is on.
+    stats: Vec<MappedArray>,
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> DaisyError {
@@ -411,8 +474,10 @@ impl std::fmt::Debug for TaskTracking {
 
 impl TaskTracking {
     /// Open the store at `path` for `spec`, creating it if it does not
-    /// exist and migrating it if the task's total ROI grew.
-    pub fn open(path: &Path, spec: &TaskSpec) -> Result<Self, DaisyError> {
+    /// exist and migrating it if the task's total ROI grew. With
+    /// `with_stats`, the resource-tracking arrays are opened (and created
+    /// where missing).
+    pub fn open(path: &Path, spec: &TaskSpec, with_stats: bool) -> Result<Self, DaisyError> {
         let layout = Layout::of(spec);
         let hash = layout.hash();
         let (shape, shift) = array_grid(spec);
@@ -455,7 +520,131 @@ impl TaskTracking {
             anchor_shift: shift,
             done: map_array(path, DONE, &shape)?,
             failures: map_array(path, FAILURES, &shape)?,
+            stats: if with_stats {
+                STATS
+                    .iter()
+                    .map(|k| map_array(path, *k, &shape))
+                    .collect::<Result<_, _>>()?
+            } else {
+                Vec::new()
+            },
         })
+    }
+
+    /// Whether the resource-tracking arrays are open.
+    pub fn has_stats(&self) -> bool {
+        !self.stats.is_empty()
+    }
+
+    /// Record an executed block's measurement, worker and time stamps
+    /// (resource tracking only; a no-op otherwise).
+    pub fn record_stats(
+        &mut self,
+        block: &Block,
+        stats: &BlockStats,
+        worker_id: Option<u32>,
+        sent_at: f64,
+        returned_at: f64,
+    ) {
+        if self.stats.is_empty() {
+            return;
+        }
+        let cell = self.cell(block);
+        let values: [Vec<u8>; 10] = [
+            (stats.wall_seconds as f32).to_le_bytes().to_vec(),
+            (stats.cpu_seconds as f32).to_le_bytes().to_vec(),
+            stats.peak_rss_bytes.to_le_bytes().to_vec(),
+            stats.io_read_bytes.to_le_bytes().to_vec(),
+            stats.io_write_bytes.to_le_bytes().to_vec(),
+            stats.gpu_util_pct.to_le_bytes().to_vec(),
+            stats.gpu_mem_bytes.to_le_bytes().to_vec(),
+            worker_id.unwrap_or(u32::MAX).to_le_bytes().to_vec(),
+            sent_at.to_le_bytes().to_vec(),
+            returned_at.to_le_bytes().to_vec(),
+        ];
+        for (array, value) in self.stats.iter_mut().zip(values.iter()) {
+            array.put(cell, value);
+        }
+    }
+
+    /// What the store holds for a block.
+    pub fn record(&self, block: &Block) -> TrackingRecord {
+        self.record_at_index(self.cell(block))
+    }
+
+    /// What the store holds for a grid cell (anchored at `total_roi`), with
+    /// the spatial id of the block there; None outside the arrays.
+    pub fn record_at(&self, cell: &Coord) -> Option<(u64, TrackingRecord)> {
+        if cell.dims() != self.cells.shape().dims() || !self.cells.contains(cell) {
+            return None;
+        }
+        let id = crate::block_id::cantor_number(cell.as_slice());
+        Some((id, self.record_at_index(self.cells.flat(cell))))
+    }
+
+    /// Every cell with a record (done, or with failed attempts), C order.
+    pub fn recorded_cells(&self) -> Vec<Coord> {
+        (0..self.cells.len())
+            .filter(|&i| {
+                self.done.bytes(i).is_some_and(|b| b[0] != 0)
+                    || self
+                        .failures
+                        .bytes(i)
+                        .is_some_and(|b| b.iter().any(|&x| x != 0))
+            })
+            .map(|i| self.cells.unflat(i))
+            .collect()
+    }
+
+    /// True if a store (a daisy tracking group) exists at `path`.
+    pub fn exists(path: &Path) -> bool {
+        path.join("zarr.json").is_file()
+    }
+
+    /// True if the store at `path` has the resource-tracking arrays.
+    pub fn has_stats_on_disk(path: &Path) -> bool {
+        path.join(STATS[0].name).join("zarr.json").is_file()
+    }
+
+    fn record_at_index(&self, cell: u64) -> TrackingRecord {
+        let f32_at = |i: usize| {
+            self.stats[i]
+                .get8(cell)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let u64_at = |i: usize| self.stats[i].get8(cell).map(u64::from_le_bytes);
+        let f64_at = |i: usize| self.stats[i].get8(cell).map(f64::from_le_bytes);
+        let (mut stats, mut worker_id, mut sent_at, mut returned_at) = (None, None, None, None);
+        if !self.stats.is_empty()
+            && let Some(wall) = f32_at(0).filter(|w| !w.is_nan())
+        {
+            stats = Some(BlockStats {
+                wall_seconds: wall as f64,
+                cpu_seconds: f32_at(1).unwrap_or(0.0) as f64,
+                peak_rss_bytes: u64_at(2).unwrap_or(0),
+                io_read_bytes: u64_at(3).unwrap_or(0),
+                io_write_bytes: u64_at(4).unwrap_or(0),
+                gpu_util_pct: f32_at(5).unwrap_or(f32::NAN),
+                gpu_mem_bytes: u64_at(6).unwrap_or(0),
+            });
+            worker_id = self.stats[7]
+                .get8(cell)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .filter(|&w| w != u32::MAX);
+            sent_at = f64_at(8).filter(|t| !t.is_nan());
+            returned_at = f64_at(9).filter(|t| !t.is_nan());
+        }
+        TrackingRecord {
+            done: self.done.bytes(cell).is_some_and(|b| b[0] != 0),
+            failures: self
+                .failures
+                .bytes(cell)
+                .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            stats,
+            worker_id,
+            sent_at,
+            returned_at,
+        }
     }
 
     /// Where the store is.
@@ -516,7 +705,10 @@ impl TaskTracking {
 
     /// Write dirty pages to disk.
     pub fn flush(&self) -> Result<(), DaisyError> {
-        for a in [&self.done, &self.failures] {
+        for a in [&self.done, &self.failures]
+            .into_iter()
+            .chain(self.stats.iter())
+        {
             if let Some(m) = &a.map {
                 m.flush().map_err(|e| io_err(&self.path, e))?;
             }
@@ -593,7 +785,11 @@ fn migrate(
     // a block whose write region the old border cut is not the same block
     let old_grid = BlockGrid::new(0, &old_spec);
     let old_write_end = old_spec.total_write_roi().end();
-    for kind in [DONE, FAILURES] {
+    let kinds = [DONE, FAILURES]
+        .into_iter()
+        .chain(STATS)
+        .filter(|k| path.join(k.name).join("zarr.json").is_file());
+    for kind in kinds {
         let size = kind.dtype.size();
         let mut out = filled(&kind, new_shape.product());
         if old_shape.product() > 0 {
@@ -674,7 +870,7 @@ mod tests {
         let s = spec(roi(&[0, 0, 0], &[20, 20, 24]), Fit::Valid);
         let grid = BlockGrid::new(0, &s);
         {
-            let mut t = TaskTracking::open(&path, &s).unwrap();
+            let mut t = TaskTracking::open(&path, &s, false).unwrap();
             for i in (0..grid.num_blocks()).step_by(3) {
                 t.mark_done(&grid.block(i));
             }
@@ -682,7 +878,7 @@ mod tests {
             t.add_failure(&grid.block(1));
             t.flush().unwrap();
         }
-        let t = TaskTracking::open(&path, &s).unwrap();
+        let t = TaskTracking::open(&path, &s, false).unwrap();
         for i in 0..grid.num_blocks() {
             assert_eq!(t.is_done(&grid.block(i)), i % 3 == 0);
         }
@@ -697,10 +893,52 @@ mod tests {
     }
 
     #[test]
+    fn stats_are_recorded_and_read_back() {
+        let path = tmp("stats");
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
+        let grid = BlockGrid::new(0, &s);
+        let st = BlockStats {
+            wall_seconds: 0.5,
+            cpu_seconds: 0.25,
+            peak_rss_bytes: 1 << 30,
+            io_read_bytes: 7,
+            io_write_bytes: 9,
+            gpu_util_pct: f32::NAN,
+            gpu_mem_bytes: 0,
+        };
+        {
+            let mut t = TaskTracking::open(&path, &s, true).unwrap();
+            t.mark_done(&grid.block(0));
+            t.record_stats(&grid.block(0), &st, Some(3), 100.0, 100.5);
+        }
+        let t = TaskTracking::open(&path, &s, true).unwrap();
+        let r = t.record(&grid.block(0));
+        assert!(r.done);
+        let got = r.stats.unwrap();
+        assert_eq!(got.peak_rss_bytes, 1 << 30);
+        assert!((got.wall_seconds - 0.5).abs() < 1e-6);
+        assert!(got.gpu_util_pct.is_nan());
+        assert_eq!(
+            (r.worker_id, r.sent_at, r.returned_at),
+            (Some(3), Some(100.0), Some(100.5))
+        );
+        let never = t.record(&grid.block(1));
+        assert_eq!(
+            (never.stats, never.worker_id, never.sent_at),
+            (None, None, None)
+        );
+        let meta: Value =
+            serde_json::from_str(&fs::read_to_string(path.join("sent_at/zarr.json")).unwrap())
+                .unwrap();
+        assert_eq!(meta["fill_value"], "NaN");
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
     fn another_layout_is_refused_with_both_hashes() {
         let path = tmp("mismatch");
         let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
-        TaskTracking::open(&path, &s).unwrap();
+        TaskTracking::open(&path, &s, false).unwrap();
         let other = TaskSpec::new(
             "t",
             roi(&[0, 0, 0], &[20, 20, 20]),
@@ -712,14 +950,14 @@ mod tests {
             vec![],
         )
         .unwrap();
-        let err = TaskTracking::open(&path, &other).err().unwrap();
+        let err = TaskTracking::open(&path, &other, false).err().unwrap();
         let text = err.to_string();
         assert!(text.contains(&Layout::of(&s).hash()), "{text}");
         assert!(text.contains(&Layout::of(&other).hash()), "{text}");
         assert!(text.contains("rm -rf"), "{text}");
         // shrinking is refused too
         let smaller = spec(roi(&[0, 0, 0], &[16, 20, 20]), Fit::Valid);
-        assert!(TaskTracking::open(&path, &smaller).is_err());
+        assert!(TaskTracking::open(&path, &smaller, false).is_err());
         fs::remove_dir_all(&path).unwrap();
     }
 
@@ -730,7 +968,7 @@ mod tests {
         fs::write(path.join("notes.txt"), "hello").unwrap();
         let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
         assert!(matches!(
-            TaskTracking::open(&path, &s),
+            TaskTracking::open(&path, &s, false),
             Err(DaisyError::LayoutMismatch { .. })
         ));
         fs::remove_file(path.join("notes.txt")).unwrap();
@@ -742,7 +980,7 @@ mod tests {
                "codecs": [{"name": "bytes"}]}"#,
         )
         .unwrap();
-        let err = TaskTracking::open(&path, &s).err().unwrap();
+        let err = TaskTracking::open(&path, &s, false).err().unwrap();
         assert!(err.to_string().contains("bare Zarr array"), "{err}");
         fs::remove_dir_all(&path).unwrap();
     }
@@ -753,7 +991,7 @@ mod tests {
         let small = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
         let old_grid = BlockGrid::new(0, &small);
         let done_offsets: Vec<Coord> = {
-            let mut t = TaskTracking::open(&path, &small).unwrap();
+            let mut t = TaskTracking::open(&path, &small, true).unwrap();
             (0..old_grid.num_blocks())
                 .filter(|i| i % 2 == 0)
                 .map(|i| {
@@ -765,7 +1003,7 @@ mod tests {
         };
         // grown along two axes, one of them towards negative coordinates
         let big = spec(roi(&[0, -8, 0], &[20, 36, 32]), Fit::Valid);
-        let t = TaskTracking::open(&path, &big).unwrap();
+        let t = TaskTracking::open(&path, &big, true).unwrap();
         let new_grid = BlockGrid::new(0, &big);
         let mut kept = 0;
         for i in 0..new_grid.num_blocks() {
@@ -777,7 +1015,7 @@ mod tests {
         assert_eq!(kept, done_offsets.len());
         // reopening with the grown layout is a plain open now
         drop(t);
-        TaskTracking::open(&path, &big).unwrap();
+        TaskTracking::open(&path, &big, true).unwrap();
         fs::remove_dir_all(&path).unwrap();
     }
 
@@ -787,13 +1025,13 @@ mod tests {
         let small = spec(roi(&[0, 0, 0], &[18, 20, 20]), Fit::Shrink);
         let old_grid = BlockGrid::new(0, &small);
         {
-            let mut t = TaskTracking::open(&path, &small).unwrap();
+            let mut t = TaskTracking::open(&path, &small, true).unwrap();
             for i in 0..old_grid.num_blocks() {
                 t.mark_done(&old_grid.block(i));
             }
         }
         let big = spec(roi(&[0, 0, 0], &[30, 20, 20]), Fit::Shrink);
-        let t = TaskTracking::open(&path, &big).unwrap();
+        let t = TaskTracking::open(&path, &big, true).unwrap();
         let new_grid = BlockGrid::new(0, &big);
         for i in 0..new_grid.num_blocks() {
             let b = new_grid.block(i);
@@ -809,7 +1047,7 @@ mod tests {
     fn reset_deletes_only_a_store() {
         let path = tmp("reset");
         let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
-        TaskTracking::open(&path, &s).unwrap();
+        TaskTracking::open(&path, &s, false).unwrap();
         TaskTracking::reset(&path).unwrap();
         assert!(!path.exists());
         TaskTracking::reset(&path).unwrap();

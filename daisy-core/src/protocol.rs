@@ -151,6 +151,7 @@ mod tests {
             write_roi: r,
             requested_write_roi: r,
             status: BlockStatus::Failed,
+            stats: None,
         };
         for msg in [
             ClientMessage::Hello {

@@ -122,6 +122,11 @@ impl Scheduler {
         self.tasks[task as usize].tracking.as_ref()
     }
 
+    /// The tracking store of a task, for recording measurements.
+    pub fn tracking_mut(&mut self, task: TaskIndex) -> Option<&mut TaskTracking> {
+        self.tasks[task as usize].tracking.as_mut()
+    }
+
     /// Give a task a skip mask for this run: one byte per block in C order
     /// of the placement grid, nonzero meaning skip. Masked blocks count as
     /// skipped, release their downstream blocks and are never recorded.
@@ -574,7 +579,7 @@ mod tests {
         let run = |mask: Option<Vec<u8>>, fail_id: Option<u64>| {
             let mut s = chain(0);
             let spec = s.pipeline().spec(0).clone();
-            s.set_tracking(0, TaskTracking::open(&path, &spec).unwrap());
+            s.set_tracking(0, TaskTracking::open(&path, &spec, false).unwrap());
             if let Some(m) = mask {
                 s.set_skip_mask(0, m).unwrap();
             }
@@ -618,7 +623,7 @@ mod tests {
         assert_eq!(st.skipped_count, n);
         assert!(st.all_completed());
         let s = chain(0);
-        let t = TaskTracking::open(&path, s.pipeline().spec(0)).unwrap();
+        let t = TaskTracking::open(&path, s.pipeline().spec(0), false).unwrap();
         let first = s.graph().grid(0).block(0);
         let zero = (0..n)
             .map(|i| s.graph().grid(0).block(i))

@@ -10,6 +10,7 @@
 
 use crate::block::{Block, BlockStatus, TaskIndex};
 use crate::error::DaisyError;
+use crate::run_report::wall_clock;
 use crate::scheduler::Scheduler;
 
 /// Run every block of `scheduler` through `process`, which returns the
@@ -26,6 +27,7 @@ pub fn run_serial<E: From<DaisyError>>(
         for task in 0..n {
             while let Some(mut block) = scheduler.acquire_block(task, &mut is_done)? {
                 progressed = true;
+                let sent_at = wall_clock();
                 let status = match process(&mut block) {
                     Ok(status) => status,
                     Err(e) => {
@@ -34,6 +36,12 @@ pub fn run_serial<E: From<DaisyError>>(
                         return Err(e);
                     }
                 };
+                if status == BlockStatus::Success
+                    && let Some(stats) = block.stats
+                    && let Some(tracking) = scheduler.tracking_mut(task)
+                {
+                    tracking.record_stats(&block, &stats, None, sent_at, wall_clock());
+                }
                 scheduler.release_block(block.key, status)?;
             }
         }

@@ -37,8 +37,10 @@
 
 use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
 use crate::protocol::{self, ClientMessage, ServerMessage};
+use crate::run_report::{BlockAggregates, TaskReport, wall_clock};
 use crate::scheduler::Scheduler;
 use crate::task_state::TaskState;
+use crate::worker_timeline::{WorkerExit, WorkerSummary, WorkerTimeline};
 use futures_util::{SinkExt, StreamExt};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -92,6 +94,8 @@ pub struct TaskRuntime {
     pub requires: BTreeMap<String, u64>,
     /// How to start a worker; `None`: only external clients serve it.
     pub worker: Option<WorkerCommand>,
+    /// Blocks must come back measured (`resource_tracking=True`).
+    pub resource_tracking: bool,
 }
 
 /// Settings of one run.
@@ -161,6 +165,9 @@ pub struct RunOutcome {
     pub unmanaged_clients: u32,
     /// Worker processes started per task.
     pub workers_started: Vec<u32>,
+    /// The run report of every task, in pipeline order (also appended to
+    /// the `runs.jsonl` of every task with a tracking store).
+    pub reports: Vec<TaskReport>,
 }
 
 /// Calls from the server back into the embedding program.
@@ -178,21 +185,21 @@ pub trait RunHooks {
     }
 }
 
-/// Errors of a run: the hook's own, or an I/O failure of the server.
+/// Errors of a run: the hook's own, a broken rule, or an I/O failure of
+/// the server. The first two carry the partial outcome (with its reports,
+/// already appended to the stores' `runs.jsonl`).
 #[derive(Debug)]
 pub enum RunError<E> {
-    /// The tick hook stopped the run.
-    Hook(E),
-    /// The server could not listen or start a worker.
+    /// The tick hook stopped the run (Ctrl-C).
+    Hook(E, Box<RunOutcome>),
+    /// The run could not go on (a block came back unmeasured to a task
+    /// that expects measurements).
+    Fatal(String, Box<RunOutcome>),
+    /// The server could not listen.
     Io(io::Error),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ExitKind {
-    Clean,
-    Timeout,
-    Interrupted,
-}
+type ExitKind = WorkerExit;
 
 #[derive(Debug)]
 struct WorkerSlot {
@@ -218,6 +225,8 @@ struct Outstanding {
     conn: u64,
     worker: Option<u32>,
     deadline: Option<Instant>,
+    sent: Instant,
+    sent_wall: f64,
 }
 
 struct State<H> {
@@ -235,6 +244,11 @@ struct State<H> {
     unmanaged_clients: u32,
     next_conn: u64,
     stopping: bool,
+    started_at: f64,
+    timelines: BTreeMap<u32, WorkerTimeline>,
+    aggregates: Vec<BlockAggregates>,
+    unmanaged_per_task: Vec<u64>,
+    fatal: Option<String>,
 }
 
 type Shared<H> = Rc<(RefCell<State<H>>, Notify)>;
@@ -287,15 +301,19 @@ where
             unmanaged_clients: 0,
             next_conn: 0,
             stopping: false,
+            started_at: wall_clock(),
+            timelines: BTreeMap::new(),
+            aggregates: vec![BlockAggregates::default(); n],
+            unmanaged_per_task: vec![0; n],
+            fatal: None,
         }),
         Notify::new(),
     ));
-    shared
-        .0
-        .borrow_mut()
-        .hooks
-        .on_listening(addr)
-        .map_err(RunError::Hook)?;
+    let listening = shared.0.borrow_mut().hooks.on_listening(addr);
+    if let Err(e) = listening {
+        let out = outcome(&shared.0.borrow(), true);
+        return Err(RunError::Hook(e, Box::new(out)));
+    }
     tracing::debug!("daisy server listening on {addr}");
 
     let accept = {
@@ -326,22 +344,60 @@ where
     if let Err(e) = shared.0.borrow().scheduler.flush_tracking() {
         tracing::warn!("could not flush a tracking store: {e}");
     }
+    let interrupted = !matches!(result, Ok(None));
+    teardown(&shared, interrupted).await;
+    let out = outcome(&shared.0.borrow(), interrupted);
+    for (t, report) in out.reports.iter().enumerate() {
+        if let Some(tracking) = shared.0.borrow().scheduler.tracking(t as TaskIndex)
+            && let Err(e) = report.append_to(tracking.path())
+        {
+            tracing::warn!(
+                "could not append to {}/runs.jsonl: {e}",
+                tracking.path().display()
+            );
+        }
+    }
     match result {
-        Ok(()) => {
-            teardown(&shared, false).await;
-            let st = shared.0.borrow();
-            Ok(outcome(&st))
-        }
-        Err(e) => {
-            teardown(&shared, true).await;
-            Err(RunError::Hook(e))
-        }
+        Ok(None) => Ok(out),
+        Ok(Some(message)) => Err(RunError::Fatal(message, Box::new(out))),
+        Err(e) => Err(RunError::Hook(e, Box::new(out))),
     }
 }
 
-fn outcome<H>(st: &State<H>) -> RunOutcome {
+fn outcome<H>(st: &State<H>, interrupted: bool) -> RunOutcome {
     let n = st.scheduler.pipeline().len();
+    let finished_at = wall_clock();
+    let reports = (0..n as TaskIndex)
+        .map(|t| {
+            let state = st.scheduler.task_state(t);
+            let outcome = if interrupted {
+                "interrupted"
+            } else if st.scheduler.is_abandoned(t) {
+                "abandoned"
+            } else if state.all_completed() {
+                "completed"
+            } else {
+                "failed"
+            };
+            TaskReport {
+                task_id: st.scheduler.pipeline().spec(t).task_id.clone(),
+                started_at: st.started_at,
+                finished_at,
+                tracked: st.scheduler.tracking(t).is_some(),
+                outcome: outcome.into(),
+                blocks: st.aggregates[t as usize].summary(state),
+                workers: WorkerSummary::fold(
+                    st.timelines
+                        .iter()
+                        .filter(|(id, _)| st.workers.get(id).is_some_and(|w| w.task == t))
+                        .map(|(_, tl)| tl),
+                    st.unmanaged_per_task[t as usize],
+                ),
+            }
+        })
+        .collect();
     RunOutcome {
+        reports,
         states: (0..n as TaskIndex)
             .map(|t| st.scheduler.task_state(t).clone())
             .collect(),
@@ -366,7 +422,9 @@ fn snapshot<H>(st: &State<H>) -> RunSnapshot {
     }
 }
 
-async fn main_loop<H: RunHooks + 'static>(shared: &Shared<H>) -> Result<(), H::Error> {
+/// `Ok(None)` when every task finished, `Ok(Some(message))` when a rule
+/// was broken, `Err` when the tick hook stopped the run.
+async fn main_loop<H: RunHooks + 'static>(shared: &Shared<H>) -> Result<Option<String>, H::Error> {
     let mut interval = tokio::time::interval(TICK);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -385,8 +443,11 @@ async fn main_loop<H: RunHooks + 'static>(shared: &Shared<H>) -> Result<(), H::E
             st.hooks.tick(&snap)
         };
         tick?;
+        if let Some(message) = shared.0.borrow_mut().fatal.take() {
+            return Ok(Some(message));
+        }
         if shared.0.borrow().scheduler.is_done() {
-            return Ok(());
+            return Ok(None);
         }
     }
 }
@@ -658,6 +719,8 @@ fn spawn_worker<H: RunHooks + 'static>(
         },
     );
     st.workers_started[task as usize] += 1;
+    st.timelines
+        .insert(id, WorkerTimeline::new(id, Instant::now()));
     let payload = cmd.stdin.clone();
     let stdin = child.stdin.take();
     let shared = shared.clone();
@@ -708,6 +771,7 @@ fn on_worker_exit<H: RunHooks>(
     let task = w.task;
     let dismissed = w.dismissed;
     let took_blocks = w.blocks_taken > 0;
+    let now = Instant::now();
     let expected = w.expected_exit;
     let task_id = st.scheduler.pipeline().spec(task).task_id.clone();
     let status_text = status
@@ -741,6 +805,14 @@ fn on_worker_exit<H: RunHooks>(
             Some(id),
             format!("worker {id} died ({status_text})"),
         );
+    }
+    let exit = match (expected, &unexpected) {
+        (Some(kind), _) => kind,
+        (None, Some(_)) => WorkerExit::Error,
+        (None, None) => WorkerExit::Clean,
+    };
+    if let Some(tl) = st.timelines.get_mut(&id) {
+        tl.on_exit(now, exit);
     }
     if let Some(why) = unexpected
         && !st.stopping
@@ -780,8 +852,16 @@ fn kill_group(pid: u32) {
 
 async fn teardown<H: RunHooks>(shared: &Shared<H>, interrupted: bool) {
     {
-        let mut st = shared.0.borrow_mut();
+        let mut guard = shared.0.borrow_mut();
+        let st = &mut *guard;
         st.stopping = true;
+        let now = Instant::now();
+        for (id, w) in st.workers.iter().filter(|(_, w)| w.alive) {
+            if !interrupted && let Some(tl) = st.timelines.get_mut(id) {
+                tl.on_dismiss(now);
+            }
+            let _ = w;
+        }
         for w in st.workers.values_mut().filter(|w| w.alive) {
             w.retire = true;
             if interrupted {
@@ -868,7 +948,10 @@ async fn handle_connection<H: RunHooks + 'static>(
             Err(e) => Err(e.to_string()),
             Ok(task) => {
                 match worker_id {
-                    None => st.unmanaged_clients += 1,
+                    None => {
+                        st.unmanaged_clients += 1;
+                        st.unmanaged_per_task[task as usize] += 1;
+                    }
                     Some(id) => match st.workers.get(&id) {
                         Some(w) if w.task == task && w.alive => {}
                         _ => {
@@ -943,6 +1026,11 @@ async fn acquire<H: RunHooks>(
     worker_id: Option<u32>,
     conn_id: u64,
 ) -> ServerMessage {
+    if let Some(id) = worker_id
+        && let Some(tl) = shared.0.borrow_mut().timelines.get_mut(&id)
+    {
+        tl.on_acquire(Instant::now());
+    }
     loop {
         let notified = shared.1.notified();
         {
@@ -956,6 +1044,9 @@ async fn acquire<H: RunHooks>(
                     w.waiting = false;
                     w.dismissed = true;
                     w.expected_exit.get_or_insert(ExitKind::Clean);
+                }
+                if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {
+                    tl.on_dismiss(Instant::now());
                 }
                 return ServerMessage::NoMoreBlocks;
             }
@@ -971,14 +1062,20 @@ async fn acquire<H: RunHooks>(
             });
             if let Ok(Some(block)) = got {
                 let timeout = st.config.tasks[task as usize].timeout;
+                let now = Instant::now();
                 st.outstanding.insert(
                     block.key,
                     Outstanding {
                         conn: conn_id,
                         worker: worker_id,
-                        deadline: timeout.map(|t| Instant::now() + t),
+                        deadline: timeout.map(|t| now + t),
+                        sent: now,
+                        sent_wall: wall_clock(),
                     },
                 );
+                if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {
+                    tl.on_send(now);
+                }
                 if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
                     w.waiting = false;
                     w.busy = true;
@@ -1016,15 +1113,42 @@ fn release<H>(
             ),
         };
     }
-    st.outstanding.remove(&key);
+    let Some(out) = st.outstanding.remove(&key) else {
+        return ServerMessage::Error {
+            message: "block is not out".into(),
+        };
+    };
+    let now = Instant::now();
+    let round_trip = now.saturating_duration_since(out.sent).as_secs_f64();
+    let ok = error.is_none() && block.status != BlockStatus::Failed;
     if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
         w.busy = false;
     }
+    if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {
+        tl.on_return(now, ok);
+    }
+    let measured = st.config.tasks[task as usize].resource_tracking;
+    if ok && measured && block.stats.is_none() {
+        let task_id = st.scheduler.pipeline().spec(task).task_id.clone();
+        st.fatal = Some(format!(
+            "block {} of task {task_id:?} came back without measurements, but the task has \
+             resource_tracking=True; a hand-written client must measure each block (wrap it in \
+             daisy.profile_block(block), or use daisy.Client, which measures automatically)",
+            block.spatial_id
+        ));
+    }
     let result = match error {
-        None if block.status != BlockStatus::Failed => st
-            .scheduler
-            .release_block(key, BlockStatus::Success)
-            .map(|_| ()),
+        None if block.status != BlockStatus::Failed => {
+            st.aggregates[task as usize].record_success(Some(round_trip), block.stats.as_ref());
+            if let (Some(stats), Some(tracking)) =
+                (block.stats.as_ref(), st.scheduler.tracking_mut(task))
+            {
+                tracking.record_stats(&block, stats, worker_id, out.sent_wall, wall_clock());
+            }
+            st.scheduler
+                .release_block(key, BlockStatus::Success)
+                .map(|_| ())
+        }
         other => {
             let reason = other.unwrap_or_else(|| "the block function set status FAILED".into());
             record_failure(&mut st, key, worker_id, reason);

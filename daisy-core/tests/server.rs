@@ -62,6 +62,7 @@ fn config(token: &str) -> ServerConfig {
         max_worker_restarts: 0,
         requires: BTreeMap::new(),
         worker: None,
+        resource_tracking: false,
     };
     ServerConfig {
         host: "127.0.0.1".into(),
@@ -145,5 +146,15 @@ fn external_clients_process_every_block_once() {
     let total: u64 = outcome.states.iter().map(|s| s.total_block_count).sum();
     assert_eq!(seen.len() as u64, total);
     assert_eq!(outcome.unmanaged_clients, 4);
+    assert_eq!(outcome.reports.len(), 2);
+    assert_eq!(outcome.reports[0].workers.unmanaged_clients, 2);
+    assert_eq!(
+        outcome.reports[0].blocks.count,
+        outcome.states[0].completed_count
+    );
+    assert_eq!(
+        outcome.reports[0].blocks.round_trip.n,
+        outcome.states[0].completed_count
+    );
     assert!(!outcome.failures.is_empty());
 }

@@ -12,10 +12,12 @@ mod errors;
 mod py_block;
 mod py_client;
 mod py_logging;
+mod py_profile;
 mod py_scheduler;
 mod py_server;
 mod py_task_spec;
 mod py_task_state;
+mod py_tracking;
 
 /// Spatial id of a grid position (daisy 1.x's Cantor numbering).
 #[pyfunction]
@@ -44,6 +46,9 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_scheduler::PyScheduler>()?;
     m.add_class::<py_scheduler::PyDependencyGraph>()?;
     m.add_class::<py_client::PyClient>()?;
+    m.add_class::<py_profile::PyBlockStats>()?;
+    m.add_class::<py_profile::ProfileBlock>()?;
+    m.add_class::<py_tracking::PyTrackingStore>()?;
     m.add_function(wrap_pyfunction!(py_server::run_distributed, m)?)?;
     m.add_function(wrap_pyfunction!(cantor_number, m)?)?;
     m.add_function(wrap_pyfunction!(reset_tracking, m)?)?;

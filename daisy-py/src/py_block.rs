@@ -12,6 +12,7 @@
 
 use crate::convert::{roi_from_py, roi_to_py};
 use daisy_core::block_id::cantor_number_signed;
+use daisy_core::block_profile::BlockStats;
 use daisy_core::{Block, BlockKey, BlockStatus, Coord, Roi};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -84,6 +85,8 @@ pub struct PyBlock {
     pub(crate) key: Option<BlockKey>,
     /// Grid position, when the block came from a scheduler.
     pub(crate) position: Option<Coord>,
+    /// What the block cost, once measured (the first measurement wins).
+    pub(crate) stats: Option<BlockStats>,
     read_py: Option<Py<PyAny>>,
     write_py: Option<Py<PyAny>>,
 }
@@ -104,6 +107,7 @@ impl PyBlock {
             write_roi: self.write,
             requested_write_roi: self.requested_write,
             status: self.status,
+            stats: self.stats,
         })
     }
 
@@ -120,6 +124,7 @@ impl PyBlock {
             status: block.status,
             key: Some(block.key),
             position: Some(block.position),
+            stats: block.stats,
             read_py: None,
             write_py: None,
         }
@@ -184,6 +189,7 @@ impl PyBlock {
             status: BlockStatus::Created,
             key: None,
             position: None,
+            stats: None,
             read_py: None,
             write_py: None,
         })
@@ -247,6 +253,13 @@ impl PyBlock {
         )
     }
 
+    /// What the block cost (a `daisy.BlockStats`), once measured; None
+    /// before, or without resource tracking.
+    #[getter]
+    fn stats(&self) -> Option<crate::py_profile::PyBlockStats> {
+        self.stats.map(Into::into)
+    }
+
     /// The id of the task this block belongs to (None for a bare block).
     #[getter]
     fn task_id(&self) -> Option<String> {
@@ -284,6 +297,7 @@ impl PyBlock {
             status: self.status,
             key: self.key,
             position: self.position,
+            stats: self.stats,
             read_py: self.read_py.as_ref().map(|r| r.clone_ref(py)),
             write_py: self.write_py.as_ref().map(|r| r.clone_ref(py)),
         }
@@ -395,6 +409,7 @@ impl PyBlock {
                 .map(|p| Coord::new(&p))
                 .transpose()
                 .map_err(|e| PyValueError::new_err(e.to_string()))?,
+            stats: None,
             read_py: None,
             write_py: None,
         })

@@ -3,6 +3,7 @@
 //! threads of a worker keep running while it waits for a block.
 
 use crate::py_block::PyBlock;
+use daisy_core::block_profile::BlockProfiler;
 use daisy_core::client::{Client, ClientError};
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError};
 use pyo3::prelude::*;
@@ -19,9 +20,22 @@ fn to_pyerr(e: ClientError) -> PyErr {
 pub struct PyClient {
     inner: Option<Client>,
     task_id: String,
+    /// Measures every block from acquire to release (None: a client that
+    /// does not measure, as a hand-written protocol client would not).
+    profiler: Option<BlockProfiler>,
 }
 
 impl PyClient {
+    /// The core block, with this client's measurement attached unless the
+    /// block already carries one (the first measurement wins).
+    fn measured(&mut self, mut block: PyRefMut<'_, PyBlock>) -> PyResult<daisy_core::Block> {
+        let stats = self.profiler.as_mut().and_then(BlockProfiler::stop);
+        if block.stats.is_none() {
+            block.stats = stats;
+        }
+        block.to_core()
+    }
+
     fn client(&mut self) -> PyResult<&mut Client> {
         self.inner
             .as_mut()
@@ -34,7 +48,7 @@ impl PyClient {
     /// Connect to `host:port` with the run's `token`, for `task_id`, as
     /// worker `worker_id` (None: an unmanaged client).
     #[new]
-    #[pyo3(signature = (host, port, token, task_id, worker_id=None))]
+    #[pyo3(signature = (host, port, token, task_id, worker_id=None, measure=true))]
     fn new(
         py: Python<'_>,
         host: String,
@@ -42,6 +56,7 @@ impl PyClient {
         token: String,
         task_id: String,
         worker_id: Option<u32>,
+        measure: bool,
     ) -> PyResult<Self> {
         let inner = py
             .detach(|| Client::connect(&host, port, &token, &task_id, worker_id))
@@ -49,6 +64,7 @@ impl PyClient {
         Ok(Self {
             inner: Some(inner),
             task_id,
+            profiler: measure.then(BlockProfiler::new),
         })
     }
 
@@ -57,12 +73,17 @@ impl PyClient {
         let task_id = self.task_id.clone();
         let client = self.client()?;
         let block = py.detach(|| client.acquire_block()).map_err(to_pyerr)?;
+        if block.is_some()
+            && let Some(p) = self.profiler.as_mut()
+        {
+            p.start();
+        }
         Ok(block.map(|b| PyBlock::from_core(&b, &task_id)))
     }
 
     /// Report a block done (failed if its status is FAILED).
-    fn release_block(&mut self, py: Python<'_>, block: PyRef<'_, PyBlock>) -> PyResult<()> {
-        let core = block.to_core()?;
+    fn release_block(&mut self, py: Python<'_>, block: PyRefMut<'_, PyBlock>) -> PyResult<()> {
+        let core = self.measured(block)?;
         let client = self.client()?;
         py.detach(|| client.release_block(core)).map_err(to_pyerr)
     }
@@ -71,10 +92,10 @@ impl PyClient {
     fn block_failed(
         &mut self,
         py: Python<'_>,
-        block: PyRef<'_, PyBlock>,
+        block: PyRefMut<'_, PyBlock>,
         error: String,
     ) -> PyResult<()> {
-        let core = block.to_core()?;
+        let core = self.measured(block)?;
         let client = self.client()?;
         py.detach(|| client.block_failed(core, error))
             .map_err(to_pyerr)

@@ -11,8 +11,11 @@ use crate::errors::{IntoPyResult, to_pyerr};
 use crate::py_block::PyBlock;
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
+use daisy_core::block_profile::BlockProfiler;
 use daisy_core::block_tracking::TaskTracking;
 use daisy_core::dependency_graph::DependencyGraph;
+use daisy_core::run_report::{BlockAggregates, TaskReport, wall_clock};
+use daisy_core::worker_timeline::WorkerSummary;
 use daisy_core::{Block, BlockKey, BlockStatus, DaisyError, Pipeline, Scheduler, TaskIndex};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -29,6 +32,7 @@ pub fn build_scheduler(
     specs: &[PyRef<'_, PyTaskSpec>],
     tracking: Option<&Bound<'_, PyDict>>,
     skip_masks: Option<&Bound<'_, PyDict>>,
+    measured: &[String],
 ) -> PyResult<Scheduler> {
     let mut scheduler = Scheduler::new(pipeline_from(specs)?);
     for t in 0..scheduler.pipeline().len() as TaskIndex {
@@ -40,7 +44,8 @@ pub fn build_scheduler(
             && !path.is_none()
         {
             let path: std::path::PathBuf = path.extract()?;
-            scheduler.set_tracking(t, TaskTracking::open(&path, &spec).py()?);
+            let with_stats = measured.contains(&spec.task_id);
+            scheduler.set_tracking(t, TaskTracking::open(&path, &spec, with_stats).py()?);
         }
         if let Some(mask) = skip_masks
             .map(|d| d.get_item(&spec.task_id))
@@ -113,6 +118,30 @@ impl From<PyErr> for RunError {
     }
 }
 
+impl PyScheduler {
+    fn reports(&self) -> Vec<TaskReport> {
+        (0..self.inner.pipeline().len() as TaskIndex)
+            .map(|t| {
+                let state = self.inner.task_state(t);
+                TaskReport {
+                    task_id: self.task_ids[t as usize].clone(),
+                    started_at: self.started_at,
+                    finished_at: self.finished_at.max(self.started_at),
+                    tracked: self.inner.tracking(t).is_some(),
+                    outcome: if state.all_completed() {
+                        "completed"
+                    } else {
+                        "failed"
+                    }
+                    .into(),
+                    blocks: self.aggregates[t as usize].summary(state),
+                    workers: WorkerSummary::default(),
+                }
+            })
+            .collect()
+    }
+}
+
 /// The core scheduler over a pipeline of task specs.
 #[pyclass(name = "Scheduler", module = "daisy._daisy", unsendable)]
 pub struct PyScheduler {
@@ -120,6 +149,10 @@ pub struct PyScheduler {
     task_ids: Vec<String>,
     checks: Vec<Option<Py<PyAny>>>,
     started: Vec<bool>,
+    measured: Vec<bool>,
+    aggregates: Vec<BlockAggregates>,
+    started_at: f64,
+    finished_at: f64,
 }
 
 impl PyScheduler {
@@ -149,14 +182,15 @@ impl PyScheduler {
     /// return True for blocks already done, `tracking` task ids to tracking
     /// store directories, `skip_masks` task ids to one byte per block.
     #[new]
-    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None))]
+    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None, measured=Vec::new()))]
     fn new(
         specs: Vec<PyRef<'_, PyTaskSpec>>,
         check_functions: Option<&Bound<'_, PyDict>>,
         tracking: Option<&Bound<'_, PyDict>>,
         skip_masks: Option<&Bound<'_, PyDict>>,
+        measured: Vec<String>,
     ) -> PyResult<Self> {
-        let inner = build_scheduler(&specs, tracking, skip_masks)?;
+        let inner = build_scheduler(&specs, tracking, skip_masks, &measured)?;
         let checks = callables_by_task(inner.pipeline(), check_functions)?;
         let task_ids = inner
             .pipeline()
@@ -165,7 +199,17 @@ impl PyScheduler {
             .map(|s| s.task_id.clone())
             .collect();
         let n = inner.pipeline().len();
+        let measured = inner
+            .pipeline()
+            .specs()
+            .iter()
+            .map(|s| measured.contains(&s.task_id))
+            .collect();
         Ok(Self {
+            measured,
+            aggregates: vec![BlockAggregates::default(); n],
+            started_at: wall_clock(),
+            finished_at: 0.0,
             inner,
             task_ids,
             checks,
@@ -190,6 +234,21 @@ impl PyScheduler {
             self.started[task as usize] = true;
         }
         Ok(block.map(|b| PyBlock::from_core(&b, task_id)))
+    }
+
+    /// The last run's report as JSON: `{task_id: task report}`.
+    fn report_json(&self) -> PyResult<String> {
+        let map: serde_json::Map<String, serde_json::Value> = self
+            .reports()
+            .into_iter()
+            .map(|r| {
+                serde_json::to_value(&r)
+                    .map(|v| (r.task_id.clone(), v))
+                    .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+            })
+            .collect::<PyResult<_>>()?;
+        serde_json::to_string(&map)
+            .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
     }
 
     /// Write the tracking stores' pages to disk.
@@ -248,7 +307,10 @@ impl PyScheduler {
                 )));
             }
         }
+        self.started_at = wall_clock();
         let (checks, task_ids, started) = (&self.checks, &self.task_ids, &mut self.started);
+        let (measured, aggregates) = (&self.measured, &mut self.aggregates);
+        let mut profiler = BlockProfiler::new();
         let result = daisy_core::serial::run_serial::<RunError>(
             &mut self.inner,
             |b| Ok(Self::call_check(py, checks, task_ids, b)?),
@@ -256,10 +318,24 @@ impl PyScheduler {
                 let t = b.key.task as usize;
                 started[t] = true;
                 let block = Py::new(py, PyBlock::from_core(b, &task_ids[t]))?;
-                if let Some(f) = &funcs[t] {
-                    f.call1(py, (block.clone_ref(py),))?;
+                if measured[t] {
+                    profiler.start();
                 }
-                let status = block.borrow(py).status;
+                let called = funcs[t]
+                    .as_ref()
+                    .map(|f| f.call1(py, (block.clone_ref(py),)))
+                    .transpose();
+                let outer = if measured[t] { profiler.stop() } else { None };
+                called?;
+                let mut pb = block.borrow_mut(py);
+                // the first measurement attached wins (profile_block inside)
+                if pb.stats.is_none() {
+                    pb.stats = outer;
+                }
+                let stats = pb.stats;
+                let status = pb.status;
+                drop(pb);
+                b.stats = stats;
                 if status == BlockStatus::Failed {
                     return Ok(BlockStatus::Failed);
                 }
@@ -268,6 +344,7 @@ impl PyScheduler {
                 {
                     return Ok(BlockStatus::Failed);
                 }
+                aggregates[t].record_success(None, stats.as_ref());
                 Ok(BlockStatus::Success)
             },
         );
@@ -275,6 +352,18 @@ impl PyScheduler {
             *s |= self.inner.task_state(t as TaskIndex).skipped_count > 0;
         }
         let flushed = self.inner.flush_tracking().py();
+        self.finished_at = wall_clock();
+        let reports = self.reports();
+        for (t, report) in reports.iter().enumerate() {
+            if let Some(tracking) = self.inner.tracking(t as TaskIndex)
+                && let Err(e) = report.append_to(tracking.path())
+            {
+                tracing::warn!(
+                    "could not append to {}/runs.jsonl: {e}",
+                    tracking.path().display()
+                );
+            }
+        }
         result.map_err(|e| e.0)?;
         flushed
     }

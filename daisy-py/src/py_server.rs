@@ -13,9 +13,10 @@ use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
 use daisy_core::Block;
 use daisy_core::server::{
-    LogMode, RunError, RunHooks, RunSnapshot, ServerConfig, TaskRuntime, WorkerCommand, run_server,
+    LogMode, RunError, RunHooks, RunOutcome, RunSnapshot, ServerConfig, TaskRuntime, WorkerCommand,
+    run_server,
 };
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyBytes, PyDict, PyList};
 use std::collections::BTreeMap;
@@ -95,6 +96,7 @@ fn task_runtime(d: &Bound<'_, PyDict>) -> PyResult<TaskRuntime> {
         }),
     };
     Ok(TaskRuntime {
+        resource_tracking: get(d, "resource_tracking")?,
         max_workers: get(d, "max_workers")?,
         timeout: timeout.map(Duration::from_secs_f64),
         max_worker_restarts: get(d, "max_worker_restarts")?,
@@ -125,7 +127,16 @@ pub fn run_distributed(
     tracking: Option<&Bound<'_, PyDict>>,
     skip_masks: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Py<PyDict>> {
-    let scheduler = build_scheduler(&specs, tracking, skip_masks)?;
+    let mut measured = Vec::new();
+    for (tid, d) in tasks.iter() {
+        if d.cast::<PyDict>()?
+            .get_item("resource_tracking")?
+            .is_some_and(|v| v.is_truthy().unwrap_or(false))
+        {
+            measured.push(tid.extract::<String>()?);
+        }
+    }
+    let scheduler = build_scheduler(&specs, tracking, skip_masks, &measured)?;
     let task_ids: Vec<String> = scheduler
         .pipeline()
         .specs()
@@ -188,7 +199,15 @@ pub fn run_distributed(
     let outcome = py.detach(|| run_server(scheduler, config, hooks));
     let outcome = match outcome {
         Ok(o) => o,
-        Err(RunError::Hook(e)) => return Err(e),
+        Err(RunError::Hook(e, partial)) => {
+            attach_report(py, &e, &partial)?;
+            return Err(e);
+        }
+        Err(RunError::Fatal(message, partial)) => {
+            let e = PyRuntimeError::new_err(message);
+            attach_report(py, &e, &partial)?;
+            return Err(e);
+        }
         Err(RunError::Io(e)) => {
             return Err(PyOSError::new_err(format!("daisy server: {e}")));
         }
@@ -224,5 +243,27 @@ pub fn run_distributed(
         started.set_item(tid, n)?;
     }
     out.set_item("workers_started", started)?;
+    out.set_item("report", report_json(&outcome)?)?;
     Ok(out.unbind())
+}
+
+/// The whole run's report as JSON: `{task_id: task report}`.
+pub fn report_json(outcome: &RunOutcome) -> PyResult<String> {
+    let map: serde_json::Map<String, serde_json::Value> = outcome
+        .reports
+        .iter()
+        .map(|r| {
+            serde_json::to_value(r)
+                .map(|v| (r.task_id.clone(), v))
+                .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+        })
+        .collect::<PyResult<_>>()?;
+    serde_json::to_string(&map).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// Attach the partial report of an interrupted or failed run to its error
+/// as `daisy_run_report` (JSON; the Python layer makes it a RunReport).
+fn attach_report(py: Python<'_>, e: &PyErr, outcome: &RunOutcome) -> PyResult<()> {
+    e.value(py)
+        .setattr("daisy_run_report_json", report_json(outcome)?)
 }

@@ -22,13 +22,14 @@ from daisy import (
     pipeline,
     progress,
     roi,
+    run_report,
     scheduler,
     serial_server,
     server,
     task,
     task_state,
 )
-from daisy._daisy import LayoutMismatch, __version__
+from daisy._daisy import BlockStats, LayoutMismatch, __version__, profile_block
 from daisy.block import Block, BlockStatus
 from daisy.block_tracking import (
     get_tracking_basedir,
@@ -41,6 +42,15 @@ from daisy.convenience import run_blockwise
 from daisy.dependency_graph import BlockwiseDependencyGraph, DependencyGraph
 from daisy.pipeline import Pipeline
 from daisy.progress import JsonProgressObserver
+from daisy.run_report import (
+    BlockRecord,
+    BlockSummary,
+    RunReport,
+    Stat,
+    TaskReport,
+    WorkerRecord,
+    WorkerSummary,
+)
 from daisy.scheduler import Scheduler
 from daisy.serial_server import SerialServer
 from daisy.server import Server
@@ -49,6 +59,9 @@ from daisy.task_state import TaskState
 
 __all__ = [
     "Block",
+    "BlockRecord",
+    "BlockStats",
+    "BlockSummary",
     "BlockStatus",
     "BlockwiseDependencyGraph",
     "Client",
@@ -59,11 +72,16 @@ __all__ = [
     "LayoutMismatch",
     "Pipeline",
     "Roi",
+    "RunReport",
     "Scheduler",
     "SerialServer",
     "Server",
+    "Stat",
+    "TaskReport",
     "Task",
     "TaskState",
+    "WorkerRecord",
+    "WorkerSummary",
     "__version__",
     "block",
     "block_tracking",
@@ -76,8 +94,10 @@ __all__ = [
     "get_tracking_basedir",
     "logging",
     "pipeline",
+    "profile_block",
     "progress",
     "roi",
+    "run_report",
     "run_blockwise",
     "scheduler",
     "serial_server",

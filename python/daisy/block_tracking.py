@@ -74,6 +74,23 @@ def tracking_paths(tasks: Iterable[Task]) -> dict[str, str]:
     return out
 
 
+def measured_task_ids(tasks: Iterable[Task]) -> list[str]:
+    """Ids of the tasks with ``resource_tracking=True``; such a task without
+    a tracking store is a configuration error, raised here at run start."""
+    out = []
+    for t in tasks:
+        if not t.resource_tracking:
+            continue
+        if t.tracking_path is None:
+            raise ValueError(
+                f"resource_tracking: task {t.task_id!r} measures its blocks but has no tracking "
+                "store to record them in; give it tracking_path=... or call "
+                "daisy.set_tracking_basedir(...) before the run"
+            )
+        out.append(t.task_id)
+    return out
+
+
 def skip_masks(tasks: Iterable[Task]) -> dict[str, bytes]:
     """Task id to skip mask (one byte per block, C order), for the tasks
     that have one."""

@@ -39,7 +39,8 @@ def run_blockwise(
         progress: True (a bar per task on a terminal, a log line every 30 s
             otherwise), False, or progress observers such as
             ``daisy.JsonProgressObserver(path)``.
-        summary: print the Execution Summary to stdout when the run ends.
+        summary: print the Execution Summary and the Resource Utilization
+            panel to stdout when the run ends.
 
     Returns:
         True if every block of every task completed; False if any block
@@ -48,12 +49,17 @@ def run_blockwise(
     if not isinstance(multiprocessing, bool):
         raise TypeError(f"multiprocessing: expected True or False, got {multiprocessing!r}")
     if multiprocessing:
-        server = Server(host=host, port=port)
+        server: Server | SerialServer = Server(host=host, port=port)
         states = server.run_blockwise(tasks, progress=progress, resources=resources)
         notes = server.failure_notes()
     else:
-        states = SerialServer().run_blockwise(tasks, scheduler=Scheduler(tasks))
+        server = SerialServer()
+        states = server.run_blockwise(tasks, scheduler=Scheduler(tasks))
         notes = {}
     if summary:
         print_execution_summary(states, notes)
+        if server.last_report is not None:
+            panel = server.last_report.render(task_order=list(states))
+            if panel:
+                print(panel)
     return all(s.completed_count == s.total_block_count for s in states.values())

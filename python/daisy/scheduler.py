@@ -9,7 +9,7 @@ from typing import Any
 
 from daisy._daisy import Block, TaskState
 from daisy._daisy import Scheduler as _NativeScheduler
-from daisy.block_tracking import skip_masks, tracking_paths
+from daisy.block_tracking import measured_task_ids, skip_masks, tracking_paths
 from daisy.pipeline import Pipeline
 from daisy.task import Task
 
@@ -32,6 +32,7 @@ class Scheduler:
             {tid: t._pre_check for tid, t in self._tasks.items() if t._pre_check},
             tracking_paths(self._tasks.values()),
             skip_masks(self._tasks.values()),
+            measured_task_ids(self._tasks.values()),
         )
 
     @property

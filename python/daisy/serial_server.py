@@ -9,11 +9,17 @@ from typing import Any
 
 from daisy._daisy import TaskState
 from daisy.block_tracking import log_skips
+from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 
 
 class SerialServer:
-    """Runs a pipeline in this process, one block at a time."""
+    """Runs a pipeline in this process, one block at a time. After a run,
+    `last_report` is its `daisy.RunReport` (resource measurements only for
+    tasks with ``resource_tracking=True``; serial runs have no workers)."""
+
+    def __init__(self) -> None:
+        self.last_report: RunReport | None = None
 
     def run_blockwise(self, tasks: Any, scheduler: Scheduler | None = None) -> dict[str, TaskState]:
         """Run every block of ``tasks`` (a Task, a list or a Pipeline) and
@@ -36,10 +42,14 @@ class SerialServer:
                     "arguments), which needs worker processes; run it with "
                     "multiprocessing=True or give it a function that takes a block"
                 )
-        scheduler._native.run_serial(
-            {t.task_id: t.process_function for t in scheduler.tasks},
-            {t.task_id: t._post_check for t in scheduler.tasks if t._post_check},
-        )
+        try:
+            scheduler._native.run_serial(
+                {t.task_id: t.process_function for t in scheduler.tasks},
+                {t.task_id: t._post_check for t in scheduler.tasks if t._post_check},
+            )
+        finally:
+            self.last_report = RunReport.from_json(scheduler._native.report_json())
+            self.last_report.attach(scheduler.tasks)
         states = scheduler.task_states
         log_skips(scheduler.tasks, states)
         return states

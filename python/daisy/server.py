@@ -24,10 +24,11 @@ import cloudpickle
 
 from daisy import logging as daisy_logging
 from daisy._daisy import TaskState, run_distributed
-from daisy.block_tracking import log_skips, skip_masks, tracking_paths
+from daisy.block_tracking import log_skips, measured_task_ids, skip_masks, tracking_paths
 from daisy.context import Context
 from daisy.pipeline import Pipeline
 from daisy.progress import ProgressObserver, default_observers
+from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,8 @@ class Server:
         self.host = host or "127.0.0.1"
         self.port = int(port or 0)
         self.failures: list[tuple[str, int, int | None, str]] = []
+        #: the `daisy.RunReport` of this server's last run
+        self.last_report: RunReport | None = None
         self.abandoned: list[tuple[str, str]] = []
         self.unmanaged_clients = 0
 
@@ -113,6 +116,7 @@ class Server:
                 "args": ["-m", "daisy._worker"],
                 "env": [],
                 "stdin": worker_payload(t.process_function, t._post_check),
+                "resource_tracking": t.resource_tracking,
             }
         resources = dict(resources or {})
         for k, v in resources.items():
@@ -121,6 +125,7 @@ class Server:
                     f"resources: expected resource names mapped to non-negative integers, "
                     f"got {k!r}: {v!r}"
                 )
+        measured_task_ids(task_map.values())  # a configuration error raises here
         specs = pipeline.specs()
         order = [s.task_id for s in specs]
         observers: list[ProgressObserver] = default_observers(order, progress)
@@ -152,9 +157,18 @@ class Server:
                     tracking_paths(task_map.values()),
                     skip_masks(task_map.values()),
                 )
+        except BaseException as e:
+            partial = getattr(e, "daisy_run_report_json", None)
+            if partial is not None:
+                self.last_report = RunReport.from_json(partial)
+                self.last_report.attach(list(task_map.values()))
+                e.daisy_run_report = self.last_report  # type: ignore[attr-defined]
+            raise
         finally:
             for obs in observers:
                 obs.close()
+        self.last_report = RunReport.from_json(out["report"])
+        self.last_report.attach(list(task_map.values()))
         self.failures = list(out["failures"])
         self.abandoned = list(out["abandoned"])
         self.unmanaged_clients = out["unmanaged_clients"]

@@ -18,8 +18,9 @@ from typing import Any
 
 from funlib.geometry import Roi
 
-from daisy._daisy import TaskSpec, reset_tracking
+from daisy._daisy import Block, TaskSpec, TrackingStore, reset_tracking
 from daisy.block_tracking import resolve_tracking_path
+from daisy.run_report import BlockRecord, TaskReport, read_last_run, runs_file_for
 
 _FITS = ("valid", "overhang", "shrink")
 
@@ -123,6 +124,9 @@ class Task:
         done_marker_path: deprecated name of ``tracking_path``.
         skip_mask: an array of shape `block_grid_shape`, nonzero for blocks
             to skip in this run only (never recorded as done).
+        resource_tracking: measure every block (wall, CPU, peak RSS, IO)
+            and record it in the tracking store (which it requires); see
+            RUN_STATS.md.
     """
 
     def __init__(
@@ -149,6 +153,7 @@ class Task:
         tracking_path: str | os.PathLike[str] | bool | None = None,
         done_marker_path: str | os.PathLike[str] | bool | None = None,
         skip_mask: Any = None,
+        resource_tracking: bool = False,
     ) -> None:
         if isinstance(task_id, numbers.Integral) and not isinstance(task_id, bool):
             task_id = str(task_id)  # daisy 1.x accepted int ids
@@ -296,6 +301,10 @@ class Task:
         self._tracking_path = tracking_path
         self._skip_mask = self._check_skip_mask(skip_mask)
         self.skip_mask = skip_mask
+        if not isinstance(resource_tracking, bool):
+            raise TypeError(f"resource_tracking: expected True or False, got {resource_tracking!r}")
+        self.resource_tracking = resource_tracking
+        self._last_report: TaskReport | None = None
 
     @property
     def _spec(self) -> TaskSpec:
@@ -336,6 +345,63 @@ class Task:
     def tracking_path(self) -> Path | None:
         """The task's tracking store directory, or None if it has none."""
         return resolve_tracking_path(self.task_id, self._tracking_path)
+
+    def report(self) -> TaskReport | None:
+        """The report of this task's last run: the last line of its
+        ``runs.jsonl`` (in its tracking store, else next to its worker
+        logs), so it works in a later process too; else the copy a run in
+        this process kept; None before any run."""
+        path = runs_file_for(self)
+        report = read_last_run(path) if path is not None else None
+        if report is None:
+            report = self._last_report
+        if report is not None:
+            report._task = self
+        return report
+
+    def _store(self) -> TrackingStore | None:
+        path = self.tracking_path
+        if path is None or not (Path(path) / "zarr.json").is_file():
+            return None
+        return TrackingStore(self._spec, str(path))
+
+    def block_record(self, block: Any) -> BlockRecord | None:
+        """What the tracking store holds for one block: a `daisy.Block`, a
+        grid cell (tuple, anchored at ``total_roi``) or a spatial id (int,
+        found by a scan). None without a store or outside the grid."""
+        store = self._store()
+        if store is None:
+            return None
+        if isinstance(block, bool):
+            raise TypeError("block: expected a daisy.Block, a grid coordinate tuple or an int")
+        if isinstance(block, numbers.Integral):
+            for record in store.records():
+                if record["spatial_id"] == int(block):
+                    return BlockRecord.from_native(self.task_id, record)
+            return None
+        if isinstance(block, tuple):
+            if len(block) != self.total_roi.dims:
+                raise ValueError(
+                    f"block: grid coordinate {block} has {len(block)} entries; task "
+                    f"{self.task_id!r} has {self.total_roi.dims} axes"
+                )
+            record = store.record_at(block)
+        elif isinstance(block, Block):
+            record = store.record(block)
+        else:
+            raise TypeError(
+                "block: expected a daisy.Block, a grid coordinate tuple or an int spatial id, "
+                f"not {type(block).__name__}"
+            )
+        return None if record is None else BlockRecord.from_native(self.task_id, record)
+
+    def block_records(self) -> list[BlockRecord]:
+        """Every block the store has a record of, sorted by spatial id."""
+        store = self._store()
+        if store is None:
+            return []
+        rows = [BlockRecord.from_native(self.task_id, r) for r in store.records()]
+        return sorted(rows, key=lambda r: r.block_id[1])
 
     def reset(self) -> None:
         """Delete the task's tracking store (only the store), so the next

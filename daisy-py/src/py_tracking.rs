@@ -1,0 +1,92 @@
+//! `daisy._daisy.TrackingStore`: a task's tracking store opened from
+//! Python, to read back what it holds for a block (`task.block_record`,
+//! `TaskReport.block`). Runs write the store through the scheduler; this
+//! only reads.
+
+use crate::convert::coord_from_py;
+use crate::errors::IntoPyResult;
+use crate::py_block::PyBlock;
+use crate::py_profile::PyBlockStats;
+use crate::py_task_spec::PyTaskSpec;
+use daisy_core::block_grid::BlockGrid;
+use daisy_core::block_tracking::{TaskTracking, TrackingRecord};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyAny, PyDict, PyList};
+use std::path::PathBuf;
+
+fn record_dict(py: Python<'_>, spatial_id: u64, r: &TrackingRecord) -> PyResult<Py<PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("spatial_id", spatial_id)?;
+    d.set_item("done", r.done)?;
+    d.set_item("failures", r.failures)?;
+    d.set_item("stats", r.stats.map(PyBlockStats::from))?;
+    d.set_item("worker_id", r.worker_id)?;
+    d.set_item("sent_at", r.sent_at)?;
+    d.set_item("returned_at", r.returned_at)?;
+    Ok(d.unbind())
+}
+
+/// A task's tracking store, for reading block records.
+#[pyclass(name = "TrackingStore", module = "daisy._daisy", unsendable)]
+pub struct PyTrackingStore {
+    inner: TaskTracking,
+    grid: BlockGrid,
+}
+
+#[pymethods]
+impl PyTrackingStore {
+    /// Open the store of `spec` at `path` (which must exist; a store of
+    /// another layout raises `daisy.LayoutMismatch`).
+    #[new]
+    fn new(spec: PyRef<'_, PyTaskSpec>, path: PathBuf) -> PyResult<Self> {
+        if !TaskTracking::exists(&path) {
+            return Err(PyValueError::new_err(format!(
+                "tracking_path: no tracking store at {}",
+                path.display()
+            )));
+        }
+        let with_stats = TaskTracking::has_stats_on_disk(&path);
+        Ok(Self {
+            inner: TaskTracking::open(&path, &spec.spec, with_stats).py()?,
+            grid: BlockGrid::new(0, &spec.spec),
+        })
+    }
+
+    /// The record of a block of this task (None if it is not on the grid).
+    fn record(&self, py: Python<'_>, block: PyRef<'_, PyBlock>) -> PyResult<Option<Py<PyDict>>> {
+        let Some(pos) = self.grid.position_of_write_offset(&block.write.offset()) else {
+            return Ok(None);
+        };
+        let core = self.grid.block_at(pos);
+        record_dict(py, core.spatial_id, &self.inner.record(&core)).map(Some)
+    }
+
+    /// The record of a grid cell (anchored at `total_roi`, one int per
+    /// axis); None outside the grid.
+    fn record_at(&self, py: Python<'_>, cell: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyDict>>> {
+        let cell = coord_from_py(cell, "block", "grid coordinate")?;
+        match self.inner.record_at(&cell) {
+            Some((id, r)) => record_dict(py, id, &r).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Every record (done, or with failed attempts), in grid order.
+    fn records(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
+        let items = self
+            .inner
+            .recorded_cells()
+            .iter()
+            .filter_map(|c| self.inner.record_at(c))
+            .map(|(id, r)| record_dict(py, id, &r))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(PyList::new(py, items)?.unbind())
+    }
+
+    /// Shape of the store's arrays.
+    #[getter]
+    fn shape(&self) -> Vec<i64> {
+        self.inner.shape().as_slice().to_vec()
+    }
+}

@@ -1,0 +1,630 @@
+"""Run reports: what every block and every worker of a run cost.
+
+The Rust core builds one JSON object per task when a run ends (see
+``daisy-core/src/run_report.rs``), appends it as one line to the task's
+``runs.jsonl`` and hands the same JSON to Python, where these classes read
+it. The object a run returns and the record it leaves on disk are
+therefore the same thing. ``runs.jsonl`` lives in the task's tracking store
+when it has one, else under ``<log basedir>/<task_id>/`` next to its worker
+logs (written here, when file logging is on).
+
+In the process that ran the pipeline or any later one::
+
+    t = task.report()          # TaskReport: the last line of runs.jsonl
+    t.blocks.round_trip        # Stat: n, mean, std, min, max, total (seconds)
+    t.blocks.wall              # the worker's own measurement (resource_tracking)
+    t.workers.startup          # Stat over workers
+    t.worker(1)                # WorkerRecord
+    t.block((1, 2))            # BlockRecord read from the tracking store
+    print(t.render())          # the task's section of the panel
+
+``daisy.Server().last_report`` is the whole run's `RunReport`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from daisy._daisy import BlockStats
+    from daisy.task import Task
+
+RUNS_FILE = "runs.jsonl"
+
+
+# -- where reports live -------------------------------------------------------
+
+
+def runs_file_for(task: Task) -> Path | None:
+    """The ``runs.jsonl`` a task's reports go to: in its tracking store,
+    else next to its worker logs when file logging is on, else None."""
+    store = task.tracking_path
+    if store is not None:
+        return Path(store) / RUNS_FILE
+    from daisy.logging import get_log_basedir, get_log_mode
+
+    base = get_log_basedir()
+    if base is None or get_log_mode() == "console":
+        return None
+    return Path(base).absolute() / task.task_id / RUNS_FILE
+
+
+def read_last_run(path: str | os.PathLike[str]) -> TaskReport | None:
+    """The report on the last non-empty line of a ``runs.jsonl``, or None."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    last = None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                last = line
+    return None if last is None else TaskReport.from_dict(json.loads(last))
+
+
+def read_runs(path: str | os.PathLike[str]) -> list[TaskReport]:
+    """Every report of a ``runs.jsonl``, oldest first."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [TaskReport.from_dict(json.loads(line)) for line in f if line.strip()]
+
+
+def append_run(path: str | os.PathLike[str], report: TaskReport) -> None:
+    """Append one report line to ``path``, creating its directory."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(report.to_dict()) + "\n")
+
+
+# -- number formats -----------------------------------------------------------
+
+
+def format_bytes(n: float) -> str:
+    """``1.1 KB``: one decimal, powers of 1024."""
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(value) < 1024.0:
+            return f"{value:.1f} {unit}"
+        value /= 1024.0
+    return f"{value:.1f} PB"
+
+
+def _seconds_scale(x: float) -> tuple[float, str]:
+    magnitude = abs(x)
+    if magnitude >= 1.0 or magnitude == 0.0:
+        return 1.0, "s"
+    if magnitude >= 1e-3:
+        return 1e3, "ms"
+    return 1e6, "µs"
+
+
+def _scaled(x: float, scale: float, unit: str) -> str:
+    value = x * scale
+    return f"{value:.2f} {unit}" if unit == "s" else f"{value:.1f} {unit}"
+
+
+def format_seconds(x: float | None) -> str:
+    """``50.5 ms``, ``1.25 s``, ``60.1 µs``; ``—`` for None."""
+    if x is None:
+        return "—"
+    return _scaled(x, *_seconds_scale(x))
+
+
+# -- the report objects --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A distribution: sample count, mean, sample standard deviation, min,
+    max and total. Falsy and shown as ``—`` when nothing was measured."""
+
+    n: int = 0
+    mean: float = 0.0
+    std: float = 0.0
+    min: float = 0.0
+    max: float = 0.0
+    total: float = 0.0
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Stat:
+        """From the report JSON (``sum`` is the total)."""
+        if not d:
+            return cls()
+        return cls(
+            n=int(d.get("n", 0)),
+            mean=float(d.get("mean", 0.0)),
+            std=float(d.get("std", 0.0)),
+            min=float(d.get("min", 0.0)),
+            max=float(d.get("max", 0.0)),
+            total=float(d.get("sum", d.get("total", 0.0))),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report JSON."""
+        return {
+            "n": self.n,
+            "mean": self.mean,
+            "std": self.std,
+            "min": self.min,
+            "max": self.max,
+            "sum": self.total,
+        }
+
+    def format(self, unit: str = "s") -> str:
+        """``mean ± std``: seconds scaled by the mean (``50.5 ms ± 0.1
+        ms``), or bytes with ``unit="B"`` (``25.5 MB ± 0.0 B``)."""
+        if not self:
+            return "—"
+        if unit == "B":
+            return f"{format_bytes(self.mean)} ± {format_bytes(self.std)}"
+        scale, name = _seconds_scale(self.mean)
+        return f"{_scaled(self.mean, scale, name)} ± {_scaled(self.std, scale, name)}"
+
+    def __bool__(self) -> bool:
+        return self.n > 0
+
+    def __str__(self) -> str:
+        return self.format()
+
+
+@dataclass(frozen=True)
+class BlockSummary:
+    """Per-block figures of one task over one run.
+
+    ``round_trip`` (dispatch to return, timed by the server) is there for
+    every distributed task. The other stats are measured inside the worker
+    and are empty unless the task set ``resource_tracking=True``;
+    ``overhead`` is round trip minus wall, daisy's own cost per block.
+    ``count`` is the scheduler's completion count of this run, skipped
+    blocks included; ``skipped`` of them contributed no samples."""
+
+    count: int = 0
+    skipped: int = 0
+    failures: int = 0
+    has_stats: bool = False
+    round_trip: Stat = field(default_factory=Stat)
+    wall: Stat = field(default_factory=Stat)
+    cpu: Stat = field(default_factory=Stat)
+    peak_rss: Stat = field(default_factory=Stat)
+    io_read: Stat = field(default_factory=Stat)
+    io_write: Stat = field(default_factory=Stat)
+    overhead: Stat = field(default_factory=Stat)
+    trend_slope_ms: float = 0.0
+
+    _STATS = ("round_trip", "wall", "cpu", "peak_rss", "io_read", "io_write", "overhead")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> BlockSummary:
+        """From the report JSON."""
+        d = d or {}
+        return cls(
+            count=int(d.get("count", 0)),
+            skipped=int(d.get("skipped", 0)),
+            failures=int(d.get("failures", 0)),
+            has_stats=bool(d.get("has_stats", False)),
+            trend_slope_ms=float(d.get("trend_slope_ms", 0.0)),
+            **{k: Stat.from_dict(d.get(k)) for k in cls._STATS},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report JSON."""
+        out: dict[str, Any] = {
+            "count": self.count,
+            "skipped": self.skipped,
+            "failures": self.failures,
+            "has_stats": self.has_stats,
+        }
+        out.update({k: getattr(self, k).to_dict() for k in self._STATS})
+        out["trend_slope_ms"] = self.trend_slope_ms
+        return out
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """One worker's life, in seconds. None where a phase never happened
+    (no startup for a worker that never connected, no teardown for one
+    that crashed or was cut off)."""
+
+    worker_id: int
+    startup: float | None = None
+    blocks_ok: int = 0
+    blocks_failed: int = 0
+    idle: Stat = field(default_factory=Stat)
+    compute: Stat = field(default_factory=Stat)
+    final_wait: float | None = None
+    teardown: float | None = None
+    #: "clean", "error", "timeout", "interrupted", or None if still running
+    exit: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WorkerRecord:
+        """From the report JSON."""
+        return cls(
+            worker_id=int(d["worker_id"]),
+            startup=d.get("startup"),
+            blocks_ok=int(d.get("blocks_ok", 0)),
+            blocks_failed=int(d.get("blocks_failed", 0)),
+            idle=Stat.from_dict(d.get("idle")),
+            compute=Stat.from_dict(d.get("compute")),
+            final_wait=d.get("final_wait"),
+            teardown=d.get("teardown"),
+            exit=d.get("exit"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report JSON."""
+        return {
+            "worker_id": self.worker_id,
+            "startup": self.startup,
+            "blocks_ok": self.blocks_ok,
+            "blocks_failed": self.blocks_failed,
+            "idle": self.idle.to_dict(),
+            "compute": self.compute.to_dict(),
+            "final_wait": self.final_wait,
+            "teardown": self.teardown,
+            "exit": self.exit,
+        }
+
+    @property
+    def blocks(self) -> int:
+        """Blocks this worker handled, completed or failed."""
+        return self.blocks_ok + self.blocks_failed
+
+
+@dataclass(frozen=True)
+class WorkerSummary:
+    """The workers daisy started for one task: ``startup`` and
+    ``teardown`` have one sample per worker, ``idle`` and ``compute`` pool
+    every worker's per-block samples. ``by_id`` holds each worker's
+    record."""
+
+    count: int = 0
+    unmanaged_clients: int = 0
+    startup: Stat = field(default_factory=Stat)
+    idle: Stat = field(default_factory=Stat)
+    compute: Stat = field(default_factory=Stat)
+    teardown: Stat = field(default_factory=Stat)
+    exits: dict[str, int] = field(default_factory=dict)
+    by_id: dict[int, WorkerRecord] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> WorkerSummary:
+        """From the report JSON."""
+        d = d or {}
+        records = [WorkerRecord.from_dict(r) for r in d.get("by_id", [])]
+        return cls(
+            count=int(d.get("count", 0)),
+            unmanaged_clients=int(d.get("unmanaged_clients", 0)),
+            startup=Stat.from_dict(d.get("startup")),
+            idle=Stat.from_dict(d.get("idle")),
+            compute=Stat.from_dict(d.get("compute")),
+            teardown=Stat.from_dict(d.get("teardown")),
+            exits={str(k): int(v) for k, v in (d.get("exits") or {}).items()},
+            by_id={r.worker_id: r for r in records},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report JSON."""
+        return {
+            "count": self.count,
+            "unmanaged_clients": self.unmanaged_clients,
+            "startup": self.startup.to_dict(),
+            "idle": self.idle.to_dict(),
+            "compute": self.compute.to_dict(),
+            "teardown": self.teardown.to_dict(),
+            "exits": dict(self.exits),
+            "by_id": [r.to_dict() for r in self.by_id.values()],
+        }
+
+
+@dataclass(frozen=True)
+class BlockRecord:
+    """What a task's tracking store holds for one block."""
+
+    block_id: tuple[str, int]
+    done: bool
+    failures: int
+    #: a `daisy.BlockStats`, or None (no resource tracking, or never ran)
+    stats: BlockStats | None
+    #: the worker that completed it, or None (serial run, unmanaged client)
+    worker_id: int | None
+    #: seconds since the UNIX epoch, on the scheduler's clock
+    sent_at: float | None
+    returned_at: float | None
+
+    @property
+    def wall_seconds(self) -> float | None:
+        """The block's own wall time, if measured."""
+        return None if self.stats is None else self.stats.wall_seconds
+
+    @property
+    def peak_rss_bytes(self) -> int | None:
+        """The worker's peak RSS while the block ran, if measured."""
+        return None if self.stats is None else self.stats.peak_rss_bytes
+
+    @property
+    def round_trip(self) -> float | None:
+        """Dispatch to return, seconds, from the scheduler's stamps."""
+        if self.sent_at is None or self.returned_at is None:
+            return None
+        return self.returned_at - self.sent_at
+
+    @classmethod
+    def from_native(cls, task_id: str, d: dict[str, Any]) -> BlockRecord:
+        """From the dict the native scheduler returns."""
+        return cls(
+            block_id=(task_id, int(d["spatial_id"])),
+            done=bool(d["done"]),
+            failures=int(d["failures"]),
+            stats=d["stats"],
+            worker_id=d["worker_id"],
+            sent_at=d["sent_at"],
+            returned_at=d["returned_at"],
+        )
+
+
+class TaskReport:
+    """One task's report of one run: ``blocks`` and ``workers`` summaries,
+    ``worker(id)`` and ``block(...)`` to drill down."""
+
+    def __init__(
+        self,
+        task_id: str,
+        blocks: BlockSummary,
+        workers: WorkerSummary,
+        started_at: float = 0.0,
+        finished_at: float = 0.0,
+        tracked: bool = False,
+        outcome: str = "completed",
+    ) -> None:
+        self.task_id = task_id
+        self.blocks = blocks
+        self.workers = workers
+        self.started_at = started_at
+        self.finished_at = finished_at
+        self.tracked = tracked
+        self.outcome = outcome
+        self._task: Task | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TaskReport:
+        """From the report JSON."""
+        return cls(
+            task_id=d["task_id"],
+            blocks=BlockSummary.from_dict(d.get("blocks")),
+            workers=WorkerSummary.from_dict(d.get("workers")),
+            started_at=float(d.get("started_at", 0.0)),
+            finished_at=float(d.get("finished_at", 0.0)),
+            tracked=bool(d.get("tracked", False)),
+            outcome=str(d.get("outcome", "completed")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report JSON (what ``runs.jsonl`` holds)."""
+        return {
+            "task_id": self.task_id,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "tracked": self.tracked,
+            "outcome": self.outcome,
+            "blocks": self.blocks.to_dict(),
+            "workers": self.workers.to_dict(),
+        }
+
+    @property
+    def elapsed(self) -> float:
+        """Wall seconds of the run, start to report."""
+        return max(0.0, self.finished_at - self.started_at)
+
+    def worker(self, worker_id: int) -> WorkerRecord:
+        """The record of one worker."""
+        return self.workers.by_id[int(worker_id)]
+
+    def _attached_task(self, what: str) -> Task:
+        if self._task is None:
+            raise RuntimeError(
+                f"TaskReport({self.task_id!r}).{what}: no task attached; per-block lookup reads "
+                "the tracking store through the Task, so use task.report() or a report a run "
+                "returned"
+            )
+        return self._task
+
+    def block(self, block: Any) -> BlockRecord | None:
+        """What the tracking store holds for one block: a `daisy.Block`, a
+        grid cell (a tuple, one int per axis, anchored at ``total_roi`` like
+        the store's arrays) or a spatial id (an int; found by a scan of the
+        grid). None when the task has no store or no such block."""
+        task = self._attached_task("block()")
+        return task.block_record(block)
+
+    def block_records(self) -> list[BlockRecord]:
+        """Every block the store has a record of (done, or with failures),
+        sorted by spatial id. Walks the whole grid: for very large tasks
+        read the store's Zarr arrays directly."""
+        task = self._attached_task("block_records()")
+        return task.block_records()
+
+    def __repr__(self) -> str:
+        return (
+            f"TaskReport({self.task_id!r}, blocks={self.blocks.count}, "
+            f"workers={self.workers.count})"
+        )
+
+    # -- the panel -------------------------------------------------------
+
+    def render(self, max_workers: int = 10) -> str:
+        """This task's section of the Resource Utilization panel."""
+        b, w = self.blocks, self.workers
+        head = f"  {self.task_id}  {b.count} blocks"
+        if b.skipped:
+            head += f" ({b.skipped} skipped)"
+        if w.count:
+            head += f", {w.count} worker{'' if w.count == 1 else 's'}"
+        if self.elapsed > 0:
+            head += f", {format_seconds(self.elapsed)} wall"
+        lines = [head]
+        label = "    blocks  "
+        if b.round_trip:
+            lines.append(f"{label} round trip {b.round_trip.format()}")
+            label = " " * len(label)
+        if b.has_stats:
+            lines.append(
+                f"{label} wall {b.wall.format()}   cpu {b.cpu.format()}"
+                f"   peak RSS {b.peak_rss.format('B')}"
+            )
+            second = (
+                f"{' ' * len(label)} io read {format_bytes(b.io_read.total)}"
+                f"  write {format_bytes(b.io_write.total)}"
+            )
+            if b.overhead:
+                second += f"   overhead {b.overhead.format()}"
+            second += f"   trend ∠ {b.trend_slope_ms:+.4f} ms/block"
+            lines.append(second)
+        if b.failures:
+            lines.append(f"{' ' * len(label)} {b.failures} failed attempt(s)")
+        if w.count:
+            lines.append(
+                f"    workers  startup {w.startup.format()}   idle {w.idle.format()}"
+                f"   teardown {w.teardown.format()}"
+            )
+            exits = " ".join(f"{n} {kind}" for kind, n in w.exits.items() if n)
+            tail = f"             exits {exits or '—'}"
+            if w.unmanaged_clients:
+                tail += f" (+ {w.unmanaged_clients} unmanaged client(s))"
+            lines.append(tail)
+            lines.extend(self._worker_table(max_workers))
+        elif w.unmanaged_clients:
+            lines.append(f"    workers  {w.unmanaged_clients} unmanaged client(s)")
+        return "\n".join(lines)
+
+    def _worker_table(self, max_workers: int) -> list[str]:
+        columns = [
+            ("id", 4),
+            ("startup", 9),
+            ("blocks", 6),
+            ("idle", 9),
+            ("idle / block", 19),
+            ("compute", 9),
+            ("compute / block", 19),
+            ("teardown", 9),
+        ]
+        rows = sorted(self.workers.by_id.values(), key=lambda r: r.worker_id)
+        out = ["      " + "  ".join(f"{name:>{width}}" for name, width in columns) + "  exit"]
+        for r in rows[:max_workers]:
+            cells = [
+                str(r.worker_id),
+                format_seconds(r.startup),
+                str(r.blocks),
+                format_seconds(r.idle.total) if r.idle else "—",
+                r.idle.format(),
+                format_seconds(r.compute.total) if r.compute else "—",
+                r.compute.format(),
+                format_seconds(r.teardown),
+            ]
+            line = "  ".join(f"{c:>{width}}" for c, (_, width) in zip(cells, columns, strict=True))
+            out.append(f"      {line}  {r.exit or 'running'}")
+        if len(rows) > max_workers:
+            out.append(
+                f"      … +{len(rows) - max_workers} more; see "
+                f'report.tasks["{self.task_id}"].workers.by_id'
+            )
+        return out
+
+
+class RunReport:
+    """The reports of every task of one run, by task id."""
+
+    def __init__(self, tasks: dict[str, TaskReport]) -> None:
+        self.tasks = tasks
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> RunReport:
+        """From ``{task_id: task report JSON}``."""
+        return cls({tid: TaskReport.from_dict(t) for tid, t in (d or {}).items()})
+
+    @classmethod
+    def from_json(cls, text: str) -> RunReport:
+        """From the JSON text of `to_dict`."""
+        return cls.from_dict(json.loads(text))
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{task_id: task report JSON}``."""
+        return {tid: t.to_dict() for tid, t in self.tasks.items()}
+
+    def to_json(self) -> str:
+        """`to_dict` as JSON text."""
+        return json.dumps(self.to_dict())
+
+    def __getitem__(self, task_id: str) -> TaskReport:
+        return self.tasks[task_id]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.tasks)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __repr__(self) -> str:
+        return f"RunReport({sorted(self.tasks)})"
+
+    @property
+    def measured(self) -> dict[str, TaskReport]:
+        """Tasks whose blocks were measured (``resource_tracking=True``)."""
+        return {tid: t for tid, t in self.tasks.items() if t.blocks.has_stats}
+
+    @property
+    def timed(self) -> dict[str, TaskReport]:
+        """Tasks with anything to show: workers, a round trip, or
+        measurements. A serial task without resource tracking has none."""
+        return {
+            tid: t
+            for tid, t in self.tasks.items()
+            if t.workers.count
+            or t.workers.unmanaged_clients
+            or t.blocks.round_trip
+            or t.blocks.has_stats
+        }
+
+    def attach(self, tasks: list[Task]) -> None:
+        """Give each task report its `Task` (for `TaskReport.block`), keep
+        it on the task (for `Task.report` when nothing is on disk) and
+        append the report of each task without a tracking store to the
+        ``runs.jsonl`` next to its worker logs (the core already appended
+        it to the store of every task that has one)."""
+        for task in tasks:
+            report = self.tasks.get(task.task_id)
+            if report is None:
+                continue
+            report._task = task
+            task._last_report = report
+            if not report.tracked:
+                path = runs_file_for(task)
+                if path is not None:
+                    try:
+                        append_run(path, report)
+                    except OSError:
+                        pass  # the report is still returned; never fail a run over it
+
+    def render(self, task_order: list[str] | None = None, max_workers: int = 10) -> str:
+        """The Resource Utilization panel: one section per task with
+        anything to show, in ``task_order``; empty when no task has any
+        (a table of zeros is worse than no table)."""
+        shown = self.timed
+        if not shown:
+            return ""
+        order = [t for t in (task_order or []) if t in shown]
+        order += sorted(t for t in shown if t not in order)
+        parts = ["", "Resource Utilization", "--------------------"]
+        for tid in order:
+            parts += ["", shown[tid].render(max_workers=max_workers)]
+        return "\n".join(parts)
+
+    def __str__(self) -> str:
+        return self.render()
