@@ -47,6 +47,8 @@ pub struct Client {
     conn: Framed<TcpStream, LengthDelimitedCodec>,
     /// Releases sent whose acknowledgement has not been read yet.
     pending_acks: usize,
+    /// Whether the task wants its blocks measured.
+    measure: bool,
 }
 
 impl Client {
@@ -76,13 +78,17 @@ impl Client {
             rt,
             conn: Framed::new(stream, protocol::codec()),
             pending_acks: 0,
+            measure: false,
         };
         match client.request(&ClientMessage::Hello {
             token: token.to_string(),
             task_id: task_id.to_string(),
             worker_id,
         })? {
-            ServerMessage::Welcome => Ok(client),
+            ServerMessage::Welcome { measure } => {
+                client.measure = measure;
+                Ok(client)
+            }
             ServerMessage::Error { message } => Err(ClientError::Refused(message)),
             other => Err(ClientError::Protocol(format!(
                 "expected a welcome, got {other:?}"
@@ -140,6 +146,11 @@ impl Client {
         self.send(msg)?;
         self.drain_acks()?;
         self.receive()
+    }
+
+    /// Whether the task wants every block measured (resource tracking).
+    pub fn wants_measurements(&self) -> bool {
+        self.measure
     }
 
     /// The next block, or `None` when the task has no more for this worker.

@@ -14,7 +14,7 @@
 //! ```text
 //! worker                                   server
 //!   Hello{token, task_id, worker_id} ───▶  checks the run token first; a
-//!                                   ◀───   Welcome (or Error + close)
+//!                                   ◀───   Welcome{measure} (or Error + close)
 //!   AcquireBlock                     ───▶  waits until a block is ready or
 //!                                   ◀───   the task is finished:
 //!                                          SendBlock{block} | NoMoreBlocks
@@ -77,8 +77,12 @@ pub enum ClientMessage {
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ServerMessage {
-    /// The hello was accepted.
-    Welcome,
+    /// The hello was accepted. `measure`: the task expects every block to
+    /// come back with its measurements (resource tracking).
+    Welcome {
+        /// Whether the client should measure its blocks.
+        measure: bool,
+    },
     /// A block to process.
     SendBlock {
         /// The block.

@@ -971,7 +971,8 @@ async fn handle_connection<H: RunHooks + 'static>(
             return;
         }
     };
-    if !send(&mut conn, &ServerMessage::Welcome).await {
+    let measure = shared.0.borrow().config.tasks[task as usize].resource_tracking;
+    if !send(&mut conn, &ServerMessage::Welcome { measure }).await {
         return;
     }
     loop {
@@ -1128,6 +1129,10 @@ fn release<H>(
         tl.on_return(now, ok);
     }
     let measured = st.config.tasks[task as usize].resource_tracking;
+    let mut block = block;
+    if !measured {
+        block.stats = None; // only tasks with resource tracking report figures
+    }
     if ok && measured && block.stats.is_none() {
         let task_id = st.scheduler.pipeline().spec(task).task_id.clone();
         st.fatal = Some(format!(

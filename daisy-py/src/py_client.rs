@@ -61,10 +61,13 @@ impl PyClient {
         let inner = py
             .detach(|| Client::connect(&host, port, &token, &task_id, worker_id))
             .map_err(to_pyerr)?;
+        // measure when the task asks for it (resource tracking), unless
+        // this client was told not to (a stand-in for a hand-written one)
+        let profiler = (measure && inner.wants_measurements()).then(BlockProfiler::new);
         Ok(Self {
             inner: Some(inner),
             task_id,
-            profiler: measure.then(BlockProfiler::new),
+            profiler,
         })
     }
 
