@@ -12,12 +12,14 @@ from funlib.geometry import Coordinate, Roi
 from daisy import (
     block,
     block_tracking,
+    blocks,
     client,
     context,
     convenience,
     coordinate,
     dependency_graph,
     execution_summary,
+    freezable,
     logging,
     pipeline,
     progress,
@@ -36,10 +38,12 @@ from daisy.block_tracking import (
     set_done_marker_basedir,
     set_tracking_basedir,
 )
+from daisy.blocks import expand_roi_to_grid, expand_write_roi_to_grid
 from daisy.client import Client
 from daisy.context import Context
 from daisy.convenience import run_blockwise
 from daisy.dependency_graph import BlockwiseDependencyGraph, DependencyGraph
+from daisy.logging import get_worker_log_basename, redirect_stdouterr
 from daisy.pipeline import Pipeline
 from daisy.progress import JsonProgressObserver
 from daisy.run_report import (
@@ -85,16 +89,22 @@ __all__ = [
     "__version__",
     "block",
     "block_tracking",
+    "blocks",
     "client",
     "context",
     "convenience",
     "coordinate",
     "dependency_graph",
     "execution_summary",
+    "expand_roi_to_grid",
+    "expand_write_roi_to_grid",
+    "freezable",
+    "get_worker_log_basename",
     "get_tracking_basedir",
     "logging",
     "pipeline",
     "profile_block",
+    "redirect_stdouterr",
     "progress",
     "roi",
     "run_report",
