@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,3 +86,12 @@ def _isolated_daisy_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     if old_log is not None:
         daisy.logging.set_log_mode(old_mode)
     daisy.set_tracking_basedir(old_tracking)
+
+
+@pytest.fixture
+def log_dir() -> Path:
+    """The worker log directory of the running test (a fresh temporary one,
+    set by the autouse fixture above)."""
+    path = daisy.logging.get_log_basedir()
+    assert path is not None
+    return Path(path)

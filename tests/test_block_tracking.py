@@ -46,15 +46,6 @@ def no_tracking_basedir():
     daisy.set_tracking_basedir(None)
 
 
-@pytest.fixture(autouse=True)
-def log_dir(tmp_path):
-    old = daisy.logging.get_log_basedir()
-    path = tmp_path / "logs"
-    daisy.logging.set_log_basedir(path)
-    yield path
-    daisy.logging.set_log_basedir(old)
-
-
 @pytest.fixture
 def calls(tmp_path):
     path = tmp_path / "calls"

@@ -36,16 +36,6 @@ BLOCK = 10
 # helpers (these run in the test process only)
 
 
-@pytest.fixture(autouse=True)
-def log_dir(tmp_path):
-    """Worker logs of every test go to its own tmp_path."""
-    old = daisy.logging.get_log_basedir()
-    path = tmp_path / "logs"
-    daisy.logging.set_log_basedir(path)
-    yield path
-    daisy.logging.set_log_basedir(old)
-
-
 @pytest.fixture
 def rec_dir(tmp_path):
     path = tmp_path / "records"

@@ -38,15 +38,6 @@ RUN_TIMEOUT = 30.0
 # helpers (these run in the test process only)
 
 
-@pytest.fixture(autouse=True)
-def log_dir(tmp_path):
-    old = daisy.logging.get_log_basedir()
-    path = tmp_path / "logs"
-    daisy.logging.set_log_basedir(path)
-    yield path
-    daisy.logging.set_log_basedir(old)
-
-
 @pytest.fixture
 def pid_dir(tmp_path):
     path = tmp_path / "pids"

@@ -487,6 +487,27 @@ fn sweep_timeouts<H: RunHooks>(st: &mut State<H>) {
     }
 }
 
+/// Every block out that matches `lost` counts as a failed attempt (its
+/// worker died or its connection closed): removed from `outstanding` here,
+/// so it is accounted for exactly once.
+fn reclaim_lost<H>(
+    st: &mut State<H>,
+    lost: impl Fn(&Outstanding) -> bool,
+    worker: Option<u32>,
+    reason: &str,
+) {
+    let keys: Vec<BlockKey> = st
+        .outstanding
+        .iter()
+        .filter(|(_, o)| lost(o))
+        .map(|(k, _)| *k)
+        .collect();
+    for key in keys {
+        st.outstanding.remove(&key);
+        record_failure(st, key, worker, reason.to_string());
+    }
+}
+
 /// Count a failed attempt in the scheduler and the summary.
 fn record_failure<H>(st: &mut State<H>, key: BlockKey, worker: Option<u32>, reason: String) {
     let spatial_id = st.scheduler.graph().block(key).spatial_id;
@@ -791,21 +812,12 @@ fn on_worker_exit<H: RunHooks>(
         None => None,
     };
     // a block still out with this worker is lost
-    let lost: Vec<BlockKey> = st
-        .outstanding
-        .iter()
-        .filter(|(_, o)| o.worker == Some(id))
-        .map(|(k, _)| *k)
-        .collect();
-    for key in lost {
-        st.outstanding.remove(&key);
-        record_failure(
-            &mut st,
-            key,
-            Some(id),
-            format!("worker {id} died ({status_text})"),
-        );
-    }
+    reclaim_lost(
+        &mut st,
+        |o| o.worker == Some(id),
+        Some(id),
+        &format!("worker {id} died ({status_text})"),
+    );
     let exit = match (expected, &unexpected) {
         (Some(kind), _) => kind,
         (None, Some(_)) => WorkerExit::Error,
@@ -998,21 +1010,12 @@ async fn handle_connection<H: RunHooks + 'static>(
     }
     // anything still out with this connection is lost
     let mut st = shared.0.borrow_mut();
-    let lost: Vec<BlockKey> = st
-        .outstanding
-        .iter()
-        .filter(|(_, o)| o.conn == conn_id)
-        .map(|(k, _)| *k)
-        .collect();
-    for key in lost {
-        st.outstanding.remove(&key);
-        record_failure(
-            &mut st,
-            key,
-            worker_id,
-            "the connection to its worker closed".into(),
-        );
-    }
+    reclaim_lost(
+        &mut st,
+        |o| o.conn == conn_id,
+        worker_id,
+        "the connection to its worker closed",
+    );
     if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
         w.busy = false;
         w.waiting = false;
