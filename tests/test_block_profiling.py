@@ -497,8 +497,8 @@ def read_in_new_process(tmp_path: Path, tracking, logs, *task_ids) -> dict:
 
 
 @MODES
-def test_report_persists_across_processes(mp, tracking, tmp_path):
-    logs = daisy.logging.get_log_basedir()
+def test_report_persists_across_processes(mp, tracking, tmp_path, log_dir):
+    logs = log_dir
     tracked = line_task(
         "persist",
         4,
@@ -552,14 +552,14 @@ def test_console_logging_without_a_store_keeps_the_report_in_memory(mp, tmp_path
     assert read_in_new_process(tmp_path, None, None, "console") == {"console": None}
 
 
-def test_runs_jsonl_gets_one_line_per_run(tracking):
+def test_runs_jsonl_gets_one_line_per_run(tracking, log_dir):
     tracked = line_task("hist", 3, resource_tracking=True, max_workers=2)
     untracked = line_task("hist_untracked", 3, tracking_path=False)
     for mp in (True, False, True):
         assert run([tracked, untracked], mp)
     for path in (
         tracking / "hist" / "runs.jsonl",
-        Path(daisy.logging.get_log_basedir()).absolute() / "hist_untracked" / "runs.jsonl",
+        log_dir.absolute() / "hist_untracked" / "runs.jsonl",
     ):
         lines = path.read_text().splitlines()
         assert len(lines) == 3, path
@@ -769,6 +769,46 @@ def test_an_interrupted_run_attaches_its_report_to_the_exception(tracking):
     assert line == t.to_dict()
     assert task.report().outcome == "interrupted"
     assert task.report().blocks.count == t.blocks.count
+
+
+def _interrupt_third_call():
+    calls = {"n": 0}
+
+    def process(block):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # what Ctrl-C raises inside a serial block
+
+    return process
+
+
+def test_ctrl_c_in_a_serial_run_attaches_its_report_to_the_exception(tracking):
+    task = line_task(
+        "serial_intr", 5, process_function=_interrupt_third_call(), resource_tracking=True
+    )
+    server = daisy.SerialServer()
+    with pytest.raises(KeyboardInterrupt) as e:
+        server.run_blockwise([task])
+    # the partial report is kept and appended...
+    assert server.last_report is not None
+    assert server.last_report["serial_intr"].blocks.count == 2
+    assert runs_lines(tracking / "serial_intr" / "runs.jsonl")[-1]["blocks"]["count"] == 2
+    # ...and, as for a distributed run, rides on the interrupting exception
+    rr = getattr(e.value, "daisy_run_report", None)
+    assert isinstance(rr, daisy.RunReport), "KeyboardInterrupt has no daisy_run_report"
+    assert rr["serial_intr"].blocks.count == 2
+
+
+def test_ctrl_c_in_a_serial_run_is_reported_as_interrupted(tracking):
+    task = line_task(
+        "serial_outcome", 5, process_function=_interrupt_third_call(), resource_tracking=True
+    )
+    with pytest.raises(KeyboardInterrupt):
+        daisy.SerialServer().run_blockwise([task])
+    line = runs_lines(tracking / "serial_outcome" / "runs.jsonl")[-1]
+    assert line["blocks"]["count"] == 2
+    assert line["outcome"] == "interrupted", line["outcome"]
+    assert task.report().outcome == "interrupted"
 
 
 def _crash(block):

@@ -344,8 +344,8 @@ where
     if let Err(e) = shared.0.borrow().scheduler.flush_tracking() {
         tracing::warn!("could not flush a tracking store: {e}");
     }
-    let interrupted = !matches!(result, Ok(None));
-    teardown(&shared, interrupted).await;
+    let interrupted = result.is_err();
+    teardown(&shared, !matches!(result, Ok(None))).await;
     let out = outcome(&shared.0.borrow(), interrupted);
     for (t, report) in out.reports.iter().enumerate() {
         if let Some(tracking) = shared.0.borrow().scheduler.tracking(t as TaskIndex)
@@ -1136,7 +1136,8 @@ fn release<H>(
     if !measured {
         block.stats = None; // only tasks with resource tracking report figures
     }
-    if ok && measured && block.stats.is_none() {
+    let unmeasured = ok && measured && block.stats.is_none();
+    if unmeasured && st.fatal.is_none() {
         let task_id = st.scheduler.pipeline().spec(task).task_id.clone();
         st.fatal = Some(format!(
             "block {} of task {task_id:?} came back without measurements, but the task has \
@@ -1146,6 +1147,16 @@ fn release<H>(
         ));
     }
     let result = match error {
+        // an unmeasured block is not done: a rerun must measure it
+        None if unmeasured => {
+            record_failure(
+                &mut st,
+                key,
+                worker_id,
+                "came back without measurements".into(),
+            );
+            Ok(())
+        }
         None if block.status != BlockStatus::Failed => {
             st.aggregates[task as usize].record_success(Some(round_trip), block.stats.as_ref());
             if let (Some(stats), Some(tracking)) =

@@ -128,7 +128,9 @@ impl PyScheduler {
                     started_at: self.started_at,
                     finished_at: self.finished_at.max(self.started_at),
                     tracked: self.inner.tracking(t).is_some(),
-                    outcome: if state.all_completed() {
+                    outcome: if self.interrupted {
+                        "interrupted"
+                    } else if state.all_completed() {
                         "completed"
                     } else {
                         "failed"
@@ -153,6 +155,8 @@ pub struct PyScheduler {
     aggregates: Vec<BlockAggregates>,
     started_at: f64,
     finished_at: f64,
+    /// The last run stopped on an exception (Ctrl-C, or a block's error).
+    interrupted: bool,
 }
 
 impl PyScheduler {
@@ -210,6 +214,7 @@ impl PyScheduler {
             aggregates: vec![BlockAggregates::default(); n],
             started_at: wall_clock(),
             finished_at: 0.0,
+            interrupted: false,
             inner,
             task_ids,
             checks,
@@ -353,6 +358,7 @@ impl PyScheduler {
         }
         let flushed = self.inner.flush_tracking().py();
         self.finished_at = wall_clock();
+        self.interrupted = result.is_err();
         let reports = self.reports();
         for (t, report) in reports.iter().enumerate() {
             if let Some(tracking) = self.inner.tracking(t as TaskIndex)

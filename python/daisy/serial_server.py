@@ -47,9 +47,15 @@ class SerialServer:
                 {t.task_id: t.process_function for t in scheduler.tasks},
                 {t.task_id: t._post_check for t in scheduler.tasks if t._post_check},
             )
-        finally:
+        except BaseException as e:
+            # the run stopped on this exception (Ctrl-C, or a block's own
+            # error): its partial report rides on it
             self.last_report = RunReport.from_json(scheduler._native.report_json())
             self.last_report.attach(scheduler.tasks)
+            e.daisy_run_report = self.last_report  # type: ignore[attr-defined]
+            raise
+        self.last_report = RunReport.from_json(scheduler._native.report_json())
+        self.last_report.attach(scheduler.tasks)
         states = scheduler.task_states
         log_skips(scheduler.tasks, states)
         return states
