@@ -1,0 +1,270 @@
+"""The ``daisy`` command line: look at runs without writing code.
+
+``daisy report PATH`` prints the Resource Utilization panel of the last run
+(or of ``--run N``) of every task found at PATH: a tracking store, a
+tracking base directory (every store in it), or a ``runs.jsonl``.
+``--format json|csv`` prints the per-task summary table instead, for
+scripts and spreadsheets.
+
+``daisy compare PATH`` sets each task's last run against the median of the
+runs before it and flags every figure that got worse by more than a
+factor; it exits with status 1 when something is flagged, so it can gate a
+nightly pipeline.
+
+Also available as ``python -m daisy``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from daisy.run_report import RUNS_FILE, TaskReport, read_runs
+
+#: per-task summary columns of ``daisy report --format json|csv``
+SUMMARY_COLUMNS = [
+    "task_id",
+    "run",
+    "outcome",
+    "blocks",
+    "skipped",
+    "failures",
+    "elapsed_s",
+    "wall_total_s",
+    "wall_p50_s",
+    "wall_p95_s",
+    "cpu_total_s",
+    "peak_rss_max_bytes",
+    "io_read_bytes",
+    "io_write_bytes",
+    "workers",
+    "utilisation",
+]
+
+
+def find_runs_files(path: Path) -> list[Path]:
+    """The ``runs.jsonl`` files at ``path``: the file itself, the one in a
+    store, or those of every store (or log directory) one level below."""
+    if path.is_file():
+        return [path]
+    if (path / RUNS_FILE).is_file():
+        return [path / RUNS_FILE]
+    if path.is_dir():
+        return sorted(p for p in path.glob(f"*/{RUNS_FILE}") if p.is_file())
+    return []
+
+
+def _stat_array(store: Path, name: str) -> np.ndarray | None:
+    """A store's stats array as a flat numpy array (the single chunk is the
+    raw little-endian array), or None when the store has none."""
+    meta_path = store / name / "zarr.json"
+    if not meta_path.is_file():
+        return None
+    meta = json.loads(meta_path.read_text())
+    dtype = np.dtype(meta["data_type"]).newbyteorder("<")
+    chunk = store / name / "c"
+    for _ in meta["shape"]:
+        chunk = chunk / "0"
+    if not chunk.is_file():
+        return None
+    return np.fromfile(chunk, dtype=dtype)
+
+
+def wall_percentiles(store: Path) -> tuple[float | None, float | None]:
+    """p50 and p95 of the recorded per-block wall times of a store (the
+    stamps of the runs that executed each block)."""
+    wall = _stat_array(store, "wall_seconds")
+    if wall is None:
+        return None, None
+    wall = wall[np.isfinite(wall)]
+    if wall.size == 0:
+        return None, None
+    return float(np.percentile(wall, 50)), float(np.percentile(wall, 95))
+
+
+def utilisation(report: TaskReport) -> float | None:
+    """Block compute seconds over the worker-seconds that were available:
+    how much of the workers' lives went into blocks. None without workers."""
+    w = report.workers
+    if not w.count:
+        return None
+    available = 0.0
+    for r in w.by_id.values():
+        available += (r.startup or 0.0) + r.idle.total + r.compute.total
+        available += (r.final_wait or 0.0) + (r.teardown or 0.0)
+    if available <= 0:
+        return None
+    busy = report.blocks.wall.total if report.blocks.has_stats else w.compute.total
+    return busy / available
+
+
+def summary_row(report: TaskReport, run: int, store: Path | None) -> dict[str, Any]:
+    """One row of the per-task summary table."""
+    b = report.blocks
+    p50, p95 = wall_percentiles(store) if store is not None else (None, None)
+    return {
+        "task_id": report.task_id,
+        "run": run,
+        "outcome": report.outcome,
+        "blocks": b.count,
+        "skipped": b.skipped,
+        "failures": b.failures,
+        "elapsed_s": report.elapsed,
+        "wall_total_s": b.wall.total if b.wall else None,
+        "wall_p50_s": p50,
+        "wall_p95_s": p95,
+        "cpu_total_s": b.cpu.total if b.cpu else None,
+        "peak_rss_max_bytes": int(b.peak_rss.max) if b.peak_rss else None,
+        "io_read_bytes": int(b.io_read.total) if b.io_read else None,
+        "io_write_bytes": int(b.io_write.total) if b.io_write else None,
+        "workers": report.workers.count,
+        "utilisation": utilisation(report),
+    }
+
+
+def _select(runs: list[TaskReport], run: int | None, where: Path) -> tuple[int, TaskReport]:
+    if not runs:
+        raise SystemExit(f"daisy: {where} has no runs yet")
+    index = len(runs) - 1 if run is None else run
+    if index < 0:
+        index += len(runs)
+    if not 0 <= index < len(runs):
+        raise SystemExit(f"daisy: {where} has runs 0..{len(runs) - 1}; --run {run} is not one")
+    return index, runs[index]
+
+
+def report_command(args: argparse.Namespace) -> int:
+    """``daisy report``."""
+    files = find_runs_files(Path(args.path))
+    if not files:
+        print(f"daisy: no {RUNS_FILE} at {args.path}", file=sys.stderr)
+        return 2
+    rows, sections = [], []
+    for f in files:
+        index, report = _select(read_runs(f), args.run, f)
+        store = f.parent if (f.parent / "zarr.json").is_file() else None
+        rows.append(summary_row(report, index, store))
+        sections.append(report.render(max_workers=args.max_workers))
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+    elif args.format == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        print(out.getvalue(), end="")
+    else:
+        print("Resource Utilization\n--------------------")
+        for section in sections:
+            print()
+            print(section)
+    return 0
+
+
+#: what ``daisy compare`` checks, and how to read each figure off a report
+COMPARED = {
+    "elapsed_s": lambda r: r.elapsed,
+    "wall_total_s": lambda r: r.blocks.wall.total if r.blocks.wall else None,
+    "cpu_total_s": lambda r: r.blocks.cpu.total if r.blocks.cpu else None,
+    "peak_rss_max_bytes": lambda r: r.blocks.peak_rss.max if r.blocks.peak_rss else None,
+    "round_trip_mean_s": lambda r: r.blocks.round_trip.mean if r.blocks.round_trip else None,
+    "failures": lambda r: r.blocks.failures,
+}
+
+
+def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> list[dict[str, Any]]:
+    """The last run against the median of up to ``history`` runs before it:
+    one row per figure, flagged when it grew by more than ``factor``
+    (failures: when they appear where the median had none, or grow by
+    more than ``factor``). Runs that skipped every block are left out of
+    the baseline: their figures say nothing about the work."""
+    if len(runs) < 2:
+        return []
+    last = runs[-1]
+    previous = [r for r in runs[:-1] if r.blocks.count > r.blocks.skipped][-history:]
+    rows = []
+    for name, read in COMPARED.items():
+        now = read(last)
+        before = [v for v in (read(r) for r in previous) if v is not None]
+        if now is None or not before:
+            continue
+        median = statistics.median(before)
+        if name == "failures":
+            flagged = now > 0 and (median == 0 or now > factor * median)
+        else:
+            flagged = median > 0 and now > factor * median
+        rows.append(
+            {
+                "task_id": last.task_id,
+                "figure": name,
+                "last": now,
+                "median": median,
+                "runs": len(before),
+                "ratio": (now / median) if median else None,
+                "flagged": flagged,
+            }
+        )
+    return rows
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    """``daisy compare``."""
+    files = find_runs_files(Path(args.path))
+    if not files:
+        print(f"daisy: no {RUNS_FILE} at {args.path}", file=sys.stderr)
+        return 2
+    rows = []
+    for f in files:
+        rows += compare_runs(read_runs(f), args.history, args.factor)
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"{'task':<20} {'figure':<20} {'last':>12} {'median':>12} {'ratio':>7}")
+        for r in rows:
+            ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
+            mark = "  ✗ worse" if r["flagged"] else ""
+            print(
+                f"{r['task_id']:<20} {r['figure']:<20} {r['last']:>12.4g} {r['median']:>12.4g} "
+                f"{ratio:>7}{mark}"
+            )
+        if not rows:
+            print("nothing to compare yet: every task needs at least two runs")
+    return 1 if any(r["flagged"] for r in rows) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``daisy`` command."""
+    parser = argparse.ArgumentParser(prog="daisy", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    rep = sub.add_parser("report", help="print the Resource Utilization panel of a run")
+    rep.add_argument("path", help="a tracking store, a tracking base directory or a runs.jsonl")
+    rep.add_argument("--run", type=int, default=None, help="run number (default: the last)")
+    rep.add_argument(
+        "--format", choices=["panel", "json", "csv"], default="panel", help="output format"
+    )
+    rep.add_argument("--max-workers", type=int, default=10, help="rows of the worker table")
+    rep.set_defaults(func=report_command)
+
+    cmp_ = sub.add_parser("compare", help="flag figures of the last run that got worse")
+    cmp_.add_argument("path", help="a tracking store, a tracking base directory or a runs.jsonl")
+    cmp_.add_argument("--history", type=int, default=7, help="previous runs to compare with")
+    cmp_.add_argument("--factor", type=float, default=2.0, help="how much worse is flagged")
+    cmp_.add_argument("--format", choices=["table", "json"], default="table")
+    cmp_.set_defaults(func=compare_command)
+
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""The ``daisy`` command line: ``daisy report`` and ``daisy compare`` on
+stores and run histories from real runs, and on synthetic histories where
+the expected verdict is known."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import line_task
+
+import daisy
+from daisy.cli import SUMMARY_COLUMNS, compare_runs, main
+from daisy.run_report import BlockSummary, Stat, TaskReport, WorkerSummary, append_run, read_runs
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def sleepy(block):
+    time.sleep(0.005)
+
+
+def failing_once(marker_dir):
+    def f(block):
+        marker = marker_dir / f"{block.block_id[1]}"
+        if block.block_id[1] == 1 and not marker.exists():
+            marker.touch()
+            raise RuntimeError("first attempt fails")
+
+    return f
+
+
+@pytest.mark.parametrize("multiprocessing", [False, True], ids=["serial", "workers"])
+def test_report_on_a_store_prints_the_panel_and_the_table(tmp_path, capsys, multiprocessing):
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    task = line_task("seg", 6, process_function=sleepy, resource_tracking=True, max_workers=2)
+    assert daisy.run_blockwise([task], multiprocessing=multiprocessing, progress=False)
+    capsys.readouterr()
+
+    code, out = run_cli(capsys, "report", str(tmp_path / "tracking" / "seg"))
+    assert code == 0
+    assert "Resource Utilization" in out
+    assert "seg  6 blocks" in out
+    assert "wall" in out and "peak RSS" in out
+    assert ("workers  startup" in out) == multiprocessing
+
+    code, out = run_cli(capsys, "report", str(tmp_path / "tracking"), "--format", "json")
+    rows = json.loads(out)
+    assert [r["task_id"] for r in rows] == ["seg"]
+    row = rows[0]
+    assert set(row) == set(SUMMARY_COLUMNS)
+    assert row["blocks"] == 6 and row["failures"] == 0 and row["outcome"] == "completed"
+    assert 0.005 <= row["wall_p50_s"] <= row["wall_p95_s"] < 1.0
+    assert row["wall_total_s"] >= 6 * 0.005
+    assert row["peak_rss_max_bytes"] > 0
+    if multiprocessing:
+        assert row["workers"] >= 1 and 0 < row["utilisation"] <= 1
+    else:
+        assert row["workers"] == 0 and row["utilisation"] is None
+
+    code, out = run_cli(capsys, "report", str(tmp_path / "tracking"), "--format", "csv")
+    table = list(csv.DictReader(io.StringIO(out)))
+    assert list(table[0]) == SUMMARY_COLUMNS
+    assert table[0]["blocks"] == "6"
+
+
+def test_report_of_a_resumed_run_and_of_an_earlier_run(tmp_path, capsys):
+    daisy.set_tracking_basedir(tmp_path)
+    task = line_task("seg", 5, process_function=sleepy, resource_tracking=True)
+    for _ in range(2):
+        assert daisy.run_blockwise([task], multiprocessing=False, summary=False)
+
+    code, out = run_cli(capsys, "report", str(tmp_path / "seg"), "--format", "json")
+    (last,) = json.loads(out)
+    assert last["run"] == 1 and last["skipped"] == 5 and last["wall_total_s"] is None
+    code, out = run_cli(capsys, "report", str(tmp_path / "seg"), "--run", "0", "--format", "json")
+    (first,) = json.loads(out)
+    assert first["run"] == 0 and first["skipped"] == 0 and first["wall_total_s"] > 0
+    code, out = run_cli(capsys, "report", str(tmp_path / "seg"))
+    assert "5 blocks (5 skipped)" in out
+    with pytest.raises(SystemExit, match="--run 7"):
+        main(["report", str(tmp_path / "seg"), "--run", "7"])
+
+
+def test_report_of_a_run_with_failures(tmp_path, capsys, log_dir):
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    (tmp_path / "marks").mkdir()
+    task = line_task("flaky", 4, process_function=failing_once(tmp_path / "marks"))
+    assert daisy.run_blockwise([task], progress=False, summary=False)
+    code, out = run_cli(capsys, "report", str(tmp_path / "tracking" / "flaky" / "runs.jsonl"))
+    assert code == 0 and "1 failed attempt(s)" in out
+    code, out = run_cli(capsys, "report", str(tmp_path / "tracking"), "--format", "json")
+    assert json.loads(out)[0]["failures"] == 1
+
+
+def test_report_of_untracked_tasks_from_the_log_directory(capsys, log_dir):
+    a = line_task("a", 3, process_function=sleepy)
+    b = line_task("b", 3, process_function=sleepy, upstream_tasks=[a])
+    assert daisy.run_blockwise([b], progress=False, summary=False)
+    code, out = run_cli(capsys, "report", str(log_dir), "--format", "json")
+    assert sorted(r["task_id"] for r in json.loads(out)) == ["a", "b"]
+
+
+def test_report_on_a_path_without_runs(tmp_path, capsys):
+    code, _ = run_cli(capsys, "report", str(tmp_path))
+    assert code == 2
+
+
+def test_python_dash_m_daisy_works(tmp_path):
+    daisy.set_tracking_basedir(tmp_path)
+    task = line_task("seg", 3, process_function=sleepy, resource_tracking=True)
+    assert daisy.run_blockwise([task], multiprocessing=False, summary=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "daisy", "report", str(tmp_path / "seg")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "seg  3 blocks" in proc.stdout
+
+
+def synthetic(wall_total: float, round_trip: float, failures: int = 0) -> TaskReport:
+    """A report with the given figures (a run of 100 blocks)."""
+    return TaskReport(
+        task_id="seg",
+        blocks=BlockSummary(
+            count=100,
+            failures=failures,
+            has_stats=True,
+            wall=Stat(n=100, mean=wall_total / 100, total=wall_total),
+            cpu=Stat(n=100, mean=wall_total / 200, total=wall_total / 2),
+            peak_rss=Stat(n=100, mean=1e8, max=1e8, total=1e10),
+            round_trip=Stat(n=100, mean=round_trip, total=100 * round_trip),
+        ),
+        workers=WorkerSummary(),
+        started_at=0.0,
+        finished_at=wall_total,
+    )
+
+
+def test_compare_flags_a_threefold_slowdown_and_exits_1(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    for wall in [10.0, 10.4, 9.7, 10.1, 9.9, 10.2, 10.0, 30.5]:
+        append_run(path, synthetic(wall, round_trip=wall / 100))
+    rows = compare_runs(read_runs(path), history=7, factor=2.0)
+    flagged = {r["figure"] for r in rows if r["flagged"]}
+    assert {"elapsed_s", "wall_total_s", "cpu_total_s", "round_trip_mean_s"} <= flagged
+    assert "peak_rss_max_bytes" not in flagged
+    code, out = run_cli(capsys, "compare", str(path))
+    assert code == 1
+    assert "✗ worse" in out
+
+
+def test_compare_stays_quiet_on_noise(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    for wall in [10.0, 11.5, 9.1, 10.8, 9.4, 12.0, 10.3, 13.1]:
+        append_run(path, synthetic(wall, round_trip=wall / 100))
+    code, out = run_cli(capsys, "compare", str(path), "--format", "json")
+    assert code == 0
+    rows = json.loads(out)
+    assert rows and not any(r["flagged"] for r in rows)
+
+
+def test_compare_flags_new_failures_and_ignores_fully_resumed_runs(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    for _ in range(3):
+        append_run(path, synthetic(10.0, 0.1))
+    resumed = synthetic(0.0, 0.0)
+    resumed.blocks = BlockSummary(count=100, skipped=100)
+    append_run(path, resumed)
+    append_run(path, synthetic(10.0, 0.1, failures=4))
+    rows = {r["figure"]: r for r in compare_runs(read_runs(path), history=7, factor=2.0)}
+    assert rows["failures"]["flagged"]
+    assert rows["wall_total_s"]["runs"] == 3  # the resumed run is not a baseline
+    assert not rows["wall_total_s"]["flagged"]
+
+
+def test_compare_needs_two_runs(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    append_run(path, synthetic(10.0, 0.1))
+    code, out = run_cli(capsys, "compare", str(path))
+    assert code == 0 and "nothing to compare" in out
