@@ -448,7 +448,8 @@ def test_numpy_pipeline_computes_the_right_output():
 
 
 def test_funlib_persistence_arrays_are_indexed_with_block_rois(tmp_path):
-    fp = pytest.importorskip("funlib.persistence")
+    import funlib.persistence as fp  # in the test extra: a hard requirement here
+
     voxel = daisy.Coordinate((2, 2))
     offset = daisy.Coordinate((10, 20))
     shape = (40, 30)  # voxels

@@ -137,6 +137,11 @@ pub struct RunSnapshot {
     pub states: Vec<TaskState>,
     /// Live managed workers per task.
     pub workers: Vec<u32>,
+    /// Unexpected worker deaths per task so far.
+    pub restarts: Vec<u32>,
+    /// Round trips (task, seconds) of the blocks completed since the last
+    /// tick, for live metrics.
+    pub round_trips: Vec<(TaskIndex, f64)>,
 }
 
 /// A failed attempt, for the summary.
@@ -249,6 +254,8 @@ struct State<H> {
     aggregates: Vec<BlockAggregates>,
     unmanaged_per_task: Vec<u64>,
     fatal: Option<String>,
+    /// Completed round trips since the last tick (drained by `snapshot`).
+    recent_round_trips: Vec<(TaskIndex, f64)>,
 }
 
 type Shared<H> = Rc<(RefCell<State<H>>, Notify)>;
@@ -306,6 +313,7 @@ where
             aggregates: vec![BlockAggregates::default(); n],
             unmanaged_per_task: vec![0; n],
             fatal: None,
+            recent_round_trips: Vec::new(),
         }),
         Notify::new(),
     ));
@@ -408,7 +416,7 @@ fn outcome<H>(st: &State<H>, interrupted: bool) -> RunOutcome {
     }
 }
 
-fn snapshot<H>(st: &State<H>) -> RunSnapshot {
+fn snapshot<H>(st: &mut State<H>) -> RunSnapshot {
     let n = st.scheduler.pipeline().len();
     let mut workers = vec![0u32; n];
     for w in st.workers.values().filter(|w| w.alive) {
@@ -419,6 +427,8 @@ fn snapshot<H>(st: &State<H>) -> RunSnapshot {
             .map(|t| st.scheduler.task_state(t).clone())
             .collect(),
         workers,
+        restarts: st.restarts.clone(),
+        round_trips: std::mem::take(&mut st.recent_round_trips),
     }
 }
 
@@ -434,7 +444,7 @@ async fn main_loop<H: RunHooks + 'static>(shared: &Shared<H>) -> Result<Option<S
             sweep_timeouts(&mut st);
             check_progress_possible(&mut st);
             rebalance(shared, &mut st);
-            snapshot(&st)
+            snapshot(&mut st)
         };
         shared.1.notify_waiters();
         // the hook runs without any borrow held: it may take the GIL
@@ -1159,6 +1169,7 @@ fn release<H>(
         }
         None if block.status != BlockStatus::Failed => {
             st.aggregates[task as usize].record_success(Some(round_trip), block.stats.as_ref());
+            st.recent_round_trips.push((task, round_trip));
             if let (Some(stats), Some(tracking)) =
                 (block.stats.as_ref(), st.scheduler.tracking_mut(task))
             {

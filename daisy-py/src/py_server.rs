@@ -62,8 +62,21 @@ impl RunHooks for PyHooks {
         Python::attach(|py| {
             py.check_signals()?;
             let states = states_list(py, snap)?;
+            let round_trips: Vec<(String, f64)> = snap
+                .round_trips
+                .iter()
+                .map(|(t, rt)| (self.task_ids[*t as usize].clone(), *rt))
+                .collect();
             self.on_tick
-                .call1(py, (states, snap.workers.clone()))
+                .call1(
+                    py,
+                    (
+                        states,
+                        snap.workers.clone(),
+                        snap.restarts.clone(),
+                        round_trips,
+                    ),
+                )
                 .map(|_| ())
         })
     }

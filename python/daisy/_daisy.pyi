@@ -187,7 +187,7 @@ def run_distributed(
     log_dir: str | None,
     log_mode: str,
     check_functions: Mapping[str, Callable[[Block], Any]],
-    on_tick: Callable[[list[TaskState], list[int]], Any],
+    on_tick: Callable[[list[TaskState], list[int], list[int], list[tuple[str, float]]], Any],
     on_listening: Callable[[str, int, str], Any],
     tracking: Mapping[str, str] | None = None,
     skip_masks: Mapping[str, bytes] | None = None,

@@ -20,6 +20,7 @@ def run_blockwise(
     resources: dict[str, int] | None = None,
     progress: Any = True,
     summary: bool = True,
+    metrics_port: int | None = None,
 ) -> bool:
     """Run every block of ``tasks`` (a Task, a list of tasks or a
     Pipeline; upstream tasks are included) in dependency order.
@@ -41,6 +42,8 @@ def run_blockwise(
             ``daisy.JsonProgressObserver(path)``.
         summary: print the Execution Summary and the Resource Utilization
             panel to stdout when the run ends.
+        metrics_port: serve live Prometheus metrics on this port while the
+            run goes (worker processes only; see `daisy.metrics`).
 
     Returns:
         True if every block of every task completed; False if any block
@@ -50,9 +53,16 @@ def run_blockwise(
         raise TypeError(f"multiprocessing: expected True or False, got {multiprocessing!r}")
     if multiprocessing:
         server: Server | SerialServer = Server(host=host, port=port)
-        states = server.run_blockwise(tasks, progress=progress, resources=resources)
+        states = server.run_blockwise(
+            tasks, progress=progress, resources=resources, metrics_port=metrics_port
+        )
         notes = server.failure_notes()
     else:
+        if metrics_port is not None:
+            raise ValueError(
+                "metrics_port: live metrics come from the server of a distributed run; use "
+                "multiprocessing=True"
+            )
         server = SerialServer()
         states = server.run_blockwise(tasks, scheduler=Scheduler(tasks))
         notes = {}

@@ -93,11 +93,14 @@ class Server:
         *,
         progress: Any = True,
         resources: dict[str, int] | None = None,
+        metrics_port: int | None = None,
     ) -> dict[str, TaskState]:
         """Run every block of ``tasks`` and return the task states by id,
         in pipeline order. ``progress`` is True (bars or log lines), False,
         or observers (see `daisy.progress`); ``resources`` caps what the
-        workers of all tasks hold at once (see ``Task(requires=...)``)."""
+        workers of all tasks hold at once (see ``Task(requires=...)``);
+        ``metrics_port`` serves live Prometheus metrics while the run goes
+        (see `daisy.metrics`)."""
         pipeline = scheduler._pipeline if scheduler is not None else Pipeline.of(tasks)
         task_map = {t.task_id: t for t in pipeline.tasks}
         settings: dict[str, dict[str, Any]] = {}
@@ -136,10 +139,23 @@ class Server:
                 if t.init_callback_fn is not None:
                     t.init_callback_fn(Context(hostname=host, port=port, task_id=tid, token=token))
 
-        def on_tick(states: list[TaskState], workers: list[int]) -> None:
+        metrics = None
+        if metrics_port is not None:
+            from daisy.metrics import PrometheusMetrics
+
+            metrics = PrometheusMetrics(metrics_port, order, addr=self.host)
+
+        def on_tick(
+            states: list[TaskState],
+            workers: list[int],
+            restarts: list[int],
+            round_trips: list[tuple[str, float]],
+        ) -> None:
             for obs in observers:
                 for tid, state, n in zip(order, states, workers, strict=True):
                     obs.update(tid, state, n)
+            if metrics is not None:
+                metrics.update(states, workers, restarts, round_trips)
 
         try:
             with _sigterm_stops_the_run():
@@ -167,6 +183,8 @@ class Server:
         finally:
             for obs in observers:
                 obs.close()
+            if metrics is not None:
+                metrics.close()
         self.last_report = RunReport.from_json(out["report"])
         self.last_report.attach(list(task_map.values()))
         self.failures = list(out["failures"])
