@@ -64,7 +64,7 @@ impl PyBlockStats {
 
 /// `with daisy.profile_block(block):` measures the code inside and attaches
 /// the figures to the block, unless it already carries a measurement.
-#[pyclass(name = "profile_block", module = "daisy._daisy", unsendable)]
+#[pyclass(name = "profile_block", module = "daisy._daisy")]
 pub struct ProfileBlock {
     block: Py<PyBlock>,
     profiler: BlockProfiler,

@@ -145,7 +145,7 @@ impl PyScheduler {
 }
 
 /// The core scheduler over a pipeline of task specs.
-#[pyclass(name = "Scheduler", module = "daisy._daisy", unsendable)]
+#[pyclass(name = "Scheduler", module = "daisy._daisy")]
 pub struct PyScheduler {
     inner: Scheduler,
     task_ids: Vec<String>,

@@ -28,7 +28,7 @@ fn record_dict(py: Python<'_>, spatial_id: u64, r: &TrackingRecord) -> PyResult<
 }
 
 /// A task's tracking store, for reading block records.
-#[pyclass(name = "TrackingStore", module = "daisy._daisy", unsendable)]
+#[pyclass(name = "TrackingStore", module = "daisy._daisy")]
 pub struct PyTrackingStore {
     inner: TaskTracking,
     grid: BlockGrid,
