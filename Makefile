@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 WHEEL_DIR := dist
 
-.PHONY: venv install demo test pytest stubtest lint lint-rust lint-python format rust-test bench clean
+.PHONY: venv install browser demo test pytest stubtest lint lint-rust lint-python format rust-test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,13 @@ install: venv
 demo: install
 	$(BIN)/python examples/demo.py
 
-test: install pytest stubtest
+test: install browser pytest stubtest
+
+# The HTML report is checked in a real headless browser (Debian's
+# chromium and chromium-driver); installed here when missing (needs root).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
 
 pytest:
 	$(BIN)/python -m pytest tests -q

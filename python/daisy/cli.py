@@ -4,7 +4,8 @@
 (or of ``--run N``) of every task found at PATH: a tracking store, a
 tracking base directory (every store in it), or a ``runs.jsonl``.
 ``--format json|csv`` prints the per-task summary table instead, for
-scripts and spreadsheets.
+scripts and spreadsheets; ``--html out.html`` writes a self-contained HTML
+performance report (see `daisy.html_report`).
 
 ``daisy compare PATH`` sets each task's last run against the median of the
 runs before it and flags every figure that got worse by more than a
@@ -154,6 +155,12 @@ def report_command(args: argparse.Namespace) -> int:
         store = f.parent if (f.parent / "zarr.json").is_file() else None
         rows.append(summary_row(report, index, store))
         sections.append(report.render(max_workers=args.max_workers))
+    if args.html:
+        from daisy.html_report import write_html_report
+
+        out = write_html_report([Path(args.path)], Path(args.html), run=args.run)
+        print(f"daisy: wrote {out}")
+        return 0
     if args.format == "json":
         print(json.dumps(rows, indent=2))
     elif args.format == "csv":
@@ -253,6 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--format", choices=["panel", "json", "csv"], default="panel", help="output format"
     )
     rep.add_argument("--max-workers", type=int, default=10, help="rows of the worker table")
+    rep.add_argument("--html", help="write a self-contained HTML report to this file")
     rep.set_defaults(func=report_command)
 
     cmp_ = sub.add_parser("compare", help="flag figures of the last run that got worse")

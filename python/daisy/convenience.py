@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from daisy.execution_summary import print_execution_summary
+from daisy.pipeline import Pipeline
 from daisy.scheduler import Scheduler
 from daisy.serial_server import SerialServer
 from daisy.server import Server
@@ -21,6 +24,7 @@ def run_blockwise(
     progress: Any = True,
     summary: bool = True,
     metrics_port: int | None = None,
+    report_html: str | os.PathLike[str] | None = None,
 ) -> bool:
     """Run every block of ``tasks`` (a Task, a list of tasks or a
     Pipeline; upstream tasks are included) in dependency order.
@@ -44,6 +48,9 @@ def run_blockwise(
             panel to stdout when the run ends.
         metrics_port: serve live Prometheus metrics on this port while the
             run goes (worker processes only; see `daisy.metrics`).
+        report_html: write the run's self-contained HTML performance
+            report to this file (see `daisy.html_report`; tasks with a
+            tracking store or file logging).
 
     Returns:
         True if every block of every task completed; False if any block
@@ -72,4 +79,11 @@ def run_blockwise(
             panel = server.last_report.render(task_order=list(states))
             if panel:
                 print(panel)
+    if report_html is not None:
+        from daisy.html_report import write_html_report
+        from daisy.run_report import runs_file_for
+
+        pipeline = Pipeline.of(tasks)
+        files = [f for f in (runs_file_for(t) for t in pipeline.tasks) if f is not None]
+        write_html_report(files, Path(report_html))
     return all(s.completed_count == s.total_block_count for s in states.values())

@@ -1,0 +1,307 @@
+"""A self-contained HTML performance report of a run.
+
+``daisy report PATH --html out.html`` (or ``run_blockwise(...,
+report_html=path)``) writes one HTML file that opens offline: every
+script is inline. Built with bokeh (the ``daisy[report]`` extra), from the
+run reports and the tracking stores, per task:
+
+- a Gantt timeline of every block on every worker (from the store's
+  ``worker_id``, ``sent_at``, ``returned_at``);
+- distributions of block wall time, CPU and peak RSS;
+- block wall time over the run (completion order), with its trend;
+- the worker phases (startup, idle, compute, final wait, teardown);
+- failed attempts over the block grid (nD grids summed onto their last two
+  axes);
+- the utilisation (block compute seconds over the worker-seconds available)
+  with a verdict in plain words.
+
+Beyond `MAX_BARS` blocks the timeline shows an even sample, and says so:
+the file stays small and opens quickly whatever the run's size.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from daisy.cli import _stat_array, find_runs_files, utilisation
+from daisy.run_report import TaskReport, format_seconds, read_runs
+
+#: most blocks drawn in a timeline; larger runs show an even sample
+MAX_BARS = 100_000
+#: most points of the wall-time-over-the-run plot (the trend uses them all)
+MAX_TREND_POINTS = 10_000
+
+
+def _bokeh() -> Any:
+    try:
+        import bokeh  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            "the HTML report needs bokeh: pip install bokeh (or the daisy[report] extra)"
+        ) from None
+    import bokeh.embed
+    import bokeh.layouts
+    import bokeh.models
+    import bokeh.plotting
+    import bokeh.resources
+    import bokeh.transform
+
+    return bokeh
+
+
+def verdict(u: float | None) -> str:
+    """Plain words for a utilisation figure."""
+    if u is None:
+        return "no workers: nothing to say about utilisation (a serial run)"
+    if u >= 0.8:
+        return "workers spent nearly all their time on blocks: the timings account for the run"
+    if u >= 0.5:
+        return (
+            "workers spent a fair share of their time outside blocks (startup, waiting, "
+            "teardown): fewer or longer-lived workers may pay off"
+        )
+    return (
+        "workers spent most of their time outside blocks: startup, waiting for upstream "
+        "blocks or teardown dominate; use fewer workers or bigger blocks"
+    )
+
+
+def _store_arrays(store: Path | None) -> dict[str, np.ndarray]:
+    if store is None:
+        return {}
+    out = {}
+    for name in (
+        "worker_id",
+        "sent_at",
+        "returned_at",
+        "wall_seconds",
+        "cpu_seconds",
+        "peak_rss_bytes",
+        "failures",
+    ):
+        a = _stat_array(store, name)
+        if a is not None:
+            out[name] = a
+    meta = store / "done" / "zarr.json"
+    if meta.is_file():
+        out["shape"] = np.array(json.loads(meta.read_text())["shape"])
+    return out
+
+
+def _timeline(bk: Any, report: TaskReport, arrays: dict[str, np.ndarray]) -> list[Any]:
+    sent, ret, wid = arrays.get("sent_at"), arrays.get("returned_at"), arrays.get("worker_id")
+    if sent is None or ret is None or wid is None:
+        return [bk.models.Div(text="<p>No block timeline: the task has no resource tracking.</p>")]
+    # the blocks this run executed (the store keeps older runs' stamps too)
+    start = report.started_at - 1.0
+    end = report.finished_at + 1.0
+    keep = np.isfinite(sent) & np.isfinite(ret) & (sent >= start) & (ret <= end)
+    index = np.flatnonzero(keep)
+    note = ""
+    if index.size > MAX_BARS:
+        step = int(np.ceil(index.size / MAX_BARS))
+        note = (
+            f" Showing every {step}th of {index.size} blocks (an even sample) to keep this file "
+            "small."
+        )
+        index = index[::step]
+    t0 = float(sent[index].min()) if index.size else 0.0
+    worker = np.where(wid[index] == np.uint32(0xFFFFFFFF), -1, wid[index].astype(np.int64))
+    source = bk.models.ColumnDataSource(
+        {
+            "left": sent[index] - t0,
+            "right": ret[index] - t0,
+            "worker": worker.astype(np.float64),
+            "cell": index,
+        },
+        name="timeline_source",
+    )
+    fig = bk.plotting.figure(
+        title=f"{report.task_id}: blocks on workers (seconds since the first block)",
+        height=260,
+        sizing_mode="stretch_width",
+        name="timeline",
+        tools="xpan,xwheel_zoom,reset,hover",
+        tooltips=[
+            ("cell", "@cell"),
+            ("worker", "@worker"),
+            ("from", "@left s"),
+            ("to", "@right s"),
+        ],
+    )
+    # one row per worker (-1: blocks without a managed worker)
+    fig.quad(
+        left="left",
+        right="right",
+        bottom=bk.transform.dodge("worker", -0.35),
+        top=bk.transform.dodge("worker", 0.35),
+        source=source,
+        alpha=0.7,
+        name="timeline_bars",
+    )
+    fig.yaxis.axis_label = "worker"
+    fig.xaxis.axis_label = "seconds"
+    text = f"<p>{index.size} blocks of this run on the timeline.{note}</p>"
+    return [fig, bk.models.Div(text=text)]
+
+
+def _histogram(bk: Any, title: str, values: np.ndarray, unit: str) -> Any:
+    values = values[np.isfinite(values)]
+    fig = bk.plotting.figure(title=title, height=220, width=330, tools="")
+    if values.size:
+        counts, edges = np.histogram(values, bins=min(40, max(1, values.size)))
+        fig.quad(bottom=0, top=counts, left=edges[:-1], right=edges[1:], alpha=0.7)
+    fig.xaxis.axis_label = unit
+    return fig
+
+
+def _trend(bk: Any, report: TaskReport, arrays: dict[str, np.ndarray]) -> Any:
+    fig = bk.plotting.figure(
+        title=f"block wall time over the run (trend {report.blocks.trend_slope_ms:+.4f} ms/block)",
+        height=220,
+        width=480,
+        tools="",
+    )
+    wall, ret = arrays.get("wall_seconds"), arrays.get("returned_at")
+    if wall is not None and ret is not None:
+        ok = np.isfinite(wall) & np.isfinite(ret)
+        order = np.argsort(ret[ok])
+        y = wall[ok][order].astype(np.float64) * 1e3
+        x = np.arange(y.size)
+        shown = np.linspace(0, y.size - 1, min(y.size, MAX_TREND_POINTS)).astype(np.int64)
+        fig.scatter(x[shown], y[shown], size=3, alpha=0.6)
+        if y.size >= 2:
+            slope, intercept = np.polyfit(x, y, 1)
+            ends = np.array([0, y.size - 1])
+            fig.line(ends, slope * ends + intercept, line_width=2, color="firebrick")
+    fig.xaxis.axis_label = "completion order"
+    fig.yaxis.axis_label = "ms"
+    return fig
+
+
+def _worker_phases(bk: Any, report: TaskReport) -> Any:
+    rows = sorted(report.workers.by_id.values(), key=lambda r: r.worker_id)
+    if not rows:
+        return bk.models.Div(text="<p>No workers (a serial run): no worker phases.</p>")
+    names = [str(r.worker_id) for r in rows]
+    phases = ["startup", "idle", "compute", "final_wait", "teardown"]
+    data: dict[str, list[Any]] = {"worker": names}
+    data["startup"] = [r.startup or 0.0 for r in rows]
+    data["idle"] = [r.idle.total for r in rows]
+    data["compute"] = [r.compute.total for r in rows]
+    data["final_wait"] = [r.final_wait or 0.0 for r in rows]
+    data["teardown"] = [r.teardown or 0.0 for r in rows]
+    fig = bk.plotting.figure(
+        title="worker phases (seconds)",
+        y_range=names,
+        height=max(160, 22 * len(names) + 80),
+        width=480,
+        tools="hover",
+        tooltips="$name: @$name s",
+    )
+    colors = ["#9ecae1", "#fdae6b", "#31a354", "#bcbddc", "#e377c2"]
+    fig.hbar_stack(
+        phases,
+        y="worker",
+        height=0.7,
+        color=colors,
+        source=bk.models.ColumnDataSource(data),
+        legend_label=phases,
+    )
+    fig.legend.location = "top_center"
+    fig.legend.orientation = "horizontal"
+    fig.legend.label_text_font_size = "8pt"
+    fig.y_range.range_padding = 0.6  # room for the legend above the bars
+    return fig
+
+
+def _failures(bk: Any, arrays: dict[str, np.ndarray]) -> Any:
+    failures, shape = arrays.get("failures"), arrays.get("shape")
+    if failures is None or shape is None or not failures.any():
+        return bk.models.Div(text="<p>No failed attempts recorded in the store.</p>")
+    fig = bk.plotting.figure(title="failed attempts over the block grid", height=260, width=330)
+    grid = failures.reshape(tuple(int(s) for s in shape)).astype(np.float64)
+    while grid.ndim > 2:
+        grid = grid.sum(axis=0)  # project onto the last two axes
+    if grid.ndim == 1:
+        grid = grid[None, :]
+    mapper = bk.models.LinearColorMapper(palette="Reds256", low=0, high=max(1.0, grid.max()))
+    mapper.palette = list(reversed(mapper.palette))
+    fig.image(image=[grid], x=0, y=0, dw=grid.shape[1], dh=grid.shape[0], color_mapper=mapper)
+    fig.xaxis.axis_label = "last axis"
+    fig.yaxis.axis_label = "second to last axis (earlier axes summed)"
+    return fig
+
+
+def _task_section(bk: Any, report: TaskReport, store: Path | None) -> list[Any]:
+    arrays = _store_arrays(store)
+    u = utilisation(report)
+    head = (
+        f"<h2>{html.escape(report.task_id)}</h2>"
+        f"<p>{report.blocks.count} blocks ({report.blocks.skipped} skipped), "
+        f"{report.blocks.failures} failed attempts, {report.workers.count} workers, "
+        f"{format_seconds(report.elapsed)} wall, outcome {html.escape(report.outcome)}.</p>"
+        f"<p><b>Utilisation {'—' if u is None else f'{100 * u:.0f}%'}</b>: "
+        f"{html.escape(verdict(u))}.</p>"
+        f"<pre>{html.escape(report.render())}</pre>"
+    )
+    parts: list[Any] = [bk.models.Div(text=head, sizing_mode="stretch_width")]
+    parts += _timeline(bk, report, arrays)
+    hist = []
+    if "wall_seconds" in arrays:
+        hist = [
+            _histogram(bk, "block wall time", arrays["wall_seconds"].astype(np.float64), "s"),
+            _histogram(bk, "block CPU", arrays["cpu_seconds"].astype(np.float64), "s"),
+            _histogram(
+                bk,
+                "block peak RSS",
+                arrays["peak_rss_bytes"].astype(np.float64) / 2**20,
+                "MiB",
+            ),
+        ]
+    if hist:
+        parts.append(bk.layouts.row(*hist))
+    parts.append(
+        bk.layouts.row(
+            _trend(bk, report, arrays), _worker_phases(bk, report), _failures(bk, arrays)
+        )
+    )
+    return parts
+
+
+def write_html_report(paths: Sequence[Path] | Path, out: Path, run: int | None = None) -> Path:
+    """Write the report of the runs found at ``paths`` (stores, base
+    directories or ``runs.jsonl`` files) to ``out``; the last run of each
+    task, or run ``run``."""
+    bk = _bokeh()
+    if isinstance(paths, Path):
+        paths = [paths]
+    files = [f for p in paths for f in find_runs_files(Path(p))]
+    if not files:
+        raise FileNotFoundError(f"no runs.jsonl at {', '.join(str(p) for p in paths)}")
+    parts: list[Any] = [
+        bk.models.Div(
+            text="<h1>daisy run report</h1><p>Every figure is read from the runs' reports "
+            "(runs.jsonl) and tracking stores.</p>",
+            sizing_mode="stretch_width",
+        )
+    ]
+    for f in files:
+        runs = read_runs(f)
+        if not runs:
+            continue
+        report = runs[-1] if run is None else runs[run]
+        store = f.parent if (f.parent / "zarr.json").is_file() else None
+        parts += _task_section(bk, report, store)
+    layout = bk.layouts.column(*parts, sizing_mode="stretch_width")
+    page = bk.embed.file_html(layout, resources=bk.resources.INLINE, title="daisy run report")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out

@@ -1,0 +1,148 @@
+"""The HTML performance report, checked in a real browser: headless
+Chromium loads the file with the network off, logs no console error, and
+the timeline holds one bar per block the run executed. A screenshot is
+kept in ``test-artifacts/`` (or ``$DAISY_TEST_ARTIFACTS``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from conftest import line_task
+
+import daisy
+from daisy.html_report import write_html_report
+
+ARTIFACTS = Path(os.environ.get("DAISY_TEST_ARTIFACTS", "test-artifacts"))
+
+
+def chrome():
+    """Headless Chromium through chromedriver, with every host unreachable."""
+    from selenium import webdriver
+
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert binary and driver, (
+        "the browser test needs Debian's chromium and chromium-driver "
+        "(make test installs them: apt-get install chromium chromium-driver)"
+    )
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = binary
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,2400",
+        "--host-resolver-rules=MAP * ~NOTFOUND",  # no network: everything must be inline
+    ):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(options=opts, service=webdriver.ChromeService(executable_path=driver))
+
+
+def load(driver, path: Path, timeout: float = 30.0) -> float:
+    """Open the report and wait until bokeh has rendered it; seconds taken."""
+    start = time.perf_counter()
+    driver.get(path.absolute().as_uri())
+    while time.perf_counter() - start < timeout:
+        ready = driver.execute_script(
+            "return !!(window.Bokeh && Bokeh.documents.length"
+            " && Object.keys(Bokeh.index || {}).length > 0)"
+        )
+        if ready:
+            return time.perf_counter() - start
+        time.sleep(0.05)
+    raise AssertionError(f"the report did not render within {timeout} s")
+
+
+def timeline_bars(driver) -> list[int]:
+    return driver.execute_script(
+        "return Bokeh.documents.flatMap(d => [...d.all_models])"
+        ".filter(m => m.name === 'timeline_source').map(m => m.data.left.length)"
+    )
+
+
+def severe_console_messages(driver) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def pipeline(tmp_path):
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def work(block):
+        time.sleep(0.002)
+        if block.block_id[1] == 2 and not (marks / "x").exists():
+            (marks / "x").touch()
+            raise RuntimeError("one failed attempt")
+
+    a = line_task("a", 12, process_function=work, resource_tracking=True, max_workers=3)
+    b = line_task(
+        "b", 6, size=20, process_function=work, resource_tracking=True, upstream_tasks=[a]
+    )
+    assert daisy.run_blockwise([b], progress=False, summary=False)
+    return tmp_path / "tracking"
+
+
+def test_the_report_opens_offline_with_one_bar_per_block(tmp_path):
+    out = write_html_report(pipeline(tmp_path), tmp_path / "report.html")
+    page = out.read_text()
+    assert "<script src=" not in page, "every script must be inline"
+    assert out.stat().st_size < 20 * 2**20
+    for words in ("Utilisation", "worker phases", "failed attempts over the block grid"):
+        assert words in page
+    driver = chrome()
+    try:
+        load(driver, out)
+        assert sorted(timeline_bars(driver)) == [6, 12]
+        assert severe_console_messages(driver) == []
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / "html_report.png"
+        driver.save_screenshot(str(shot))
+        assert shot.stat().st_size > 10_000
+    finally:
+        driver.quit()
+
+
+def test_a_run_of_100k_blocks_stays_small_and_opens_quickly(tmp_path):
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    task = daisy.Task(
+        "big",
+        daisy.Roi((0, 0), (100, 1000)),
+        daisy.Roi((0, 0), (1, 1)),
+        daisy.Roi((0, 0), (1, 1)),
+        process_function=lambda b: None,
+        read_write_conflict=False,
+        resource_tracking=True,
+    )
+    assert daisy.run_blockwise([task], multiprocessing=False, summary=False)
+    out = write_html_report(tmp_path / "tracking", tmp_path / "big.html")
+    assert out.stat().st_size < 20 * 2**20
+    driver = chrome()
+    try:
+        seconds = load(driver, out)
+        assert timeline_bars(driver) == [100_000]
+        assert seconds < 3.0, f"took {seconds:.2f} s to open"
+        assert severe_console_messages(driver) == []
+    finally:
+        driver.quit()
+
+
+def test_run_blockwise_writes_the_report_and_the_cli_too(tmp_path, capsys):
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    task = line_task("t", 4, process_function=lambda b: None, resource_tracking=True)
+    html = tmp_path / "run.html"
+    assert daisy.run_blockwise([task], multiprocessing=False, summary=False, report_html=html)
+    assert html.is_file() and "timeline" in html.read_text()
+    from daisy.cli import main
+
+    assert main(["report", str(tmp_path / "tracking"), "--html", str(tmp_path / "cli.html")]) == 0
+    assert (tmp_path / "cli.html").is_file()
+
+
+def test_no_runs_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="runs.jsonl"):
+        write_html_report(tmp_path, tmp_path / "x.html")
