@@ -373,7 +373,9 @@ def test_peak_rss_cpu_and_io_are_per_block(mp, tracking, tmp_path, rec_dir):
     # peak RSS: the block's own peak, then reset for the next block
     assert stats["memory"].peak_rss_bytes >= 100 * MiB, stats
     assert stats["small"].peak_rss_bytes > 0
-    assert stats["small"].peak_rss_bytes < stats["memory"].peak_rss_bytes - 50 * MiB, stats
+    # the small block's peak starts from the mark reset at its start: below the big
+    # block's peak (by how much depends on what the allocator gave back to the OS)
+    assert stats["small"].peak_rss_bytes < stats["memory"].peak_rss_bytes, stats
     # CPU: process-wide user + system time
     assert stats["cpu"].cpu_seconds >= 0.15, stats["cpu"]
     assert stats["small"].cpu_seconds < 0.1, stats["small"]
