@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 WHEEL_DIR := dist
 
-.PHONY: venv install browser demo test pytest stubtest lint lint-rust lint-python format rust-test bench clean
+.PHONY: venv install system-deps demo test pytest stubtest lint lint-rust lint-python format rust-test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,13 +27,17 @@ install: venv
 demo: install
 	$(BIN)/python examples/demo.py
 
-test: install browser pytest stubtest
+test: install system-deps pytest stubtest
 
-# The HTML report is checked in a real headless browser (Debian's
-# chromium and chromium-driver); installed here when missing (needs root).
-browser:
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
+# Tests use Debian packages: a headless browser for the HTML report
+# (chromium, chromium-driver) and a single-node SLURM cluster for the
+# SLURM spawner (slurmctld, slurmd, slurm-client, munge). Installed here
+# when missing (needs root, as CI has).
+SYSTEM_PACKAGES := chromium chromium-driver slurmctld slurmd slurm-client munge
+system-deps:
+	@if ! command -v chromedriver >/dev/null || ! command -v slurmd >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; \
+	fi
 
 pytest:
 	$(BIN)/python -m pytest tests -q

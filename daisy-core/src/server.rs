@@ -79,6 +79,18 @@ pub struct WorkerCommand {
     /// Bytes written to the worker's stdin, then closed (the pickled
     /// function, for daisy's Python workers).
     pub stdin: Vec<u8>,
+    /// Run (and not waited for long) when the server kills this worker on
+    /// purpose (timeout, interrupt, shutdown): for a worker that is only a
+    /// local handle on remote work, such as `sbatch --wait`, this cancels
+    /// the remote part (`scancel`). Empty: nothing to run.
+    pub stop: Vec<String>,
+}
+
+/// Substitute `{worker_id}` and `{task_id}` in a command argument, so a
+/// spawner can name jobs and log files after the worker.
+fn expand(arg: &str, task_id: &str, worker_id: u32) -> String {
+    arg.replace("{worker_id}", &worker_id.to_string())
+        .replace("{task_id}", task_id)
 }
 
 /// Per-task runtime settings.
@@ -116,6 +128,13 @@ pub struct ServerConfig {
     pub log_mode: LogMode,
     /// The run's secret token.
     pub token: String,
+    /// The host name workers are told to connect to; None: the address
+    /// the server listens on (right for loopback and a specific address,
+    /// not for 0.0.0.0).
+    pub advertise_host: Option<String>,
+    /// Run once when the run ends, whatever the path (to cancel any remote
+    /// job of the run still queued); empty: nothing.
+    pub stop_all: Vec<String>,
 }
 
 /// Where worker output goes.
@@ -223,6 +242,18 @@ struct WorkerSlot {
     dismissed: bool,
     /// Blocks handed to it.
     blocks_taken: u64,
+    /// Its command's stop command, expanded (cancels remote work).
+    stop: Vec<String>,
+}
+
+impl WorkerSlot {
+    /// Kill the worker's process group and cancel its remote part.
+    fn kill(&self) {
+        if let Some(pid) = self.pid {
+            kill_group(pid);
+        }
+        run_stop_command(&self.stop);
+    }
 }
 
 #[derive(Debug)]
@@ -490,9 +521,7 @@ fn sweep_timeouts<H: RunHooks>(st: &mut State<H>) {
         if let Some(w) = out.worker.and_then(|id| st.workers.get_mut(&id)) {
             w.expected_exit = Some(ExitKind::Timeout);
             w.busy = false;
-            if let Some(pid) = w.pid {
-                kill_group(pid);
-            }
+            w.kill();
         }
     }
 }
@@ -662,26 +691,45 @@ fn retire_one_idle_worker<H>(st: &mut State<H>, needy: TaskIndex) {
     }
 }
 
+/// The `DAISY_CONTEXT` a worker gets: where the server is, who it is, the
+/// run token and the log directory (JSON, parsed by `daisy.Context`).
 fn context_json(
-    addr: SocketAddr,
+    host: &str,
+    port: u16,
     task_id: &str,
     worker_id: u32,
     token: &str,
     log_dir: &Option<PathBuf>,
 ) -> String {
-    let log = log_dir
-        .as_ref()
-        .map(|p| format!("{:?}", p.to_string_lossy()))
-        .unwrap_or_else(|| "null".into());
-    format!(
-        "{{\"hostname\": {:?}, \"port\": {}, \"task_id\": {:?}, \"worker_id\": {}, \"token\": {:?}, \"log_dir\": {}}}",
-        addr.ip().to_string(),
-        addr.port(),
-        task_id,
-        worker_id,
-        token,
-        log
-    )
+    serde_json::json!({
+        "hostname": host,
+        "port": port,
+        "task_id": task_id,
+        "worker_id": worker_id,
+        "token": token,
+        "log_dir": log_dir.as_ref().map(|p| p.to_string_lossy().into_owned()),
+    })
+    .to_string()
+}
+
+/// Run a stop command (a `scancel`, say) without blocking the run for
+/// long: started, and reaped in the background.
+fn run_stop_command(argv: &[String]) {
+    let Some((program, args)) = argv.split_first() else {
+        return;
+    };
+    match std::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(mut child) => {
+            std::thread::spawn(move || child.wait());
+        }
+        Err(e) => tracing::warn!("could not run {program}: {e}"),
+    }
 }
 
 fn spawn_worker<H: RunHooks + 'static>(
@@ -696,13 +744,25 @@ fn spawn_worker<H: RunHooks + 'static>(
     let id = st.next_worker_id;
     st.next_worker_id += 1;
     let task_id = st.scheduler.pipeline().spec(task).task_id.clone();
+    let host = st
+        .config
+        .advertise_host
+        .clone()
+        .unwrap_or_else(|| addr.ip().to_string());
     let mut command = tokio::process::Command::new(&cmd.program);
     command
-        .args(&cmd.args)
+        .args(cmd.args.iter().map(|a| expand(a, &task_id, id)))
         .envs(cmd.env.iter().cloned())
         .env(
             "DAISY_CONTEXT",
-            context_json(addr, &task_id, id, &st.config.token, &st.config.log_dir),
+            context_json(
+                &host,
+                addr.port(),
+                &task_id,
+                id,
+                &st.config.token,
+                &st.config.log_dir,
+            ),
         )
         .stdin(Stdio::piped())
         .kill_on_drop(true)
@@ -716,8 +776,16 @@ fn spawn_worker<H: RunHooks + 'static>(
     if let (Some(base), LogMode::File | LogMode::Both) = (&st.config.log_dir, st.config.log_mode) {
         let dir = base.join(&task_id);
         std::fs::create_dir_all(&dir)?;
-        let out = std::fs::File::create(dir.join(format!("worker_{id}.out")))?;
-        let err = std::fs::File::create(dir.join(format!("worker_{id}.err")))?;
+        // appended, not truncated: a remote job (sbatch -o/-e) may write
+        // to the same files as its local handle
+        let open = |name: String| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(name))
+        };
+        let out = open(format!("worker_{id}.out"))?;
+        let err = open(format!("worker_{id}.err"))?;
         if st.config.log_mode == LogMode::File {
             command.stdout(Stdio::from(out)).stderr(Stdio::from(err));
         } else {
@@ -747,6 +815,7 @@ fn spawn_worker<H: RunHooks + 'static>(
             busy: false,
             dismissed: false,
             blocks_taken: 0,
+            stop: cmd.stop.iter().map(|a| expand(a, &task_id, id)).collect(),
         },
     );
     st.workers_started[task as usize] += 1;
@@ -888,9 +957,7 @@ async fn teardown<H: RunHooks>(shared: &Shared<H>, interrupted: bool) {
             w.retire = true;
             if interrupted {
                 w.expected_exit = Some(ExitKind::Interrupted);
-                if let Some(pid) = w.pid {
-                    kill_group(pid);
-                }
+                w.kill();
             }
         }
     }
@@ -902,28 +969,29 @@ async fn teardown<H: RunHooks>(shared: &Shared<H>, interrupted: bool) {
             TEARDOWN_GRACE
         };
     loop {
-        let alive: Vec<u32> = shared
+        let alive = shared
             .0
             .borrow()
             .workers
             .values()
             .filter(|w| w.alive)
-            .filter_map(|w| w.pid)
-            .collect();
-        if alive.is_empty() {
-            return;
+            .count();
+        if alive == 0 {
+            break;
         }
         if Instant::now() >= deadline {
-            tracing::warn!("killing {} worker(s) that did not exit", alive.len());
-            for pid in alive {
-                kill_group(pid);
+            tracing::warn!("killing {alive} worker(s) that did not exit");
+            for w in shared.0.borrow().workers.values().filter(|w| w.alive) {
+                w.kill();
             }
             // give the monitors a moment to reap them
             tokio::time::sleep(Duration::from_millis(100)).await;
-            return;
+            break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // cancel whatever remote work of the run may still be queued
+    run_stop_command(&shared.0.borrow().config.stop_all);
 }
 
 type Conn = Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>;

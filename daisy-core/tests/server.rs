@@ -72,6 +72,8 @@ fn config(token: &str) -> ServerConfig {
         log_dir: None,
         log_mode: Default::default(),
         token: token.into(),
+        advertise_host: None,
+        stop_all: Vec::new(),
     }
 }
 

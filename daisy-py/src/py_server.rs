@@ -106,6 +106,7 @@ fn task_runtime(d: &Bound<'_, PyDict>) -> PyResult<TaskRuntime> {
             args: get(d, "args")?,
             env: get(d, "env")?,
             stdin: get::<Bound<'_, PyBytes>>(d, "stdin")?.as_bytes().to_vec(),
+            stop: get(d, "stop")?,
         }),
     };
     Ok(TaskRuntime {
@@ -123,7 +124,7 @@ fn task_runtime(d: &Bound<'_, PyDict>) -> PyResult<TaskRuntime> {
 /// `abandoned` (task id, reason), `unmanaged_clients` and
 /// `workers_started` (task id to count).
 #[pyfunction]
-#[pyo3(signature = (specs, tasks, host, port, resources, log_dir, log_mode, check_functions, on_tick, on_listening, tracking=None, skip_masks=None))]
+#[pyo3(signature = (specs, tasks, host, port, resources, log_dir, log_mode, check_functions, on_tick, on_listening, tracking=None, skip_masks=None, advertise_host=None, stop_all=Vec::new()))]
 #[allow(clippy::too_many_arguments)]
 pub fn run_distributed(
     py: Python<'_>,
@@ -139,6 +140,8 @@ pub fn run_distributed(
     on_listening: Py<PyAny>,
     tracking: Option<&Bound<'_, PyDict>>,
     skip_masks: Option<&Bound<'_, PyDict>>,
+    advertise_host: Option<String>,
+    stop_all: Vec<String>,
 ) -> PyResult<Py<PyDict>> {
     let mut measured = Vec::new();
     for (tid, d) in tasks.iter() {
@@ -201,6 +204,8 @@ pub fn run_distributed(
         log_dir,
         log_mode,
         token: token.clone(),
+        advertise_host,
+        stop_all,
     };
     let hooks = PyHooks {
         task_ids: task_ids.clone(),

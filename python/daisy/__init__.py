@@ -29,6 +29,7 @@ from daisy import (
     scheduler,
     serial_server,
     server,
+    spawners,
     task,
     task_state,
 )
@@ -59,6 +60,7 @@ from daisy.run_report import (
 from daisy.scheduler import Scheduler
 from daisy.serial_server import SerialServer
 from daisy.server import Server
+from daisy.spawners import DaskSpawner, LocalSpawner, SlurmSpawner, Spawner
 from daisy.task import Task
 from daisy.task_state import TaskState
 
@@ -71,9 +73,11 @@ __all__ = [
     "BlockwiseDependencyGraph",
     "Client",
     "Context",
+    "DaskSpawner",
     "Coordinate",
     "DependencyGraph",
     "JsonProgressObserver",
+    "LocalSpawner",
     "LayoutMismatch",
     "Pipeline",
     "Roi",
@@ -81,6 +85,8 @@ __all__ = [
     "Scheduler",
     "SerialServer",
     "Server",
+    "SlurmSpawner",
+    "Spawner",
     "Stat",
     "TaskReport",
     "Task",
@@ -115,6 +121,7 @@ __all__ = [
     "serial_server",
     "set_done_marker_basedir",
     "set_tracking_basedir",
+    "spawners",
     "server",
     "task",
     "task_state",

@@ -191,6 +191,8 @@ def run_distributed(
     on_listening: Callable[[str, int, str], Any],
     tracking: Mapping[str, str] | None = None,
     skip_masks: Mapping[str, bytes] | None = None,
+    advertise_host: str | None = None,
+    stop_all: Sequence[str] = ...,
 ) -> dict[str, Any]: ...
 
 @final

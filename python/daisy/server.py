@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import pickle
+import secrets
 import signal
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from daisy.pipeline import Pipeline
 from daisy.progress import ProgressObserver, default_observers
 from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
+from daisy.spawners import advertised_host
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +81,7 @@ class Server:
     """
 
     def __init__(self, host: str | None = None, port: int | None = None) -> None:
+        self._host_given = host is not None
         self.host = host or "127.0.0.1"
         self.port = int(port or 0)
         self.failures: list[tuple[str, int, int | None, str]] = []
@@ -104,21 +108,36 @@ class Server:
         pipeline = scheduler._pipeline if scheduler is not None else Pipeline.of(tasks)
         task_map = {t.task_id: t for t in pipeline.tasks}
         settings: dict[str, dict[str, Any]] = {}
+        run_tag = secrets.token_hex(4)
+        log_dir = daisy_logging.get_log_basedir()
+        payload_base = (
+            Path(log_dir).absolute()
+            if log_dir is not None
+            else Path(tempfile.mkdtemp(prefix="daisy-payloads-"))
+        )
+        remote = [t.spawner for t in task_map.values() if not t.spawner.is_local]
         for tid, t in task_map.items():
             if t.process_function is None:
                 raise ValueError(
                     f"process_function: task {tid!r} has none; give it a function that takes a "
                     "block (or a worker function that takes nothing)"
                 )
+            payload = worker_payload(t.process_function, t._post_check)
+            payload_file = payload_base / tid / "payload.pkl"
+            if not t.spawner.is_local:
+                payload_file.parent.mkdir(parents=True, exist_ok=True)
+                payload_file.write_bytes(payload)
+            cmds = t.spawner.commands(run_tag, payload, payload_file)
             settings[tid] = {
                 "max_workers": t.max_workers,
                 "timeout": None if t.timeout is None else float(t.timeout),
                 "max_worker_restarts": t.max_worker_restarts,
                 "requires": dict(t.required_resources),
-                "program": sys.executable,
-                "args": ["-m", "daisy._worker"],
+                "program": cmds.program,
+                "args": cmds.args,
                 "env": [],
-                "stdin": worker_payload(t.process_function, t._post_check),
+                "stdin": cmds.stdin,
+                "stop": cmds.stop,
                 "resource_tracking": t.resource_tracking,
             }
         resources = dict(resources or {})
@@ -129,10 +148,14 @@ class Server:
                     f"got {k!r}: {v!r}"
                 )
         measured_task_ids(task_map.values())  # a configuration error raises here
+        # remote workers need an address they can reach
+        listen_host, advertise = self.host, None
+        if remote and not self._host_given:
+            listen_host, advertise = "0.0.0.0", advertised_host()
+        stop_all = next((c for c in (s.stop_all(run_tag) for s in remote) if c), [])
         specs = pipeline.specs()
         order = [s.task_id for s in specs]
         observers: list[ProgressObserver] = default_observers(order, progress)
-        log_dir = daisy_logging.get_log_basedir()
 
         def on_listening(host: str, port: int, token: str) -> None:
             for tid, t in task_map.items():
@@ -162,7 +185,7 @@ class Server:
                 out = run_distributed(
                     specs,
                     settings,
-                    self.host,
+                    listen_host,
                     self.port,
                     resources,
                     None if log_dir is None else str(Path(log_dir).absolute()),
@@ -172,6 +195,8 @@ class Server:
                     on_listening,
                     tracking_paths(task_map.values()),
                     skip_masks(task_map.values()),
+                    advertise,
+                    stop_all,
                 )
         except BaseException as e:
             partial = getattr(e, "daisy_run_report_json", None)

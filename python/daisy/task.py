@@ -127,6 +127,9 @@ class Task:
         resource_tracking: measure every block (wall, CPU, peak RSS, IO)
             and record it in the tracking store (which it requires); see
             RUN_STATS.md.
+        spawner: where the task's workers run: ``daisy.LocalSpawner()``
+            (the default), ``daisy.SlurmSpawner(...)``,
+            ``daisy.DaskSpawner(...)``; see `daisy.spawners`.
     """
 
     def __init__(
@@ -154,6 +157,7 @@ class Task:
         done_marker_path: str | os.PathLike[str] | bool | None = None,
         skip_mask: Any = None,
         resource_tracking: bool = False,
+        spawner: Any = None,
     ) -> None:
         if isinstance(task_id, numbers.Integral) and not isinstance(task_id, bool):
             task_id = str(task_id)  # daisy 1.x accepted int ids
@@ -304,6 +308,16 @@ class Task:
         if not isinstance(resource_tracking, bool):
             raise TypeError(f"resource_tracking: expected True or False, got {resource_tracking!r}")
         self.resource_tracking = resource_tracking
+        from daisy.spawners import LocalSpawner, Spawner
+
+        if spawner is None:
+            spawner = LocalSpawner()
+        if not isinstance(spawner, Spawner):
+            raise TypeError(
+                "spawner: expected daisy.LocalSpawner(), daisy.SlurmSpawner(...) or "
+                f"daisy.DaskSpawner(...), got {type(spawner).__name__}"
+            )
+        self.spawner = spawner
         self._last_report: TaskReport | None = None
 
     @property

@@ -1,0 +1,210 @@
+"""Where workers run: on this machine, as SLURM jobs, or on a Dask cluster.
+
+A task's spawner says how to start one worker and how to stop it; the
+server decides when (``max_workers``, resources, replacing dead workers)
+and stamps every worker's timeline the same way for every spawner. A
+spawner only produces commands:
+
+- the **start command** runs locally as the worker's handle: the worker
+  itself (`LocalSpawner`), ``sbatch --wait`` of a job running it
+  (`SlurmSpawner`), or a small process that runs it as a Dask task and
+  waits for it (`DaskSpawner`). When the handle exits, the worker is
+  gone: a job that was cancelled, a Dask worker that died, a crash;
+- the **stop command** cancels the remote part when the server stops a
+  worker on purpose (timeout, Ctrl-C, end of run): ``scancel`` for SLURM;
+- the **stop-all command** runs once when the run ends on any path and
+  cancels every job of the run still queued, so none is left behind.
+
+``{worker_id}`` and ``{task_id}`` in a command are replaced by the
+server. Each worker gets the context (``DAISY_CONTEXT``: server address,
+task, worker id, log directory, run token) in its environment, and its
+function through a file in the task's log directory (``payload.pkl``),
+which therefore must be on a file system the worker's node can read.
+Remote workers need a server address they can reach: with a non-local
+spawner the server listens on every interface and advertises this
+machine's host name, unless ``run_blockwise(host=...)`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class WorkerCommands:
+    """What the server runs for one worker of a task."""
+
+    program: str
+    args: list[str]
+    #: bytes written to the handle's stdin (the local worker reads its
+    #: function from there)
+    stdin: bytes = b""
+    #: run when the server stops this worker on purpose
+    stop: list[str] = field(default_factory=list)
+
+
+class Spawner:
+    """How to start and stop the workers of a task. Subclasses implement
+    `commands`; `stop_all` and `is_local` have defaults."""
+
+    #: whether workers run on this machine (then the server may stay on
+    #: the loopback interface)
+    is_local = True
+
+    def commands(self, run_tag: str, payload: bytes, payload_file: Path) -> WorkerCommands:
+        """The start (and stop) command of one worker. ``payload`` is the
+        task's pickled function, also written to ``payload_file``."""
+        raise NotImplementedError
+
+    def stop_all(self, run_tag: str) -> list[str]:
+        """A command cancelling every remote worker of the run (empty: none)."""
+        return []
+
+
+class LocalSpawner(Spawner):
+    """Worker processes on this machine (the default): ``python -m
+    daisy._worker``, the function on its stdin."""
+
+    def commands(self, run_tag: str, payload: bytes, payload_file: Path) -> WorkerCommands:
+        """``python -m daisy._worker`` with the payload on stdin."""
+        return WorkerCommands(sys.executable, ["-m", "daisy._worker"], stdin=payload)
+
+
+def job_name(run_tag: str) -> str:
+    """The SLURM job name of a worker (placeholders for the server)."""
+    return f"daisy-{run_tag}-{{task_id}}-{{worker_id}}"
+
+
+@dataclass
+class SlurmSpawner(Spawner):
+    """One SLURM job per worker, submitted with ``sbatch --wait``.
+
+    Each job runs ``python -m daisy._worker`` with this interpreter (which
+    the compute nodes must be able to run, as on a shared file system),
+    writes to the worker's log files, and is cancelled with ``scancel``
+    when the server stops the worker or the run ends. The time a job
+    waits in the queue is part of its worker's startup in the report.
+
+    Args:
+        partition: ``--partition``.
+        cpus: ``--cpus-per-task``.
+        mem: ``--mem`` (e.g. ``"4G"``).
+        gpus: ``--gres=gpu:N``.
+        time: ``--time`` (e.g. ``"2:00:00"``).
+        extra_args: more ``sbatch`` arguments, as a list.
+        sbatch, scancel: the commands, if not on ``PATH`` under these names.
+    """
+
+    partition: str | None = None
+    cpus: int | None = None
+    mem: str | None = None
+    gpus: int | None = None
+    time: str | None = None
+    extra_args: Sequence[str] = ()
+    sbatch: str = "sbatch"
+    scancel: str = "scancel"
+
+    is_local = False
+
+    def commands(self, run_tag: str, payload: bytes, payload_file: Path) -> WorkerCommands:
+        """``sbatch --wait`` of a job running the worker; ``scancel`` to stop it."""
+        logs = payload_file.parent
+        args = [
+            "--wait",
+            "--job-name",
+            job_name(run_tag),
+            "--output",
+            str(logs / "worker_{worker_id}.out"),
+            "--error",
+            str(logs / "worker_{worker_id}.err"),
+            "--open-mode=append",
+            "--export=ALL",
+        ]
+        if self.partition:
+            args += ["--partition", self.partition]
+        if self.cpus:
+            args += ["--cpus-per-task", str(self.cpus)]
+        if self.mem:
+            args += ["--mem", str(self.mem)]
+        if self.gpus:
+            args += [f"--gres=gpu:{self.gpus}"]
+        if self.time:
+            args += ["--time", str(self.time)]
+        args += list(self.extra_args)
+        worker = [sys.executable, "-m", "daisy._worker", "--payload", str(payload_file)]
+        args += ["--wrap", shlex.join(worker)]
+        return WorkerCommands(self.sbatch, args, stop=[self.scancel, "--name", job_name(run_tag)])
+
+    def stop_all(self, run_tag: str) -> list[str]:
+        """Cancel every job whose name says it belongs to this run."""
+        return [sys.executable, "-m", "daisy.spawners", "scancel-run", run_tag, self.scancel]
+
+
+@dataclass
+class DaskSpawner(Spawner):
+    """One long-lived worker loop per worker slot, run as a task on a Dask
+    cluster (a ``distributed.Client`` or a scheduler address): a
+    LocalCluster, dask-jobqueue's SLURM/PBS/LSF clusters, Kubernetes.
+    Scheduling, tracking and statistics stay in daisy; Dask only runs the
+    loops. The worker's stdout and stderr are the Dask worker's."""
+
+    client_or_address: Any
+
+    is_local = False
+
+    @property
+    def address(self) -> str:
+        """The Dask scheduler's address."""
+        c = self.client_or_address
+        if isinstance(c, str):
+            return c
+        return str(c.scheduler.address)
+
+    def commands(self, run_tag: str, payload: bytes, payload_file: Path) -> WorkerCommands:
+        """A local process that runs the worker loop as a Dask task and waits."""
+        return WorkerCommands(
+            sys.executable,
+            ["-m", "daisy._dask_worker", self.address, str(payload_file)],
+        )
+
+
+def advertised_host() -> str:
+    """An address of this machine other machines can reach."""
+    name = socket.gethostname()
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        return name
+
+
+def scancel_run(run_tag: str, scancel: str = "scancel") -> None:
+    """Cancel every queued or running job of a run (by its job names)."""
+    prefix = f"daisy-{run_tag}-"
+    try:
+        out = subprocess.run(
+            ["squeue", "--noheader", "--format=%i %j"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return
+    ids = []
+    for line in out.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and parts[1].startswith(prefix):
+            ids.append(parts[0])
+    if ids:
+        subprocess.run([scancel, *ids], timeout=30, check=False)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "scancel-run":
+        scancel_run(sys.argv[2], *(sys.argv[3:4]))

@@ -1,0 +1,191 @@
+"""Workers beyond local processes: a real single-node SLURM cluster
+(`tests/slurm_cluster.py`) and a Dask LocalCluster run a two-task pipeline
+through SlurmSpawner and DaskSpawner: every block completes, the store and
+the report show the workers, nothing is left behind, and a dead worker is
+retried and replaced."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import line_task
+from slurm_cluster import slurm_cluster
+
+import daisy
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as env:
+        old = os.environ.get("SLURM_CONF")
+        os.environ["SLURM_CONF"] = env["SLURM_CONF"]
+        yield env
+        if old is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = old
+
+
+def our_jobs() -> list[str]:
+    out = subprocess.run(
+        ["squeue", "--noheader", "--format=%j"], capture_output=True, text=True, check=True
+    ).stdout
+    return [line for line in out.split() if line.startswith("daisy-")]
+
+
+def jobs_or_none() -> list[str]:
+    """`our_jobs` for background threads: empty when squeue is unavailable."""
+    try:
+        return our_jobs()
+    except subprocess.CalledProcessError:
+        return []
+
+
+def pipeline(tmp_path, spawner, workers=4, sleep=0.05, kill_marker=None):
+    """Two tasks, every block records its spatial id in a memmap."""
+    out = np.lib.format.open_memmap(tmp_path / "out.npy", mode="w+", dtype=np.int64, shape=(2, 16))
+    out[:] = -1
+    del out
+    path = str(tmp_path / "out.npy")
+
+    def work(block):
+        time.sleep(sleep)
+        if kill_marker is not None and not os.path.exists(kill_marker):
+            open(kill_marker, "x").close()
+            os.kill(os.getpid(), 9)
+        arr = np.load(path, mmap_mode="r+")
+        arr[0 if block.task_id == "a" else 1, block.block_id[1]] = block.block_id[1]
+        arr.flush()
+
+    a = line_task(
+        "a", 16, process_function=work, max_workers=workers, spawner=spawner, resource_tracking=True
+    )
+    b = line_task(
+        "b",
+        16,
+        process_function=work,
+        max_workers=workers,
+        spawner=spawner,
+        resource_tracking=True,
+        upstream_tasks=[a],
+    )
+    return [a, b], path
+
+
+def check_outputs(path):
+    out = np.load(path)
+    assert (out == np.arange(16)).all(), out
+
+
+def test_slurm_runs_a_two_task_pipeline_with_four_workers(tmp_path, slurm):
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    tasks, path = pipeline(tmp_path, daisy.SlurmSpawner(cpus=1), workers=4)
+    server = daisy.Server()
+    states = server.run_blockwise(tasks, progress=False)
+    assert all(s.completed_count == 16 for s in states.values())
+    check_outputs(path)
+    report = server.last_report["a"]
+    assert report.workers.count == 4
+    assert len({r.worker_id for r in report.workers.by_id.values()}) == 4
+    assert all(r.startup is not None and r.startup > 0 for r in report.workers.by_id.values())
+    import zarr
+
+    ids = zarr.open_group(str(tmp_path / "tracking" / "a"), mode="r")["worker_id"][:]
+    assert set(ids.tolist()) <= set(report.workers.by_id)
+    time.sleep(0.5)
+    assert our_jobs() == []
+
+
+def test_slurm_interrupted_run_leaves_no_job(tmp_path, slurm):
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    tasks, _ = pipeline(tmp_path, daisy.SlurmSpawner(cpus=1), workers=2, sleep=5.0)
+
+    def interrupt_when_running():
+        deadline = time.time() + 30
+        while time.time() < deadline and not jobs_or_none():
+            time.sleep(0.2)
+        time.sleep(1.0)
+        import _thread
+
+        _thread.interrupt_main()
+
+    t = threading.Thread(target=interrupt_when_running)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        daisy.run_blockwise(tasks, progress=False, summary=False)
+    t.join()
+    deadline = time.time() + 15
+    while time.time() < deadline and our_jobs():
+        time.sleep(0.5)
+    assert our_jobs() == []
+
+
+def test_slurm_cancelled_job_is_retried_and_replaced(tmp_path, slurm):
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    tasks, path = pipeline(tmp_path, daisy.SlurmSpawner(cpus=1), workers=2, sleep=0.3)
+    cancelled = []
+
+    def cancel_one():
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            jobs = jobs_or_none()
+            if jobs:
+                time.sleep(1.0)
+                subprocess.run(["scancel", "--name", jobs[0]], check=False)
+                cancelled.append(jobs[0])
+                return
+            time.sleep(0.2)
+
+    t = threading.Thread(target=cancel_one)
+    t.start()
+    server = daisy.Server()
+    states = server.run_blockwise(tasks, progress=False)
+    t.join()
+    assert cancelled
+    assert all(s.completed_count == 16 for s in states.values())
+    check_outputs(path)
+    exits = server.last_report["a"].workers.exits
+    assert exits.get("error", 0) + server.last_report["b"].workers.exits.get("error", 0) >= 1
+    assert our_jobs() == []
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    from distributed import LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
+    yield cluster
+    cluster.close()
+
+
+def test_dask_runs_a_two_task_pipeline(tmp_path, dask_cluster):
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    tasks, path = pipeline(tmp_path, daisy.DaskSpawner(dask_cluster.scheduler_address), workers=2)
+    server = daisy.Server()
+    states = server.run_blockwise(tasks, progress=False)
+    assert all(s.completed_count == 16 for s in states.values())
+    check_outputs(path)
+    report = server.last_report["a"]
+    assert report.workers.count == 2
+    assert report.blocks.has_stats
+
+
+def test_dask_killed_worker_is_retried(tmp_path, dask_cluster):
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    tasks, path = pipeline(
+        tmp_path,
+        daisy.DaskSpawner(dask_cluster.scheduler_address),
+        workers=2,
+        kill_marker=str(tmp_path / "killed"),
+    )
+    states = daisy.Server().run_blockwise(tasks, progress=False)
+    assert os.path.exists(tmp_path / "killed")
+    assert all(s.completed_count == 16 for s in states.values())
+    check_outputs(path)
