@@ -75,13 +75,10 @@ def slurm_cluster(directory: Path) -> Iterator[dict[str, str]]:
         shutil.chown("/run/munge", "munge", "munge")
         subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged"], check=True)
         time.sleep(0.5)
-        started.append(
-            int(
-                subprocess.run(
-                    ["pgrep", "-x", "munged"], capture_output=True, text=True
-                ).stdout.split()[0]
-            )
-        )
+        # munged writes its pid file; pgrep would also match zombies
+        pid = _pid(Path("/run/munge/munged.pid"))
+        if pid:
+            started.append(pid)
     subprocess.run(["/usr/sbin/slurmctld", "-f", str(conf)], check=True, env=env)
     time.sleep(1)
     subprocess.run(["/usr/sbin/slurmd", "-f", str(conf)], check=True, env=env)

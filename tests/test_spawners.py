@@ -93,6 +93,8 @@ def test_slurm_runs_a_two_task_pipeline_with_four_workers(tmp_path, slurm):
     assert report.workers.count == 4
     assert len({r.worker_id for r in report.workers.by_id.values()}) == 4
     assert all(r.startup is not None and r.startup > 0 for r in report.workers.by_id.values())
+    assert report.workers.spawner == "slurm"
+    assert "startup includes the queue wait" in report.render()
     import zarr
 
     ids = zarr.open_group(str(tmp_path / "tracking" / "a"), mode="r")["worker_id"][:]
@@ -174,6 +176,7 @@ def test_dask_runs_a_two_task_pipeline(tmp_path, dask_cluster):
     check_outputs(path)
     report = server.last_report["a"]
     assert report.workers.count == 2
+    assert report.workers.spawner == "dask"
     assert report.blocks.has_stats
 
 

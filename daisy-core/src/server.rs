@@ -108,6 +108,9 @@ pub struct TaskRuntime {
     pub worker: Option<WorkerCommand>,
     /// Blocks must come back measured (`resource_tracking=True`).
     pub resource_tracking: bool,
+    /// Name of the spawner that starts the workers ("local", "slurm", ...),
+    /// written into the report.
+    pub spawner: String,
 }
 
 /// Settings of one run.
@@ -425,13 +428,16 @@ fn outcome<H>(st: &State<H>, interrupted: bool) -> RunOutcome {
                 tracked: st.scheduler.tracking(t).is_some(),
                 outcome: outcome.into(),
                 blocks: st.aggregates[t as usize].summary(state),
-                workers: WorkerSummary::fold(
-                    st.timelines
-                        .iter()
-                        .filter(|(id, _)| st.workers.get(id).is_some_and(|w| w.task == t))
-                        .map(|(_, tl)| tl),
-                    st.unmanaged_per_task[t as usize],
-                ),
+                workers: WorkerSummary {
+                    spawner: st.config.tasks[t as usize].spawner.clone(),
+                    ..WorkerSummary::fold(
+                        st.timelines
+                            .iter()
+                            .filter(|(id, _)| st.workers.get(id).is_some_and(|w| w.task == t))
+                            .map(|(_, tl)| tl),
+                        st.unmanaged_per_task[t as usize],
+                    )
+                },
             }
         })
         .collect();

@@ -174,6 +174,10 @@ impl WorkerTimeline {
 /// The workers of one task, as the report writes them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkerSummary {
+    /// Where the workers ran ("local", "slurm", "dask", ...): for a batch
+    /// system, startup includes the queue wait.
+    #[serde(default)]
+    pub spawner: String,
     /// Workers daisy started.
     pub count: u64,
     /// Clients that connected without a server-assigned id.
@@ -227,6 +231,7 @@ impl WorkerSummary {
         }
         by_id.sort_by_key(|r| r.worker_id);
         Self {
+            spawner: String::new(),
             count: by_id.len() as u64,
             unmanaged_clients,
             startup: startup.summary(),

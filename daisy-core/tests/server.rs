@@ -63,6 +63,7 @@ fn config(token: &str) -> ServerConfig {
         requires: BTreeMap::new(),
         worker: None,
         resource_tracking: false,
+        spawner: "external".into(),
     };
     ServerConfig {
         host: "127.0.0.1".into(),

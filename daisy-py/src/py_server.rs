@@ -111,6 +111,7 @@ fn task_runtime(d: &Bound<'_, PyDict>) -> PyResult<TaskRuntime> {
     };
     Ok(TaskRuntime {
         resource_tracking: get(d, "resource_tracking")?,
+        spawner: get(d, "spawner")?,
         max_workers: get(d, "max_workers")?,
         timeout: timeout.map(Duration::from_secs_f64),
         max_worker_restarts: get(d, "max_worker_restarts")?,

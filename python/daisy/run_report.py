@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 RUNS_FILE = "runs.jsonl"
 
+#: spawners whose workers wait in a queue before they start
+QUEUED_SPAWNERS = ("slurm", "dask")
+
 
 # -- where reports live -------------------------------------------------------
 
@@ -293,6 +296,8 @@ class WorkerSummary:
     teardown: Stat = field(default_factory=Stat)
     exits: dict[str, int] = field(default_factory=dict)
     by_id: dict[int, WorkerRecord] = field(default_factory=dict)
+    #: where the workers ran: "local", "slurm", "dask", ...
+    spawner: str = ""
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> WorkerSummary:
@@ -308,11 +313,13 @@ class WorkerSummary:
             teardown=Stat.from_dict(d.get("teardown")),
             exits={str(k): int(v) for k, v in (d.get("exits") or {}).items()},
             by_id={r.worker_id: r for r in records},
+            spawner=str(d.get("spawner", "")),
         )
 
     def to_dict(self) -> dict[str, Any]:
         """The report JSON."""
         return {
+            "spawner": self.spawner,
             "count": self.count,
             "unmanaged_clients": self.unmanaged_clients,
             "startup": self.startup.to_dict(),
@@ -496,6 +503,8 @@ class TaskReport:
             )
             exits = " ".join(f"{n} {kind}" for kind, n in w.exits.items() if n)
             tail = f"             exits {exits or '—'}"
+            if w.spawner in QUEUED_SPAWNERS:
+                tail += f"   ({w.spawner} workers: startup includes the queue wait)"
             if w.unmanaged_clients:
                 tail += f" (+ {w.unmanaged_clients} unmanaged client(s))"
             lines.append(tail)

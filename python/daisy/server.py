@@ -139,6 +139,7 @@ class Server:
                 "stdin": cmds.stdin,
                 "stop": cmds.stop,
                 "resource_tracking": t.resource_tracking,
+                "spawner": t.spawner.name,
             }
         resources = dict(resources or {})
         for k, v in resources.items():

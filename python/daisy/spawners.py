@@ -57,6 +57,9 @@ class Spawner:
     #: whether workers run on this machine (then the server may stay on
     #: the loopback interface)
     is_local = True
+    #: the name the run report gives it (the report notes that startup
+    #: includes the queue wait for "slurm" and "dask")
+    name = "custom"
 
     def commands(self, run_tag: str, payload: bytes, payload_file: Path) -> WorkerCommands:
         """The start (and stop) command of one worker. ``payload`` is the
@@ -71,6 +74,8 @@ class Spawner:
 class LocalSpawner(Spawner):
     """Worker processes on this machine (the default): ``python -m
     daisy._worker``, the function on its stdin."""
+
+    name = "local"
 
     def commands(self, run_tag: str, payload: bytes, payload_file: Path) -> WorkerCommands:
         """``python -m daisy._worker`` with the payload on stdin."""
@@ -112,6 +117,7 @@ class SlurmSpawner(Spawner):
     scancel: str = "scancel"
 
     is_local = False
+    name = "slurm"
 
     def commands(self, run_tag: str, payload: bytes, payload_file: Path) -> WorkerCommands:
         """``sbatch --wait`` of a job running the worker; ``scancel`` to stop it."""
@@ -158,6 +164,7 @@ class DaskSpawner(Spawner):
     client_or_address: Any
 
     is_local = False
+    name = "dask"
 
     @property
     def address(self) -> str:
