@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -95,3 +96,32 @@ def log_dir() -> Path:
     path = daisy.logging.get_log_basedir()
     assert path is not None
     return Path(path)
+
+
+def run_tasks(tasks: Any, mp: bool, timeout: float = 60.0) -> dict[str, daisy.TaskState]:
+    """Run ``tasks`` serially (``mp=False``) or on worker processes, the
+    latter on a thread with a time limit so a hung run fails its test
+    instead of stalling the suite; the task states."""
+    if not mp:
+        return daisy.SerialServer().run_blockwise(tasks)
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["states"] = daisy.Server().run_blockwise(tasks, progress=False)
+        except BaseException as e:  # re-raised in the test's thread
+            result["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"the run did not end within {timeout} s"
+    if "error" in result:
+        raise result["error"]
+    return result["states"]
+
+
+def offsets_of(task: daisy.Task) -> list[tuple[int, ...]]:
+    """Write offsets of every block of ``task``."""
+    graph = daisy.DependencyGraph([task])
+    return [tuple(int(c) for c in b.write_roi.offset) for b in graph.blocks(task.task_id)]

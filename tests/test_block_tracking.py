@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from conftest import offsets_of
+from conftest import run_tasks as run
 
 import daisy
 
@@ -115,33 +116,6 @@ def failing(how, offsets, once_dir=None):
             raise AssertionError(how)
 
     return body
-
-
-def run(tasks, mp, timeout=RUN_TIMEOUT):
-    """Run ``tasks`` serially or on worker processes; the task states."""
-    if not mp:
-        return daisy.SerialServer().run_blockwise(tasks)
-    result = {}
-
-    def target():
-        try:
-            result["states"] = daisy.Server().run_blockwise(tasks, progress=False)
-        except BaseException as e:  # re-raised in the test's thread
-            result["error"] = e
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    assert not thread.is_alive(), f"the run did not end within {timeout} s"
-    if "error" in result:
-        raise result["error"]
-    return result["states"]
-
-
-def offsets_of(task):
-    """Write offsets of every block of ``task``."""
-    graph = daisy.DependencyGraph([task])
-    return [tuple(int(c) for c in b.write_roi.offset) for b in graph.blocks(task.task_id)]
 
 
 def keys(task, offsets=None):

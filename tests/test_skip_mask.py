@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import os
 import re
-import threading
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
+from conftest import offsets_of
+from conftest import run_tasks as run
 
 import daisy
 
@@ -65,31 +66,6 @@ def take_calls(calls_dir):
             out[(task_id, tuple(int(c) for c in offset))] += 1
         path.unlink()
     return out
-
-
-def run(tasks, mp, timeout=RUN_TIMEOUT):
-    if not mp:
-        return daisy.SerialServer().run_blockwise(tasks)
-    result = {}
-
-    def target():
-        try:
-            result["states"] = daisy.Server().run_blockwise(tasks, progress=False)
-        except BaseException as e:  # re-raised in the test's thread
-            result["error"] = e
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    assert not thread.is_alive(), f"the run did not end within {timeout} s"
-    if "error" in result:
-        raise result["error"]
-    return result["states"]
-
-
-def offsets_of(task):
-    graph = daisy.DependencyGraph([task])
-    return [tuple(int(c) for c in b.write_roi.offset) for b in graph.blocks(task.task_id)]
 
 
 def mask_cell(task, offset):
