@@ -13,6 +13,12 @@ from daisy.freezable import Freezable
 R = daisy.Roi
 
 TOP_LEVEL_1X = [
+    "Worker",
+    "WorkerPool",
+    "cl_monitor",
+    "server_observer",
+    "worker",
+    "worker_pool",
     "Block",
     "BlockStatus",
     "BlockwiseDependencyGraph",
@@ -118,3 +124,100 @@ def test_worker_log_basename(tmp_path):
     assert daisy.get_worker_log_basename(3, "seg") == tmp_path / "seg" / "worker_3"
     daisy.logging.set_log_basedir(None)
     assert daisy.get_worker_log_basename(3, "seg") is None
+
+
+class Recorder(daisy.server_observer.ServerObserver):
+    def __init__(self, server):
+        super().__init__(server)
+        self.events = []
+
+    def on_task_start(self, task_id, task_state):
+        self.events.append(("start", task_id))
+
+    def on_acquire_block(self, task_id, task_state):
+        self.events.append(("acquire", task_id))
+
+    def on_release_block(self, task_id, task_state):
+        self.events.append(("release", task_id))
+
+    def on_task_done(self, task_id, task_state):
+        self.events.append(("done", task_id, task_state.completed_count))
+
+    def on_block_failure(self, block, exception, context):
+        self.events.append(("failure", block.block_id))
+
+    def on_server_exit(self):
+        self.events.append(("exit",))
+
+
+@pytest.mark.parametrize("server_class", [daisy.Server, daisy.SerialServer])
+def test_server_observers_hear_the_run(server_class, tmp_path):
+    from conftest import line_task
+
+    def work(block):
+        marker = tmp_path / "failed"
+        if block.block_id[1] == 1 and not marker.exists():
+            marker.touch()
+            block.status = daisy.BlockStatus.FAILED
+
+    server = server_class()
+    rec = Recorder(server)
+    kwargs = {"progress": False} if server_class is daisy.Server else {}
+    server.run_blockwise([line_task("t", 4, process_function=work)], **kwargs)
+    kinds = [e[0] for e in rec.events]
+    assert kinds[0] == "start" and kinds[-1] == "exit"
+    assert ("done", "t", 4) in rec.events
+    assert "release" in kinds
+    if server_class is daisy.Server:
+        assert ("failure", ("t", 1)) in rec.events
+    server.unregister_observer(rec)
+    server.run_blockwise([line_task("u", 2, process_function=lambda b: None)], **kwargs)
+    assert not any(e[1:2] == ("u",) for e in rec.events)
+
+
+def test_cl_monitor_follows_a_run():
+    from conftest import line_task
+
+    from daisy.cl_monitor import BlockFailure, CLMonitor, TaskSummary
+
+    server = daisy.Server()
+    monitor = CLMonitor(server)
+    server.run_blockwise([line_task("t", 3, process_function=lambda b: None)], progress=False)
+    assert isinstance(monitor.summaries["t"], TaskSummary)
+    assert monitor.summaries["t"].state.completed_count == 3
+    assert "in worker 2" in repr(BlockFailure("b", ValueError("x"), 2))
+
+
+def _write_worker_id(path):
+    def run():
+        ctx = daisy.Context.from_env()
+        with open(path, "w") as f:
+            f.write(str(ctx["worker_id"]))
+
+    return run
+
+
+def _fail():
+    raise ValueError("worker failure")
+
+
+def test_worker_runs_its_function_in_a_process_with_the_context(tmp_path):
+    import time
+
+    out = tmp_path / "id.txt"
+    w = daisy.Worker(_write_worker_id(str(out)), context=daisy.Context(hostname="h", port=1))
+    w.process.join(30)
+    assert out.read_text() == str(w.worker_id)
+    w.stop()
+    assert w.process is None
+
+    pool = daisy.WorkerPool(_fail)
+    pool.set_num_workers(2)
+    assert len(pool.workers) == 2
+    deadline = time.time() + 30
+    with pytest.raises(RuntimeError, match="worker failure"):
+        while time.time() < deadline:
+            pool.check_for_errors()
+            time.sleep(0.1)
+    pool.stop()
+    assert pool.workers == {}

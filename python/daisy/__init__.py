@@ -13,6 +13,7 @@ from daisy import (
     block,
     block_tracking,
     blocks,
+    cl_monitor,
     client,
     context,
     convenience,
@@ -29,9 +30,12 @@ from daisy import (
     scheduler,
     serial_server,
     server,
+    server_observer,
     spawners,
     task,
     task_state,
+    worker,
+    worker_pool,
 )
 from daisy._daisy import BlockStats, LayoutMismatch, __version__, profile_block
 from daisy.block import Block, BlockStatus
@@ -63,6 +67,8 @@ from daisy.server import Server
 from daisy.spawners import DaskSpawner, LocalSpawner, SlurmSpawner, Spawner
 from daisy.task import Task
 from daisy.task_state import TaskState
+from daisy.worker import Worker
+from daisy.worker_pool import WorkerPool
 
 __all__ = [
     "Block",
@@ -92,10 +98,13 @@ __all__ = [
     "Task",
     "TaskState",
     "WorkerRecord",
+    "Worker",
+    "WorkerPool",
     "WorkerSummary",
     "__version__",
     "block",
     "block_tracking",
+    "cl_monitor",
     "blocks",
     "client",
     "context",
@@ -123,6 +132,9 @@ __all__ = [
     "set_tracking_basedir",
     "spawners",
     "server",
+    "server_observer",
     "task",
     "task_state",
+    "worker",
+    "worker_pool",
 ]

@@ -11,14 +11,16 @@ from daisy._daisy import TaskState
 from daisy.block_tracking import log_skips
 from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
+from daisy.server_observer import ServerObservee, StateEvents
 
 
-class SerialServer:
+class SerialServer(ServerObservee):
     """Runs a pipeline in this process, one block at a time. After a run,
     `last_report` is its `daisy.RunReport` (resource measurements only for
     tasks with ``resource_tracking=True``; serial runs have no workers)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.last_report: RunReport | None = None
 
     def run_blockwise(self, tasks: Any, scheduler: Scheduler | None = None) -> dict[str, TaskState]:
@@ -57,5 +59,9 @@ class SerialServer:
         self.last_report = RunReport.from_json(scheduler._native.report_json())
         self.last_report.attach(scheduler.tasks)
         states = scheduler.task_states
+        events = StateEvents(self)
+        for tid, state in states.items():
+            events.update(tid, state)
+        self.notify_server_exit()
         log_skips(scheduler.tasks, states)
         return states

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import cloudpickle
@@ -32,6 +33,7 @@ from daisy.pipeline import Pipeline
 from daisy.progress import ProgressObserver, default_observers
 from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
+from daisy.server_observer import ServerObservee, StateEvents
 from daisy.spawners import advertised_host
 
 logger = logging.getLogger(__name__)
@@ -71,7 +73,7 @@ def _sigterm_stops_the_run() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-class Server:
+class Server(ServerObservee):
     """Runs the blocks of a pipeline on worker processes.
 
     Args:
@@ -81,6 +83,7 @@ class Server:
     """
 
     def __init__(self, host: str | None = None, port: int | None = None) -> None:
+        super().__init__()
         self._host_given = host is not None
         self.host = host or "127.0.0.1"
         self.port = int(port or 0)
@@ -163,6 +166,7 @@ class Server:
                 if t.init_callback_fn is not None:
                     t.init_callback_fn(Context(hostname=host, port=port, task_id=tid, token=token))
 
+        events = StateEvents(self)
         metrics = None
         if metrics_port is not None:
             from daisy.metrics import PrometheusMetrics
@@ -178,6 +182,8 @@ class Server:
             for obs in observers:
                 for tid, state, n in zip(order, states, workers, strict=True):
                     obs.update(tid, state, n)
+            for tid, state in zip(order, states, strict=True):
+                events.update(tid, state)
             if metrics is not None:
                 metrics.update(states, workers, restarts, round_trips)
 
@@ -219,6 +225,12 @@ class Server:
         for tid, reason in self.abandoned:
             logger.error("daisy: task %r was abandoned: %s", tid, reason)
         states = dict(out["states"])
+        for tid, state in states.items():
+            events.update(tid, state)
+        for tid, spatial_id, worker_id, reason in self.failures:
+            block = SimpleNamespace(task_id=tid, block_id=(tid, spatial_id))
+            self.notify_block_failure(block, RuntimeError(reason), {"worker_id": worker_id})
+        self.notify_server_exit()
         log_skips(task_map.values(), states)
         return states
 

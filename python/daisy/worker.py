@@ -1,0 +1,95 @@
+"""`Worker`: run a function in its own process (``daisy.worker`` in daisy
+1.x). The function reaches the process by cloudpickle (closures and
+lambdas work) and finds the server through the context it is given,
+which is put in its ``DAISY_CONTEXT``. daisy's own runs start workers from
+the Rust server; this class is for code that manages worker processes
+itself."""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from daisy.context import Context
+
+_ids = itertools.count()
+_ids_lock = threading.Lock()
+
+
+def _run(payload: bytes, context_env: str | None, errors: Any) -> None:
+    if context_env is not None:
+        os.environ[Context.ENV_VARIABLE] = context_env
+    try:
+        cloudpickle.loads(payload)()
+    except Exception as e:
+        if errors is not None:
+            errors.put((repr(e), traceback.format_exc()))
+        raise
+
+
+class Worker:
+    """Starts ``spawn_function()`` in a new process (at once).
+
+    Args:
+        spawn_function: what the process runs.
+        context: a `daisy.Context` given to it as ``DAISY_CONTEXT`` (its
+            ``worker_id`` is set to this worker's id).
+        error_queue: a multiprocessing queue that receives ``(repr,
+            traceback)`` of an exception the function raises.
+    """
+
+    def __init__(
+        self,
+        spawn_function: Callable[[], Any],
+        context: Context | None = None,
+        error_queue: Any = None,
+    ) -> None:
+        self.worker_id = Worker.get_next_id()
+        self.spawn_function = spawn_function
+        self.context = context.copy() if context is not None else None
+        if self.context is not None:
+            self.context["worker_id"] = self.worker_id
+        self.error_queue = error_queue
+        self.process: Any = None
+        self.start()
+
+    @staticmethod
+    def get_next_id() -> int:
+        """A new worker id, unique in this process."""
+        with _ids_lock:
+            return next(_ids)
+
+    def start(self) -> None:
+        """Start the process (again, after `stop`)."""
+        if self.process is not None and self.process.is_alive():
+            return
+        ctx = multiprocessing.get_context("spawn")
+        env = self.context.to_env() if self.context is not None else None
+        self.process = ctx.Process(
+            target=_run,
+            args=(cloudpickle.dumps(self.spawn_function), env, self.error_queue),
+            daemon=True,
+        )
+        self.process.start()
+
+    def stop(self) -> None:
+        """Terminate the process and wait for it."""
+        if self.process is None:
+            return
+        if self.process.is_alive():
+            self.process.terminate()
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.process = None
+
+    def __repr__(self) -> str:
+        return f"worker {self.worker_id}"
