@@ -163,6 +163,30 @@ impl Client {
         }
     }
 
+    /// Report a block (done, or failed with `error`) and ask for the next
+    /// one in a single write: what a worker does between two blocks.
+    pub fn release_and_acquire(
+        &mut self,
+        block: Block,
+        error: Option<String>,
+    ) -> Result<Option<Block>, ClientError> {
+        let report = match error {
+            None => ClientMessage::ReleaseBlock { block },
+            Some(error) => ClientMessage::BlockFailed {
+                block,
+                error: protocol::cap_error_text(error),
+            },
+        };
+        let bytes = protocol::encode(&report).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let conn = &mut self.conn;
+        self.rt.block_on(SinkExt::<tokio_util::bytes::Bytes>::feed(
+            conn,
+            bytes.into(),
+        ))?;
+        self.pending_acks += 1;
+        self.acquire_block()
+    }
+
     /// Report a block done (or failed, if its status says so). Sent at
     /// once; acknowledged with the next request.
     pub fn release_block(&mut self, block: Block) -> Result<(), ClientError> {

@@ -1003,12 +1003,21 @@ async fn teardown<H: RunHooks>(shared: &Shared<H>, interrupted: bool) {
 type Conn = Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>;
 
 async fn send(conn: &mut Conn, msg: &ServerMessage) -> bool {
-    match protocol::encode(msg) {
-        Ok(bytes) => conn
-            .send(tokio_util::bytes::Bytes::from(bytes))
+    write_reply(conn, msg, true).await
+}
+
+/// Queue a reply; write it out now if `flush`, else with the next one.
+async fn write_reply(conn: &mut Conn, msg: &ServerMessage, flush: bool) -> bool {
+    let Ok(bytes) = protocol::encode(msg) else {
+        return false;
+    };
+    let bytes = tokio_util::bytes::Bytes::from(bytes);
+    if flush {
+        conn.send(bytes).await.is_ok()
+    } else {
+        SinkExt::<tokio_util::bytes::Bytes>::feed(conn, bytes)
             .await
-            .is_ok(),
-        Err(_) => false,
+            .is_ok()
     }
 }
 
@@ -1088,10 +1097,17 @@ async fn handle_connection<H: RunHooks + 'static>(
                 message: "hello sent twice".into(),
             },
         };
-        if !send(&mut conn, &reply).await {
+        // A reply waits for the next one when the client's next request is
+        // already here (a worker sends its release and its next acquire
+        // together): both replies then leave in one write. Anything in the
+        // buffer is the start of a request the client has sent, so the
+        // wait is never for the client.
+        let next_request_buffered = !conn.read_buffer().is_empty();
+        if !write_reply(&mut conn, &reply, !next_request_buffered).await {
             break;
         }
     }
+    let _ = SinkExt::<tokio_util::bytes::Bytes>::flush(&mut conn).await;
     // anything still out with this connection is lost
     let mut st = shared.0.borrow_mut();
     reclaim_lost(

@@ -84,6 +84,29 @@ impl PyClient {
         Ok(block.map(|b| PyBlock::from_core(&b, &task_id)))
     }
 
+    /// Report a block (done, or failed with `error`) and take the next one,
+    /// in one write; None when the task has no more blocks.
+    #[pyo3(signature = (block, error=None))]
+    fn release_and_acquire(
+        &mut self,
+        py: Python<'_>,
+        block: PyRefMut<'_, PyBlock>,
+        error: Option<String>,
+    ) -> PyResult<Option<PyBlock>> {
+        let core = self.measured(block)?;
+        let task_id = self.task_id.clone();
+        let client = self.client()?;
+        let next = py
+            .detach(|| client.release_and_acquire(core, error))
+            .map_err(to_pyerr)?;
+        if next.is_some()
+            && let Some(p) = self.profiler.as_mut()
+        {
+            p.start();
+        }
+        Ok(next.map(|b| PyBlock::from_core(&b, &task_id)))
+    }
+
     /// Report a block done (failed if its status is FAILED).
     fn release_block(&mut self, py: Python<'_>, block: PyRefMut<'_, PyBlock>) -> PyResult<()> {
         let core = self.measured(block)?;

@@ -22,7 +22,6 @@ import sys
 
 import cloudpickle
 
-from daisy.block import BlockStatus
 from daisy.client import Client
 from daisy.context import Context
 from daisy.task import _count_required_args
@@ -41,13 +40,7 @@ def run_payload(payload: bytes, context: Context | None = None) -> None:
         return
     client = Client(context)
     try:
-        while True:
-            with client.acquire_block() as block:
-                if block is None:
-                    break
-                function(block)
-                if post_check is not None and not post_check(block):
-                    block.status = BlockStatus.FAILED
+        client.process_blocks(function, post_check)
     finally:
         client.close()
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from daisy._daisy import Block
 from daisy._daisy import Client as _NativeClient
@@ -74,23 +75,61 @@ class Client:
         try:
             yield block
         except Exception as e:
-            text = "".join(traceback.format_exception(e))
-            logger.error(
-                "block %s of task %r failed in worker %s:\n%s",
-                block.block_id[1],
-                self.task_id,
-                self.worker_id,
-                text,
-            )
-            self._native.block_failed(block, text)
+            self._native.block_failed(block, self._failure_text(block, e))
             if self.reraise:
                 raise
         else:
-            if block.status == BlockStatus.FAILED:
-                self._native.block_failed(block, "the block function set status FAILED")
-            else:
-                block.status = BlockStatus.SUCCESS
+            error = self._outcome(block)
+            if error is None:
                 self._native.release_block(block)
+            else:
+                self._native.block_failed(block, error)
+
+    def _failure_text(self, block: Block, e: BaseException) -> str:
+        """Log a block's exception; the text reported to the server."""
+        text = "".join(traceback.format_exception(e))
+        logger.error(
+            "block %s of task %r failed in worker %s:\n%s",
+            block.block_id[1],
+            self.task_id,
+            self.worker_id,
+            text,
+        )
+        return text
+
+    @staticmethod
+    def _outcome(block: Block) -> str | None:
+        """None for a block that finished (marked SUCCESS), else why it
+        failed."""
+        if block.status == BlockStatus.FAILED:
+            return "the block function set status FAILED"
+        block.status = BlockStatus.SUCCESS
+        return None
+
+    def process_blocks(
+        self,
+        function: Callable[[Block], Any],
+        post_check: Callable[[Block], Any] | None = None,
+    ) -> None:
+        """Call ``function`` on every block of the task until there are no
+        more, each reported like ``acquire_block`` reports it (a block
+        fails on an exception, on ``status = FAILED`` or when
+        ``post_check`` returns False). A block's report and the request
+        for the next one leave in one write."""
+        block = self._native.acquire_block()
+        while block is not None:
+            try:
+                function(block)
+                if post_check is not None and not post_check(block):
+                    block.status = BlockStatus.FAILED
+            except Exception as e:
+                error: str | None = self._failure_text(block, e)
+                if self.reraise:
+                    self._native.block_failed(block, error or "")
+                    raise
+            else:
+                error = self._outcome(block)
+            block = self._native.release_and_acquire(block, error)
 
     def release_block(self, block: Block) -> None:
         """Report a block by hand (done, or failed if its status says so)."""
