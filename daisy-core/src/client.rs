@@ -44,7 +44,7 @@ pub enum ClientError {
 /// A connection to a daisy server for one task.
 pub struct Client {
     rt: tokio::runtime::Runtime,
-    conn: Framed<TcpStream, LengthDelimitedCodec>,
+    conn: Framed<Box<dyn protocol::Stream>, LengthDelimitedCodec>,
     /// Releases sent whose acknowledgement has not been read yet.
     pending_acks: usize,
     /// Whether the task wants its blocks measured.
@@ -63,17 +63,30 @@ impl Client {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let stream = rt.block_on(async {
-            tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port)))
-                .await
-                .map_err(|_| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("no daisy server answered at {host}:{port}"),
-                    )
-                })?
-        })?;
-        stream.set_nodelay(true)?;
+        // on the server's machine, its Unix-domain socket; else TCP
+        let local =
+            protocol::connect_local_socket(&protocol::local_socket_name(token)).and_then(|s| {
+                s.set_nonblocking(true).ok()?;
+                let _guard = rt.enter();
+                tokio::net::UnixStream::from_std(s).ok()
+            });
+        let stream: Box<dyn protocol::Stream> = match local {
+            Some(unix) => Box::new(unix),
+            None => {
+                let tcp = rt.block_on(async {
+                    tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port)))
+                        .await
+                        .map_err(|_| {
+                            std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                format!("no daisy server answered at {host}:{port}"),
+                            )
+                        })?
+                })?;
+                tcp.set_nodelay(true)?;
+                Box::new(tcp)
+            }
+        };
         let mut client = Self {
             rt,
             conn: Framed::new(stream, protocol::codec()),

@@ -125,6 +125,53 @@ pub fn new_token() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// The byte stream a connection runs over: TCP, or a Unix-domain socket
+/// for workers on the server's own machine.
+pub trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + Sync {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + Sync> Stream for T {}
+
+/// The abstract Unix-domain socket name of a run (Linux): local workers
+/// reach the server through it, which costs about half of a loopback TCP
+/// round trip. Named after the run token, so no two runs share it.
+pub fn local_socket_name(token: &str) -> String {
+    format!("daisy-{}", &token[..token.len().min(32)])
+}
+
+/// Bind the run's abstract Unix-domain socket (None where the platform
+/// has none; workers then use TCP).
+pub fn bind_local_socket(name: &str) -> Option<tokio::net::UnixListener> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).ok()?;
+        let std_listener = std::os::unix::net::UnixListener::bind_addr(&addr).ok()?;
+        std_listener.set_nonblocking(true).ok()?;
+        tokio::net::UnixListener::from_std(std_listener).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = name;
+        None
+    }
+}
+
+/// Connect to a run's abstract Unix-domain socket (None if there is none
+/// here: a worker on another machine).
+pub fn connect_local_socket(name: &str) -> Option<std::os::unix::net::UnixStream> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).ok()?;
+        std::os::unix::net::UnixStream::connect_addr(&addr).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = name;
+        None
+    }
+}
+
 /// Cut an error text to [`MAX_ERROR_BYTES`] on a character boundary.
 pub fn cap_error_text(mut text: String) -> String {
     if text.len() > MAX_ERROR_BYTES {

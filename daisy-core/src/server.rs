@@ -51,7 +51,7 @@ use std::process::Stdio;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::codec::Framed;
 
@@ -358,6 +358,11 @@ where
     }
     tracing::debug!("daisy server listening on {addr}");
 
+    let next_conn = |shared: &Shared<H>| {
+        let mut st = shared.0.borrow_mut();
+        st.next_conn += 1;
+        st.next_conn
+    };
     let accept = {
         let shared = shared.clone();
         tokio::task::spawn_local(async move {
@@ -365,12 +370,12 @@ where
                 match listener.accept().await {
                     Ok((stream, _)) => {
                         let _ = stream.set_nodelay(true);
-                        let conn = {
-                            let mut st = shared.0.borrow_mut();
-                            st.next_conn += 1;
-                            st.next_conn
-                        };
-                        tokio::task::spawn_local(handle_connection(shared.clone(), stream, conn));
+                        let id = next_conn(&shared);
+                        tokio::task::spawn_local(handle_connection(
+                            shared.clone(),
+                            Box::new(stream),
+                            id,
+                        ));
                     }
                     Err(e) => {
                         tracing::warn!("daisy server: accept failed: {e}");
@@ -380,9 +385,37 @@ where
             }
         })
     };
+    // workers on this machine connect through the run's Unix-domain socket
+    let local = protocol::bind_local_socket(&protocol::local_socket_name(
+        &shared.0.borrow().config.token,
+    ))
+    .map(|unix| {
+        let shared = shared.clone();
+        tokio::task::spawn_local(async move {
+            loop {
+                match unix.accept().await {
+                    Ok((stream, _)) => {
+                        let id = next_conn(&shared);
+                        tokio::task::spawn_local(handle_connection(
+                            shared.clone(),
+                            Box::new(stream),
+                            id,
+                        ));
+                    }
+                    Err(e) => {
+                        tracing::warn!("daisy server: local accept failed: {e}");
+                        tokio::time::sleep(TICK).await;
+                    }
+                }
+            }
+        })
+    });
 
     let result = main_loop(&shared).await;
     accept.abort();
+    if let Some(local) = local {
+        local.abort();
+    }
     if let Err(e) = shared.0.borrow().scheduler.flush_tracking() {
         tracing::warn!("could not flush a tracking store: {e}");
     }
@@ -1000,7 +1033,7 @@ async fn teardown<H: RunHooks>(shared: &Shared<H>, interrupted: bool) {
     run_stop_command(&shared.0.borrow().config.stop_all);
 }
 
-type Conn = Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>;
+type Conn = Framed<Box<dyn protocol::Stream>, tokio_util::codec::LengthDelimitedCodec>;
 
 async fn send(conn: &mut Conn, msg: &ServerMessage) -> bool {
     write_reply(conn, msg, true).await
@@ -1030,7 +1063,7 @@ async fn recv(conn: &mut Conn) -> Option<ClientMessage> {
 
 async fn handle_connection<H: RunHooks + 'static>(
     shared: Shared<H>,
-    stream: TcpStream,
+    stream: Box<dyn protocol::Stream>,
     conn_id: u64,
 ) {
     let mut conn = Framed::new(stream, protocol::codec());
