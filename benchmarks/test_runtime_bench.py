@@ -19,22 +19,11 @@ import tempfile
 import time
 
 import pytest
+from bench_functions import client_loop, noop
 
 import daisy
 
 N_BLOCKS = 10_000
-
-
-def noop(block):
-    pass
-
-
-def client_loop():
-    client = daisy.Client()
-    while True:
-        with client.acquire_block() as block:
-            if block is None:
-                break
 
 
 def make_task(task_id, process_function, workers, n_blocks=N_BLOCKS):
