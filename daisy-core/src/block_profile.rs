@@ -140,6 +140,15 @@ impl BlockProfiler {
         });
     }
 
+    /// Restart the wall clock of a started measurement (the other counters
+    /// keep their start): for a start snapshot taken while waiting for the
+    /// block, so the wait does not count as the block's time.
+    pub fn restart_wall(&mut self) {
+        if let Some(s) = self.start.as_mut() {
+            s.wall = Instant::now();
+        }
+    }
+
     /// True between `start` and `stop`.
     pub fn is_running(&self) -> bool {
         self.start.is_some()

@@ -168,7 +168,21 @@ impl Client {
 
     /// The next block, or `None` when the task has no more for this worker.
     pub fn acquire_block(&mut self) -> Result<Option<Block>, ClientError> {
-        match self.request(&ClientMessage::AcquireBlock)? {
+        self.acquire_block_with(|| ())
+    }
+
+    /// Like [`Client::acquire_block`], running `while_waiting` after the
+    /// request is sent and before the reply is read: work that overlaps
+    /// the server's round trip instead of adding to it (the profiler's
+    /// start-of-block snapshot).
+    pub fn acquire_block_with(
+        &mut self,
+        while_waiting: impl FnOnce(),
+    ) -> Result<Option<Block>, ClientError> {
+        self.send(&ClientMessage::AcquireBlock)?;
+        while_waiting();
+        self.drain_acks()?;
+        match self.receive()? {
             ServerMessage::SendBlock { block } => Ok(Some(block)),
             ServerMessage::NoMoreBlocks => Ok(None),
             ServerMessage::Error { message } => Err(ClientError::Refused(message)),
@@ -182,6 +196,7 @@ impl Client {
         &mut self,
         block: Block,
         error: Option<String>,
+        while_waiting: impl FnOnce(),
     ) -> Result<Option<Block>, ClientError> {
         let report = match error {
             None => ClientMessage::ReleaseBlock { block },
@@ -197,7 +212,7 @@ impl Client {
             bytes.into(),
         ))?;
         self.pending_acks += 1;
-        self.acquire_block()
+        self.acquire_block_with(while_waiting)
     }
 
     /// Report a block done (or failed, if its status says so). Sent at

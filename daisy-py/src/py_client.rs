@@ -8,6 +8,25 @@ use daisy_core::client::{Client, ClientError};
 use pyo3::exceptions::{PyConnectionError, PyRuntimeError};
 use pyo3::prelude::*;
 
+/// Start a block's measurement (while its request is in flight).
+fn start(profiler: &mut Option<BlockProfiler>) {
+    if let Some(p) = profiler.as_mut() {
+        p.start();
+    }
+}
+
+/// After the reply: the block's wall time starts now; without a block the
+/// started measurement is dropped.
+fn finish_start(profiler: &mut Option<BlockProfiler>, got_block: bool) {
+    if let Some(p) = profiler.as_mut() {
+        if got_block {
+            p.restart_wall();
+        } else {
+            let _ = p.stop();
+        }
+    }
+}
+
 fn to_pyerr(e: ClientError) -> PyErr {
     match e {
         ClientError::Io(e) => PyConnectionError::new_err(e.to_string()),
@@ -74,13 +93,15 @@ impl PyClient {
     /// The next block (None when the task has no more for this worker).
     fn acquire_block(&mut self, py: Python<'_>) -> PyResult<Option<PyBlock>> {
         let task_id = self.task_id.clone();
-        let client = self.client()?;
-        let block = py.detach(|| client.acquire_block()).map_err(to_pyerr)?;
-        if block.is_some()
-            && let Some(p) = self.profiler.as_mut()
-        {
-            p.start();
-        }
+        let (inner, profiler) = (&mut self.inner, &mut self.profiler);
+        let client = inner
+            .as_mut()
+            .ok_or_else(|| PyConnectionError::new_err("this daisy client was disconnected"))?;
+        // the start snapshot is taken while the server answers
+        let block = py
+            .detach(|| client.acquire_block_with(|| start(profiler)))
+            .map_err(to_pyerr)?;
+        finish_start(&mut self.profiler, block.is_some());
         Ok(block.map(|b| PyBlock::from_core(&b, &task_id)))
     }
 
@@ -95,15 +116,14 @@ impl PyClient {
     ) -> PyResult<Option<PyBlock>> {
         let core = self.measured(block)?;
         let task_id = self.task_id.clone();
-        let client = self.client()?;
+        let (inner, profiler) = (&mut self.inner, &mut self.profiler);
+        let client = inner
+            .as_mut()
+            .ok_or_else(|| PyConnectionError::new_err("this daisy client was disconnected"))?;
         let next = py
-            .detach(|| client.release_and_acquire(core, error))
+            .detach(|| client.release_and_acquire(core, error, || start(profiler)))
             .map_err(to_pyerr)?;
-        if next.is_some()
-            && let Some(p) = self.profiler.as_mut()
-        {
-            p.start();
-        }
+        finish_start(&mut self.profiler, next.is_some());
         Ok(next.map(|b| PyBlock::from_core(&b, &task_id)))
     }
 
