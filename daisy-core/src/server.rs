@@ -986,11 +986,13 @@ async fn teardown<H: RunHooks>(shared: &Shared<H>, interrupted: bool) {
         let st = &mut *guard;
         st.stopping = true;
         let now = Instant::now();
-        for (id, w) in st.workers.iter().filter(|(_, w)| w.alive) {
-            if !interrupted && let Some(tl) = st.timelines.get_mut(id) {
-                tl.on_dismiss(now);
+        if !interrupted {
+            // teardown of the workers still alive counts from here
+            for id in st.workers.iter().filter(|(_, w)| w.alive).map(|(id, _)| id) {
+                if let Some(tl) = st.timelines.get_mut(id) {
+                    tl.on_dismiss(now);
+                }
             }
-            let _ = w;
         }
         for w in st.workers.values_mut().filter(|w| w.alive) {
             w.retire = true;
