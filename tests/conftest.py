@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,3 +127,39 @@ def offsets_of(task: daisy.Task) -> list[tuple[int, ...]]:
     """Write offsets of every block of ``task``."""
     graph = daisy.DependencyGraph([task])
     return [tuple(int(c) for c in b.write_roi.offset) for b in graph.blocks(task.task_id)]
+
+
+@pytest.fixture
+def calls(tmp_path: Path) -> Path:
+    """A directory where `recorder` block functions note their calls."""
+    path = tmp_path / "calls"
+    path.mkdir()
+    return path
+
+
+def recorder(calls_dir: Path, body: Any = None) -> Any:
+    """A block function that notes its call (task id and write offset, one
+    file per process, so worker processes can use it), then runs
+    ``body(block)`` (which may fail the block)."""
+    calls_path = str(calls_dir)
+
+    def process(block: daisy.Block) -> None:
+        offset = " ".join(str(int(c)) for c in block.write_roi.offset)
+        with open(os.path.join(calls_path, f"{os.getpid()}.txt"), "a") as f:
+            f.write(f"{block.task_id} {offset}\n")
+        if body is not None:
+            body(block)
+
+    return process
+
+
+def take_calls(calls_dir: Path) -> Counter[tuple[str, tuple[int, ...]]]:
+    """Counter of ``(task_id, write offset)`` of the calls noted so far;
+    forgets them (the next run starts from zero)."""
+    out = Counter()
+    for path in sorted(Path(calls_dir).glob("*.txt")):
+        for line in path.read_text().splitlines():
+            task_id, *offset = line.split()
+            out[(task_id, tuple(int(c) for c in offset))] += 1
+        path.unlink()
+    return out

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from conftest import offsets_of
+from conftest import offsets_of, recorder, take_calls
 from conftest import run_tasks as run
 
 import daisy
@@ -38,51 +38,8 @@ MODES = pytest.mark.parametrize("mp", [False, True], ids=["serial", "multiproces
 # fixtures and helpers
 
 
-@pytest.fixture(autouse=True)
-def no_tracking_basedir():
-    """The tracking base directory is global state: every test starts and
-    ends without one."""
-    daisy.set_tracking_basedir(None)
-    yield
-    daisy.set_tracking_basedir(None)
-
-
-@pytest.fixture
-def calls(tmp_path):
-    path = tmp_path / "calls"
-    path.mkdir()
-    return path
-
-
 def roi(offset, shape):
     return daisy.Roi(tuple(offset), tuple(shape))
-
-
-def recorder(calls_dir, body=None):
-    """A block function that notes its call, then runs ``body(block)``
-    (which may fail the block)."""
-    calls_dir = str(calls_dir)
-
-    def process(block):
-        offset = " ".join(str(int(c)) for c in block.write_roi.offset)
-        with open(os.path.join(calls_dir, f"{os.getpid()}.txt"), "a") as f:
-            f.write(f"{block.task_id} {offset}\n")
-        if body is not None:
-            body(block)
-
-    return process
-
-
-def take_calls(calls_dir):
-    """Counter of ``(task_id, write offset)`` of the calls noted so far;
-    forgets them (the next run starts from zero)."""
-    out = Counter()
-    for path in sorted(Path(calls_dir).glob("*.txt")):
-        for line in path.read_text().splitlines():
-            task_id, *offset = line.split()
-            out[(task_id, tuple(int(c) for c in offset))] += 1
-        path.unlink()
-    return out
 
 
 def failing(how, offsets, once_dir=None):

@@ -12,15 +12,13 @@ process or on worker processes alike.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
-from conftest import offsets_of
+from conftest import offsets_of, recorder, take_calls
 from conftest import run_tasks as run
 
 import daisy
@@ -29,43 +27,8 @@ RUN_TIMEOUT = 60.0
 MODES = pytest.mark.parametrize("mp", [False, True], ids=["serial", "multiprocess"])
 
 
-@pytest.fixture(autouse=True)
-def no_tracking_basedir():
-    daisy.set_tracking_basedir(None)
-    yield
-    daisy.set_tracking_basedir(None)
-
-
-@pytest.fixture
-def calls(tmp_path):
-    path = tmp_path / "calls"
-    path.mkdir()
-    return path
-
-
 def roi(offset, shape):
     return daisy.Roi(tuple(offset), tuple(shape))
-
-
-def recorder(calls_dir):
-    calls_dir = str(calls_dir)
-
-    def process(block):
-        offset = " ".join(str(int(c)) for c in block.write_roi.offset)
-        with open(os.path.join(calls_dir, f"{os.getpid()}.txt"), "a") as f:
-            f.write(f"{block.task_id} {offset}\n")
-
-    return process
-
-
-def take_calls(calls_dir):
-    out = Counter()
-    for path in sorted(Path(calls_dir).glob("*.txt")):
-        for line in path.read_text().splitlines():
-            task_id, *offset = line.split()
-            out[(task_id, tuple(int(c) for c in offset))] += 1
-        path.unlink()
-    return out
 
 
 def mask_cell(task, offset):
