@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections import Counter
@@ -163,3 +164,49 @@ def take_calls(calls_dir: Path) -> Counter[tuple[str, tuple[int, ...]]]:
             out[(task_id, tuple(int(c) for c in offset))] += 1
         path.unlink()
     return out
+
+
+@pytest.fixture
+def tracking(tmp_path: Path) -> Path:
+    """A tracking base directory for this test."""
+    path = tmp_path / "tracking"
+    daisy.set_tracking_basedir(path)
+    return path
+
+
+@pytest.fixture
+def rec_dir(tmp_path: Path) -> Path:
+    """An empty directory where worker-side block functions write records."""
+    path = tmp_path / "records"
+    path.mkdir()
+    return path
+
+
+def read_records(rec_dir: Path, suffix: str = ".jsonl") -> list[dict[str, Any]]:
+    """Every JSON line of every ``*<suffix>`` file in ``rec_dir``, file by file."""
+    records: list[dict[str, Any]] = []
+    for path in sorted(Path(rec_dir).glob(f"*{suffix}")):
+        records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return records
+
+
+def worker_logs(log_dir: Path) -> str:
+    """The tail of every worker log under ``log_dir``, for assertion messages."""
+    parts = []
+    for path in sorted(Path(log_dir).glob("*/worker_*")):
+        parts.append(f"--- {path} ---\n{path.read_text(errors='replace')[-3000:]}")
+    return "\n".join(parts) or "(no worker logs)"
+
+
+def proc_state(pid: int) -> str | None:
+    """The state letter of a process (``R``, ``S``, ``Z``...), None if it
+    does not exist."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None

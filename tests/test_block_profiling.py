@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from conftest import line_task, roi
+from conftest import line_task, read_records, roi
 
 import daisy
 from daisy._daisy import Client as NativeClient
@@ -45,21 +45,6 @@ REPORT_KEYS = {"task_id", "started_at", "finished_at", "tracked", "blocks", "wor
 
 # --------------------------------------------------------------------------
 # helpers (test process only)
-
-
-@pytest.fixture
-def tracking(tmp_path: Path) -> Path:
-    """A tracking base directory for this test."""
-    path = tmp_path / "tracking"
-    daisy.set_tracking_basedir(path)
-    return path
-
-
-@pytest.fixture
-def rec_dir(tmp_path: Path) -> Path:
-    path = tmp_path / "records"
-    path.mkdir()
-    return path
 
 
 def recording(rec_dir: Path, body=None):
@@ -82,13 +67,6 @@ def recording(rec_dir: Path, body=None):
             f.write(json.dumps(entry) + "\n")
 
     return process
-
-
-def read_records(rec_dir: Path) -> list[dict]:
-    out = []
-    for path in sorted(Path(rec_dir).glob("*.jsonl")):
-        out += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return out
 
 
 def fields(rec: daisy.BlockRecord | None) -> tuple | None:

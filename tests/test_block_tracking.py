@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from conftest import offsets_of, recorder, take_calls
+from conftest import offsets_of, proc_state, recorder, take_calls, worker_logs
 from conftest import run_tasks as run
 
 import daisy
@@ -119,13 +119,6 @@ def expected_done_array(task, offsets):
     return out
 
 
-def worker_logs(log_dir):
-    parts = []
-    for path in sorted(Path(log_dir).glob("*/worker_*")):
-        parts.append(f"--- {path} ---\n{path.read_text(errors='replace')[-2000:]}")
-    return "\n".join(parts) or "(no worker logs)"
-
-
 def snapshot(path):
     """Every file under ``path`` with its bytes."""
     return {
@@ -159,19 +152,6 @@ def reader_task(task_id, upstream, n, process_function, size=10, **kwargs):
         read_write_conflict=False,
         **kwargs,
     )
-
-
-def proc_state(pid):
-    """The state letter of a process, None if it does not exist."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
 
 
 def children_of(pid):

@@ -22,10 +22,10 @@ import textwrap
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import read_records, worker_logs
 
 import daisy
 
@@ -34,13 +34,6 @@ BLOCK = 10
 
 # --------------------------------------------------------------------------
 # helpers (these run in the test process only)
-
-
-@pytest.fixture
-def rec_dir(tmp_path):
-    path = tmp_path / "records"
-    path.mkdir()
-    return path
 
 
 def line_task(task_id, n, process_function, **kwargs):
@@ -82,22 +75,6 @@ def recorder(rec_dir, sleep=0.0):
             f.write(json.dumps(entry) + "\n")
 
     return record
-
-
-def read_records(rec_dir, suffix=".jsonl"):
-    records = []
-    for path in sorted(Path(rec_dir).glob(f"*{suffix}")):
-        for line in path.read_text().splitlines():
-            records.append(json.loads(line))
-    return records
-
-
-def worker_logs(log_dir):
-    """All worker logs, for assertion messages."""
-    parts = []
-    for path in sorted(Path(log_dir).glob("*/worker_*")):
-        parts.append(f"--- {path} ---\n{path.read_text(errors='replace')[-3000:]}")
-    return "\n".join(parts) or "(no worker logs)"
 
 
 def assert_each_block_once(records, expected_ids, log_dir=None):

@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import proc_state, read_records, worker_logs
 
 import daisy
 
@@ -41,13 +42,6 @@ RUN_TIMEOUT = 30.0
 @pytest.fixture
 def pid_dir(tmp_path):
     path = tmp_path / "pids"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def rec_dir(tmp_path):
-    path = tmp_path / "records"
     path.mkdir()
     return path
 
@@ -99,20 +93,6 @@ def tracked(pid_dir, rec_dir, body=None):
     return process
 
 
-def read_records(rec_dir):
-    records = []
-    for path in sorted(Path(rec_dir).glob("*.jsonl")):
-        records += [json.loads(line) for line in path.read_text().splitlines()]
-    return records
-
-
-def worker_logs(log_dir):
-    parts = []
-    for path in sorted(Path(log_dir).glob("*/worker_*")):
-        parts.append(f"--- {path} ---\n{path.read_text(errors='replace')[-2000:]}")
-    return "\n".join(parts) or "(no worker logs)"
-
-
 def run_guarded(fn, timeout=RUN_TIMEOUT):
     """``fn()`` on a thread; fails the test if it is not done in time."""
     result = {}
@@ -150,20 +130,6 @@ def recording_server(monkeypatch):
     RecordingServer.last = None
     monkeypatch.setattr(daisy.convenience, "Server", RecordingServer)
     return RecordingServer
-
-
-def proc_state(pid):
-    """The state letter of a process (``R``, ``S``, ``Z``...), None if it
-    does not exist."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
 
 
 def child_pids():

@@ -20,38 +20,16 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import pytest
 import zarr
-from conftest import line_task
+from conftest import line_task, read_records
 
 import daisy
 
 NO_WORKER = 2**32 - 1
 
 
-@pytest.fixture
-def tracking(tmp_path: Path) -> Path:
-    path = tmp_path / "tracking"
-    daisy.set_tracking_basedir(path)
-    return path
-
-
-@pytest.fixture
-def rec_dir(tmp_path: Path) -> Path:
-    path = tmp_path / "records"
-    path.mkdir()
-    return path
-
-
 def run(tasks, mp: bool = True) -> bool:
     return daisy.run_blockwise(tasks, multiprocessing=mp, progress=False)
-
-
-def read_records(rec_dir: Path) -> list[dict]:
-    out = []
-    for path in sorted(Path(rec_dir).glob("*.jsonl")):
-        out += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return out
 
 
 def recording(rec_dir: Path, sleep: float = 0.0):
