@@ -358,58 +358,12 @@ where
     }
     tracing::debug!("daisy server listening on {addr}");
 
-    let next_conn = |shared: &Shared<H>| {
-        let mut st = shared.0.borrow_mut();
-        st.next_conn += 1;
-        st.next_conn
-    };
-    let accept = {
-        let shared = shared.clone();
-        tokio::task::spawn_local(async move {
-            loop {
-                match listener.accept().await {
-                    Ok((stream, _)) => {
-                        let _ = stream.set_nodelay(true);
-                        let id = next_conn(&shared);
-                        tokio::task::spawn_local(handle_connection(
-                            shared.clone(),
-                            Box::new(stream),
-                            id,
-                        ));
-                    }
-                    Err(e) => {
-                        tracing::warn!("daisy server: accept failed: {e}");
-                        tokio::time::sleep(TICK).await;
-                    }
-                }
-            }
-        })
-    };
+    let accept = spawn_accept_loop(&shared, Listener::Tcp(listener));
     // workers on this machine connect through the run's Unix-domain socket
     let local = protocol::bind_local_socket(&protocol::local_socket_name(
         &shared.0.borrow().config.token,
     ))
-    .map(|unix| {
-        let shared = shared.clone();
-        tokio::task::spawn_local(async move {
-            loop {
-                match unix.accept().await {
-                    Ok((stream, _)) => {
-                        let id = next_conn(&shared);
-                        tokio::task::spawn_local(handle_connection(
-                            shared.clone(),
-                            Box::new(stream),
-                            id,
-                        ));
-                    }
-                    Err(e) => {
-                        tracing::warn!("daisy server: local accept failed: {e}");
-                        tokio::time::sleep(TICK).await;
-                    }
-                }
-            }
-        })
-    });
+    .map(|unix| spawn_accept_loop(&shared, Listener::Local(unix)));
 
     let result = main_loop(&shared).await;
     accept.abort();
@@ -1061,6 +1015,55 @@ async fn recv(conn: &mut Conn) -> Option<ClientMessage> {
         Some(Ok(frame)) => protocol::decode(&frame).ok(),
         _ => None, // closed, oversized or malformed: drop the connection
     }
+}
+
+/// Where workers connect: the run's TCP port or, from this machine, its
+/// Unix-domain socket.
+enum Listener {
+    Tcp(TcpListener),
+    Local(tokio::net::UnixListener),
+}
+
+impl Listener {
+    /// The next connection; TCP ones with Nagle off, since every message is
+    /// small and waited for.
+    async fn accept(&self) -> std::io::Result<Box<dyn protocol::Stream>> {
+        Ok(match self {
+            Listener::Tcp(l) => {
+                let (stream, _) = l.accept().await?;
+                let _ = stream.set_nodelay(true);
+                Box::new(stream)
+            }
+            Listener::Local(l) => Box::new(l.accept().await?.0),
+        })
+    }
+}
+
+/// Hands every connection `listener` accepts to [`handle_connection`] under a
+/// fresh connection id, until the returned task is aborted.
+fn spawn_accept_loop<H: RunHooks + 'static>(
+    shared: &Shared<H>,
+    listener: Listener,
+) -> tokio::task::JoinHandle<()> {
+    let shared = shared.clone();
+    tokio::task::spawn_local(async move {
+        loop {
+            match listener.accept().await {
+                Ok(stream) => {
+                    let id = {
+                        let mut st = shared.0.borrow_mut();
+                        st.next_conn += 1;
+                        st.next_conn
+                    };
+                    tokio::task::spawn_local(handle_connection(shared.clone(), stream, id));
+                }
+                Err(e) => {
+                    tracing::warn!("daisy server: accept failed: {e}");
+                    tokio::time::sleep(TICK).await;
+                }
+            }
+        }
+    })
 }
 
 async fn handle_connection<H: RunHooks + 'static>(
