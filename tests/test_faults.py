@@ -688,31 +688,40 @@ def test_worker_function_returning_early_is_abandoned_not_replaced_forever(
 # unmanaged clients that misbehave
 
 
-def external(context, body):
+def external(body):
     """A thread that connects an unmanaged client once the server listens
-    and runs ``body(client)``; exceptions are kept in ``thread.errors``."""
+    and runs ``body(client)``; exceptions are kept in ``thread.errors``.
+    Pass ``thread.on_start`` as the task's ``init_callback_fn`` (it notes
+    where the server listens); ``thread.connect()`` opens another client."""
+    context = {}
     listening = threading.Event()
+
+    def on_start(ctx):
+        context.update(ctx.__dict__)
+        listening.set()
+
+    def connect():
+        return daisy.Client(
+            daisy.Context(**{k: context[k] for k in ("hostname", "port", "task_id", "token")})
+        )
 
     def target():
         try:
             assert listening.wait(10)
-            client = daisy.Client(
-                daisy.Context(**{k: context[k] for k in ("hostname", "port", "task_id", "token")})
-            )
-            body(client)
+            body(connect())
         except BaseException as e:  # checked by the test
             thread.errors.append(e)
 
     thread = threading.Thread(target=target, daemon=True)
     thread.errors = []
-    thread.listening = listening
+    thread.on_start = on_start
+    thread.connect = connect
     return thread
 
 
 def test_unmanaged_client_disconnecting_with_a_block_loses_it_to_a_retry(
     tmp_path, pid_dir, rec_dir, log_dir
 ):
-    context = {}
     held = []
     released = str(tmp_path / "disconnected")
 
@@ -724,16 +733,12 @@ def test_unmanaged_client_disconnecting_with_a_block_loses_it_to_a_retry(
         finally:
             open(released, "w").close()
 
-    thread = external(context, take_one_and_leave)
+    thread = external(take_one_and_leave)
 
     def wait_for_the_client(block):
         deadline = time.time() + 10
         while not os.path.exists(released) and time.time() < deadline:
             time.sleep(0.02)
-
-    def on_start(ctx):
-        context.update(ctx.__dict__)
-        thread.listening.set()
 
     thread.start()
     task = line_task(
@@ -741,7 +746,7 @@ def test_unmanaged_client_disconnecting_with_a_block_loses_it_to_a_retry(
         6,
         tracked(pid_dir, rec_dir, wait_for_the_client),
         max_workers=2,
-        init_callback_fn=on_start,
+        init_callback_fn=thread.on_start,
     )
     server = daisy.Server()
     states, _ = run_guarded(lambda: server.run_blockwise(task, progress=False))
@@ -764,7 +769,6 @@ def test_late_release_after_timeout_is_refused(tmp_path, pid_dir, rec_dir, log_d
     """A client that holds a block past ``timeout`` loses it: the block is
     retried elsewhere and the late release is refused (the client logs the
     refusal), so the block still counts once."""
-    context = {}
     held_file = tmp_path / "held"
     attempted = str(tmp_path / "late_release_attempted")
 
@@ -777,7 +781,7 @@ def test_late_release_after_timeout_is_refused(tmp_path, pid_dir, rec_dir, log_d
         finally:
             open(attempted, "w").close()
 
-    thread = external(context, hold_past_the_timeout)
+    thread = external(hold_past_the_timeout)
     held_path = str(held_file)
 
     def retry_waits_for_the_late_release(block):
@@ -788,10 +792,6 @@ def test_late_release_after_timeout_is_refused(tmp_path, pid_dir, rec_dir, log_d
             while not os.path.exists(attempted) and time.time() < deadline:
                 time.sleep(0.02)
 
-    def on_start(ctx):
-        context.update(ctx.__dict__)
-        thread.listening.set()
-
     thread.start()
     task = line_task(
         "late",
@@ -799,7 +799,7 @@ def test_late_release_after_timeout_is_refused(tmp_path, pid_dir, rec_dir, log_d
         tracked(pid_dir, rec_dir, retry_waits_for_the_late_release),
         max_workers=1,
         timeout=1,
-        init_callback_fn=on_start,
+        init_callback_fn=thread.on_start,
     )
     server = daisy.Server()
     caplog.set_level(logging.WARNING, logger="daisy")
@@ -823,24 +823,17 @@ def test_release_from_another_connection_is_refused(pid_dir, rec_dir, log_dir, c
     """One block, one owner: a block handed to one connection cannot be
     released by another (even with the run's token); the owner's release
     counts, once."""
-    context = {}
     outcome = {}
 
     def two_clients(first):
-        second = daisy.Client(
-            daisy.Context(**{k: context[k] for k in ("hostname", "port", "task_id", "token")})
-        )
+        second = thread.connect()
         with first.acquire_block() as block:
             outcome["held"] = block.block_id[1]
             second.release_block(block)  # not its block
             second.close()  # reads the server's answer
         first.close()
 
-    thread = external(context, two_clients)
-
-    def on_start(ctx):
-        context.update(ctx.__dict__)
-        thread.listening.set()
+    thread = external(two_clients)
 
     thread.start()
     task = line_task(
@@ -848,7 +841,7 @@ def test_release_from_another_connection_is_refused(pid_dir, rec_dir, log_dir, c
         4,
         tracked(pid_dir, rec_dir, lambda b: time.sleep(0.2)),
         max_workers=1,
-        init_callback_fn=on_start,
+        init_callback_fn=thread.on_start,
     )
     server = daisy.Server()
     caplog.set_level(logging.WARNING, logger="daisy")
