@@ -81,20 +81,30 @@ fn rusage() -> (f64, u64) {
     (0.0, 0)
 }
 
+/// The unsigned number after `name` in `/proc/self/io` text (0 if absent),
+/// parsed from the bytes without allocating: this runs after every block.
+fn io_field(text: &[u8], name: &[u8]) -> u64 {
+    text.split(|&b| b == b'\n')
+        .find_map(|line| line.strip_prefix(name))
+        .map(|rest| {
+            rest.iter()
+                .skip_while(|b| b.is_ascii_whitespace())
+                .take_while(|b| b.is_ascii_digit())
+                .fold(0u64, |n, &d| {
+                    n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+                })
+        })
+        .unwrap_or(0)
+}
+
 fn read_io(file: &Option<File>) -> (u64, u64) {
     #[cfg(unix)]
     if let Some(f) = file {
         use std::os::unix::fs::FileExt;
         let mut buf = [0u8; 512];
         if let Ok(n) = f.read_at(&mut buf, 0) {
-            let text = String::from_utf8_lossy(&buf[..n]);
-            let field = |name: &str| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
-            return (field("rchar:"), field("wchar:"));
+            let text = &buf[..n];
+            return (io_field(text, b"rchar:"), io_field(text, b"wchar:"));
         }
     }
     let _ = file;
@@ -176,6 +186,19 @@ impl BlockProfiler {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn io_fields_parse_from_proc_text() {
+        let text = b"rchar: 1234\nwchar: 56\nsyscr: 7\nread_bytes: 0\n";
+        assert_eq!(io_field(text, b"rchar:"), 1234);
+        assert_eq!(io_field(text, b"wchar:"), 56);
+        assert_eq!(io_field(text, b"cancelled_write_bytes:"), 0, "absent field");
+        assert_eq!(io_field(b"rchar: x\n", b"rchar:"), 0, "not a number");
+        assert_eq!(
+            io_field(b"rchar: 99999999999999999999999\n", b"rchar:"),
+            u64::MAX
+        );
+    }
 
     #[test]
     fn measures_wall_cpu_and_io() {
