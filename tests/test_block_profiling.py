@@ -864,25 +864,35 @@ def test_resource_tracking_without_a_store_is_refused_at_run_start(mp, rec_dir):
     assert task.report() is None
 
 
-def _unmeasured_worker():
-    ctx = daisy.Context.from_env()
-    client = NativeClient(
-        ctx["hostname"],
-        int(ctx["port"]),
-        ctx["token"],
-        ctx["task_id"],
-        ctx["worker_id"],
-        measure=False,
-    )
-    while True:
-        block = client.acquire_block()
-        if block is None:
-            break
-        client.release_block(block)
+def hand_written_client(profile_seconds: float | None = None):
+    """A worker function that speaks the protocol through a client that
+    does not measure, as a hand-written one would not; with
+    ``profile_seconds`` it measures each block itself, with
+    ``daisy.profile_block`` around a sleep of that length."""
+
+    def worker():
+        ctx = daisy.Context.from_env()
+        client = NativeClient(
+            ctx["hostname"],
+            int(ctx["port"]),
+            ctx["token"],
+            ctx["task_id"],
+            ctx["worker_id"],
+            measure=False,
+        )
+        while (block := client.acquire_block()) is not None:
+            if profile_seconds is not None:
+                with daisy.profile_block(block):
+                    time.sleep(profile_seconds)
+            client.release_block(block)
+
+    return worker
 
 
 def test_an_unmeasured_block_from_a_worker_function_fails_the_run(tracking):
-    task = line_task("unmeasured", 4, process_function=_unmeasured_worker, resource_tracking=True)
+    task = line_task(
+        "unmeasured", 4, process_function=hand_written_client(), resource_tracking=True
+    )
     with pytest.raises(RuntimeError, match=r"daisy\.profile_block") as e:
         run([task], True)
     assert "resource_tracking" in str(e.value)
@@ -929,28 +939,9 @@ def test_an_unmeasured_block_from_an_external_client_fails_the_run(tracking):
     assert outcome.get("block") is not None, outcome
 
 
-def _profiling_client_worker():
-    ctx = daisy.Context.from_env()
-    client = NativeClient(
-        ctx["hostname"],
-        int(ctx["port"]),
-        ctx["token"],
-        ctx["task_id"],
-        ctx["worker_id"],
-        measure=False,
-    )
-    while True:
-        block = client.acquire_block()
-        if block is None:
-            break
-        with daisy.profile_block(block):
-            time.sleep(0.02)
-        client.release_block(block)
-
-
 def test_a_hand_written_client_that_uses_profile_block_is_accepted(tracking):
     task = line_task(
-        "handmade", 3, process_function=_profiling_client_worker, resource_tracking=True
+        "handmade", 3, process_function=hand_written_client(0.02), resource_tracking=True
     )
     assert run([task], True)
     r = task.report()
