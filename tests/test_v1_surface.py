@@ -52,7 +52,106 @@ TOP_LEVEL_1X = [
     "server",
     "task",
     "task_state",
+    "messages",
+    "tcp",
 ]
+
+# Names that daisy 1.2.2's modules export besides their own definitions
+# (what they imported), recorded from its dir(). Left out: the standard
+# library and typing names they happened to import (logging, copy, Dict,
+# getfullargspec, ...), and 1.x's scheduler internals, which daisy does
+# not reimplement in Python (the Rust core owns scheduling):
+# daisy.processing_queue.ProcessingQueue, daisy.ready_surface.ReadySurface,
+# daisy.block_bookkeeper.BlockBookkeeper, daisy.task_worker_pools
+# .TaskWorkerPools, and daisy.blocks.SingleTaskDependencyGraph (whose 1.2.2
+# constructor raises AttributeError, so no working code uses it).
+MODULE_NAMES_1X = {
+    "block": ["Block", "BlockStatus", "Freezable", "cantor_number"],
+    "cl_monitor": ["CLMonitor", "daisy_logging", "tqdm", "tqdm_auto"],
+    "client": [
+        "AcquireBlock",
+        "BlockFailed",
+        "Client",
+        "Context",
+        "ReleaseBlock",
+        "RequestShutdown",
+        "SendBlock",
+        "StreamClosedError",
+        "TCPClient",
+        "UnexpectedMessage",
+        "set_log_basedir",
+    ],
+    "context": ["Context", "get_log_basedir"],
+    "convenience": ["CLMonitor", "Event", "IOLooper", "ThreadPool", "run_blockwise"],
+    "dependency_graph": ["BlockwiseDependencyGraph", "Coordinate", "DependencyGraph"],
+    "scheduler": ["BlockStatus", "DependencyGraph", "Scheduler"],
+    "serial_server": ["BlockStatus", "SerialServer", "Task"],
+    "server": [
+        "AcquireBlock",
+        "BlockFailed",
+        "BlockStatus",
+        "ClientException",
+        "ReleaseBlock",
+        "RequestShutdown",
+        "SendBlock",
+        "Server",
+        "StreamClosedError",
+        "TCPServer",
+        "UnexpectedMessage",
+    ],
+    "task": ["Client", "Task"],
+    "worker": ["Worker", "daisy_logging", "dill"],
+}
+MODULE_NAMES = [(m, n) for m, names in MODULE_NAMES_1X.items() for n in names]
+
+
+@pytest.mark.parametrize("module, name", MODULE_NAMES, ids=[f"{m}.{n}" for m, n in MODULE_NAMES])
+def test_names_daisy_1x_modules_exported_are_there(module, name):
+    import importlib
+
+    assert hasattr(importlib.import_module(f"daisy.{module}"), name)
+
+
+def test_names_1x_modules_exported_keep_their_meaning():
+    import multiprocessing.pool
+
+    import dill
+    import funlib.math
+    import tqdm
+
+    from daisy import cl_monitor, client, convenience, server, task, worker
+    from daisy.block import Freezable, cantor_number
+
+    assert Freezable is daisy.freezable.Freezable
+    assert cantor_number is funlib.math.cantor_number
+    assert cantor_number((1, 2)) == 7  # as daisy 1.2.2 gives
+    assert client.TCPClient is daisy.tcp.TCPClient and server.TCPServer is daisy.tcp.TCPServer
+    assert client.AcquireBlock is server.AcquireBlock is daisy.messages.AcquireBlock
+    assert client.StreamClosedError is daisy.tcp.exceptions.StreamClosedError
+    assert client.set_log_basedir is daisy.logging.set_log_basedir
+    assert server.BlockStatus is daisy.scheduler.BlockStatus is daisy.BlockStatus
+    assert convenience.CLMonitor is cl_monitor.CLMonitor
+    assert convenience.ThreadPool is multiprocessing.pool.ThreadPool
+    assert task.Client is daisy.Client
+    assert worker.dill is dill and cl_monitor.tqdm is tqdm
+    assert cl_monitor.daisy_logging is worker.daisy_logging is daisy.logging
+    with pytest.raises(AttributeError, match="daisy.client.*no_such_name"):
+        client.no_such_name  # noqa: B018
+
+
+def test_importing_daisy_leaves_the_1x_transport_unimported():
+    """tornado, dill and funlib.math load only when a 1.x name needs them:
+    ``import daisy`` is on every worker's start-up path."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, daisy; "
+        "print(sorted(m for m in ('tornado', 'dill', 'funlib.math', 'daisy.tcp') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 @pytest.mark.parametrize("name", TOP_LEVEL_1X)

@@ -10,6 +10,7 @@ done by a Rust core (``daisy._daisy``); this package is its Python face.
 from funlib.geometry import Coordinate, Roi
 
 from daisy import (
+    _v1_names,
     block,
     block_tracking,
     blocks,
@@ -138,3 +139,7 @@ __all__ = [
     "worker",
     "worker_pool",
 ]
+
+# daisy 1.x's transport modules, imported on first use (tornado is slow to
+# import, and daisy itself does not use them)
+__getattr__ = _v1_names.lazy_names(__name__, {"messages": "daisy.messages", "tcp": "daisy.tcp"})

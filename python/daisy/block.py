@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from daisy import _v1_names
+
 
 class BlockStatus(Enum):
     """Where a block is in its life; set ``block.status`` to ``SUCCESS`` or
@@ -23,3 +25,13 @@ class BlockStatus(Enum):
 from daisy._daisy import Block  # noqa: E402  (Block's status getter imports BlockStatus)
 
 __all__ = ["Block", "BlockStatus"]
+
+
+# names daisy 1.x exported from this module, imported on first use
+__getattr__ = _v1_names.lazy_names(
+    __name__,
+    {
+        "cantor_number": "funlib.math:cantor_number",
+        "Freezable": "daisy.freezable:Freezable",
+    },
+)

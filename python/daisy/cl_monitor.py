@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from daisy import _v1_names
 from daisy.progress import TqdmProgress
 from daisy.server_observer import ServerObservee, ServerObserver
 
@@ -103,3 +104,14 @@ class CLMonitor(ServerObserver):
     def on_server_exit(self) -> None:
         """Close the bars."""
         self._bars.close()
+
+
+# names daisy 1.x exported from this module, imported on first use
+__getattr__ = _v1_names.lazy_names(
+    __name__,
+    {
+        "tqdm": "tqdm",
+        "tqdm_auto": "tqdm.auto:tqdm",
+        "daisy_logging": "daisy.logging",
+    },
+)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from daisy import _v1_names
 from daisy._daisy import Block
 from daisy._daisy import Client as _NativeClient
 from daisy.block import BlockStatus
@@ -142,3 +143,20 @@ class Client:
     def close(self) -> None:
         """Close the connection (also done when the process exits)."""
         self._native.disconnect()
+
+
+# names daisy 1.x exported from this module, imported on first use
+__getattr__ = _v1_names.lazy_names(
+    __name__,
+    {
+        "AcquireBlock": "daisy.messages:AcquireBlock",
+        "BlockFailed": "daisy.messages:BlockFailed",
+        "ReleaseBlock": "daisy.messages:ReleaseBlock",
+        "RequestShutdown": "daisy.messages:RequestShutdown",
+        "SendBlock": "daisy.messages:SendBlock",
+        "UnexpectedMessage": "daisy.messages:UnexpectedMessage",
+        "StreamClosedError": "daisy.tcp:StreamClosedError",
+        "TCPClient": "daisy.tcp:TCPClient",
+        "set_log_basedir": "daisy.logging:set_log_basedir",
+    },
+)

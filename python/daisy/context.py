@@ -7,6 +7,8 @@ import json
 import os
 from typing import Any
 
+from daisy import _v1_names
+
 
 class Context:
     """A small set of named values (host, port, task id, worker id, ...)
@@ -54,3 +56,12 @@ class Context:
 
     def __repr__(self) -> str:
         return self.to_env()
+
+
+# names daisy 1.x exported from this module, imported on first use
+__getattr__ = _v1_names.lazy_names(
+    __name__,
+    {
+        "get_log_basedir": "daisy.logging:get_log_basedir",
+    },
+)

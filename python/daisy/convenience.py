@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from daisy import _v1_names
 from daisy.execution_summary import print_execution_summary
 from daisy.pipeline import Pipeline
 from daisy.scheduler import Scheduler
@@ -87,3 +88,15 @@ def run_blockwise(
         files = [f for f in (runs_file_for(t) for t in pipeline.tasks) if f is not None]
         write_html_report(files, Path(report_html))
     return all(s.completed_count == s.total_block_count for s in states.values())
+
+
+# names daisy 1.x exported from this module, imported on first use
+__getattr__ = _v1_names.lazy_names(
+    __name__,
+    {
+        "CLMonitor": "daisy.cl_monitor:CLMonitor",
+        "Event": "multiprocessing:Event",
+        "IOLooper": "daisy.tcp:IOLooper",
+        "ThreadPool": "multiprocessing.pool:ThreadPool",
+    },
+)

@@ -8,6 +8,7 @@ from typing import Any
 
 from funlib.geometry import Roi
 
+from daisy import _v1_names
 from daisy._daisy import Block
 from daisy._daisy import DependencyGraph as _NativeGraph
 from daisy.pipeline import Pipeline
@@ -110,3 +111,12 @@ class BlockwiseDependencyGraph(DependencyGraph):
     def root_gen(self) -> Iterator[Block]:  # type: ignore[override]
         """The blocks that wait for no other block."""
         return iter(self._native.roots(self.task_id))
+
+
+# names daisy 1.x exported from this module, imported on first use
+__getattr__ = _v1_names.lazy_names(
+    __name__,
+    {
+        "Coordinate": "funlib.geometry:Coordinate",
+    },
+)

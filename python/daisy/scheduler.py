@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from daisy import _v1_names
 from daisy._daisy import Block, TaskState
 from daisy._daisy import Scheduler as _NativeScheduler
 from daisy.block_tracking import measured_task_ids, skip_masks, tracking_paths
@@ -61,3 +62,13 @@ class Scheduler:
     def is_done(self) -> bool:
         """True once every block is completed, failed or orphaned."""
         return self._native.is_done()
+
+
+# names daisy 1.x exported from this module, imported on first use
+__getattr__ = _v1_names.lazy_names(
+    __name__,
+    {
+        "BlockStatus": "daisy.block:BlockStatus",
+        "DependencyGraph": "daisy.dependency_graph:DependencyGraph",
+    },
+)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from daisy import _v1_names
 from daisy._daisy import TaskState
 from daisy.block_tracking import log_skips
 from daisy.run_report import RunReport
@@ -65,3 +66,13 @@ class SerialServer(ServerObservee):
         self.notify_server_exit()
         log_skips(scheduler.tasks, states)
         return states
+
+
+# names daisy 1.x exported from this module, imported on first use
+__getattr__ = _v1_names.lazy_names(
+    __name__,
+    {
+        "BlockStatus": "daisy.block:BlockStatus",
+        "Task": "daisy.task:Task",
+    },
+)

@@ -25,6 +25,7 @@ from typing import Any
 
 import cloudpickle
 
+from daisy import _v1_names
 from daisy import logging as daisy_logging
 from daisy._daisy import TaskState, run_distributed
 from daisy.block_tracking import log_skips, measured_task_ids, skip_masks, tracking_paths
@@ -259,3 +260,21 @@ class Server(ServerObservee):
                 for w in workers[:MAX_LISTED_FAILURES]:
                     lines.append(f"  {Path(log_dir) / tid / f'worker_{w}'}.err / .out")
         return notes
+
+
+# names daisy 1.x exported from this module, imported on first use
+__getattr__ = _v1_names.lazy_names(
+    __name__,
+    {
+        "AcquireBlock": "daisy.messages:AcquireBlock",
+        "BlockFailed": "daisy.messages:BlockFailed",
+        "ClientException": "daisy.messages:ClientException",
+        "ReleaseBlock": "daisy.messages:ReleaseBlock",
+        "RequestShutdown": "daisy.messages:RequestShutdown",
+        "SendBlock": "daisy.messages:SendBlock",
+        "UnexpectedMessage": "daisy.messages:UnexpectedMessage",
+        "BlockStatus": "daisy.block:BlockStatus",
+        "StreamClosedError": "daisy.tcp:StreamClosedError",
+        "TCPServer": "daisy.tcp:TCPServer",
+    },
+)

@@ -18,6 +18,7 @@ from typing import Any
 
 from funlib.geometry import Roi
 
+from daisy import _v1_names
 from daisy._daisy import Block, TaskSpec, TrackingStore, reset_tracking
 from daisy.block_tracking import resolve_tracking_path
 from daisy.run_report import BlockRecord, TaskReport, read_last_run, runs_file_for
@@ -479,3 +480,12 @@ class Task:
             f"Task({self.task_id!r}, total_roi={self.total_roi}, read_roi={self.read_roi}, "
             f"write_roi={self.write_roi}, fit={self.fit!r}, blocks={self.num_blocks})"
         )
+
+
+# names daisy 1.x exported from this module, imported on first use
+__getattr__ = _v1_names.lazy_names(
+    __name__,
+    {
+        "Client": "daisy.client:Client",
+    },
+)

@@ -17,6 +17,7 @@ from typing import Any
 
 import cloudpickle
 
+from daisy import _v1_names
 from daisy.context import Context
 
 _ids = itertools.count()
@@ -93,3 +94,13 @@ class Worker:
 
     def __repr__(self) -> str:
         return f"worker {self.worker_id}"
+
+
+# names daisy 1.x exported from this module, imported on first use
+__getattr__ = _v1_names.lazy_names(
+    __name__,
+    {
+        "dill": "dill",
+        "daisy_logging": "daisy.logging",
+    },
+)
