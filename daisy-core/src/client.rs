@@ -15,8 +15,13 @@
 //! frames in order, so the block is released before the next one is
 //! handed out; a release the server refused (the block was reclaimed after
 //! a timeout) is logged when its answer arrives.
+//!
+//! A managed worker's client (one with a worker id) also keeps a
+//! [`HangUpWatch`] on its connection: while it holds a block, the server
+//! closing the connection ends the process (see `hang_up`).
 
 use crate::block::Block;
+use crate::hang_up::HangUpWatch;
 use crate::protocol::{self, ClientMessage, ServerMessage};
 use futures_util::{SinkExt, StreamExt};
 use std::time::Duration;
@@ -43,6 +48,9 @@ pub enum ClientError {
 
 /// A connection to a daisy server for one task.
 pub struct Client {
+    /// A managed worker's hang-up watch (declared before `conn`, so it is
+    /// dropped, and its thread joined, before the socket closes).
+    watch: Option<HangUpWatch>,
     rt: tokio::runtime::Runtime,
     conn: Framed<Box<dyn protocol::Stream>, LengthDelimitedCodec>,
     /// Releases sent whose acknowledgement has not been read yet.
@@ -64,14 +72,18 @@ impl Client {
             .enable_all()
             .build()?;
         // on the server's machine, its Unix-domain socket; else TCP
+        use std::os::fd::AsRawFd;
         let local =
             protocol::connect_local_socket(&protocol::local_socket_name(token)).and_then(|s| {
                 s.set_nonblocking(true).ok()?;
                 let _guard = rt.enter();
                 tokio::net::UnixStream::from_std(s).ok()
             });
-        let stream: Box<dyn protocol::Stream> = match local {
-            Some(unix) => Box::new(unix),
+        let (stream, fd): (Box<dyn protocol::Stream>, _) = match local {
+            Some(unix) => {
+                let fd = unix.as_raw_fd();
+                (Box::new(unix), fd)
+            }
             None => {
                 let tcp = rt.block_on(async {
                     tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port)))
@@ -84,10 +96,12 @@ impl Client {
                         })?
                 })?;
                 tcp.set_nodelay(true)?;
-                Box::new(tcp)
+                let fd = tcp.as_raw_fd();
+                (Box::new(tcp), fd)
             }
         };
         let mut client = Self {
+            watch: worker_id.map(|id| HangUpWatch::start(fd, id)),
             rt,
             conn: Framed::new(stream, protocol::codec()),
             pending_acks: 0,
@@ -161,6 +175,15 @@ impl Client {
         self.receive()
     }
 
+    /// A block's report (release or failure) was sent: its acknowledgement
+    /// is due, and the worker no longer holds it.
+    fn reported_block(&mut self) {
+        self.pending_acks += 1;
+        if let Some(watch) = &self.watch {
+            watch.returned_block();
+        }
+    }
+
     /// Whether the task wants every block measured (resource tracking).
     pub fn wants_measurements(&self) -> bool {
         self.measure
@@ -183,7 +206,12 @@ impl Client {
         while_waiting();
         self.drain_acks()?;
         match self.receive()? {
-            ServerMessage::SendBlock { block } => Ok(Some(block)),
+            ServerMessage::SendBlock { block } => {
+                if let Some(watch) = &self.watch {
+                    watch.took_block();
+                }
+                Ok(Some(block))
+            }
             ServerMessage::NoMoreBlocks => Ok(None),
             ServerMessage::Error { message } => Err(ClientError::Refused(message)),
             other => Err(ClientError::Protocol(format!("unexpected reply {other:?}"))),
@@ -211,7 +239,7 @@ impl Client {
             conn,
             bytes.into(),
         ))?;
-        self.pending_acks += 1;
+        self.reported_block();
         self.acquire_block_with(while_waiting)
     }
 
@@ -219,7 +247,7 @@ impl Client {
     /// once; acknowledged with the next request.
     pub fn release_block(&mut self, block: Block) -> Result<(), ClientError> {
         self.send(&ClientMessage::ReleaseBlock { block })?;
-        self.pending_acks += 1;
+        self.reported_block();
         Ok(())
     }
 
@@ -230,7 +258,7 @@ impl Client {
             block,
             error: protocol::cap_error_text(error),
         })?;
-        self.pending_acks += 1;
+        self.reported_block();
         Ok(())
     }
 

@@ -13,6 +13,7 @@ pub mod client;
 pub mod dependency_graph;
 pub mod error;
 pub mod geometry;
+pub mod hang_up;
 pub mod pipeline;
 pub mod protocol;
 pub mod run_report;

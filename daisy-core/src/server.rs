@@ -54,6 +54,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::codec::Framed;
+use tokio_util::sync::CancellationToken;
 
 /// How often the main loop sweeps timeouts, starts workers and calls the
 /// tick hook: short enough that Ctrl-C and a hung block are acted on well
@@ -247,6 +248,10 @@ struct WorkerSlot {
     blocks_taken: u64,
     /// Its command's stop command, expanded (cancels remote work).
     stop: Vec<String>,
+    /// Signalled when the worker's process is gone: its connection is then
+    /// closed, so a remote half still running (a Dask task behind a local
+    /// handle) learns it was dropped and stops (see `client`).
+    hang_up: CancellationToken,
 }
 
 impl WorkerSlot {
@@ -809,6 +814,7 @@ fn spawn_worker<H: RunHooks + 'static>(
             dismissed: false,
             blocks_taken: 0,
             stop: cmd.stop.iter().map(|a| expand(a, &task_id, id)).collect(),
+            hang_up: CancellationToken::new(),
         },
     );
     st.workers_started[task as usize] += 1;
@@ -861,6 +867,7 @@ fn on_worker_exit<H: RunHooks>(
     };
     w.alive = false;
     w.busy = false;
+    w.hang_up.cancel();
     let task = w.task;
     let dismissed = w.dismissed;
     let took_blocks = w.blocks_taken > 0;
@@ -1114,12 +1121,26 @@ async fn handle_connection<H: RunHooks + 'static>(
             return;
         }
     };
-    let measure = shared.0.borrow().config.tasks[task as usize].resource_tracking;
+    let (measure, hang_up) = {
+        let st = shared.0.borrow();
+        let hang_up = worker_id
+            .and_then(|id| st.workers.get(&id))
+            .map(|w| w.hang_up.clone());
+        (st.config.tasks[task as usize].resource_tracking, hang_up)
+    };
     if !send(&mut conn, &ServerMessage::Welcome { measure }).await {
         return;
     }
     loop {
-        let Some(msg) = recv(&mut conn).await else {
+        // a managed worker's connection ends with its process
+        let msg = match &hang_up {
+            Some(hang_up) => tokio::select! {
+                msg = recv(&mut conn) => msg,
+                () = hang_up.cancelled() => None,
+            },
+            None => recv(&mut conn).await,
+        };
+        let Some(msg) = msg else {
             break;
         };
         let reply = match msg {
