@@ -192,3 +192,48 @@ def test_dask_killed_worker_is_retried(tmp_path, dask_cluster):
     assert os.path.exists(tmp_path / "killed")
     assert all(s.completed_count == 16 for s in states.values())
     check_outputs(path)
+
+
+def test_dask_hung_block_is_stopped_and_retried(tmp_path, dask_cluster):
+    """A block stuck on a Dask worker times out: daisy retries it elsewhere,
+    and the stuck loop exits on the server's hang-up instead of keeping
+    its Dask worker busy (and computing a block being redone)."""
+    pid_file = tmp_path / "hung.pid"
+
+    def work(block):
+        if block.block_id[1] == 0 and not pid_file.exists():
+            pid_file.write_text(str(os.getpid()))
+            time.sleep(600)
+
+    task = line_task(
+        "hangs",
+        6,
+        process_function=work,
+        max_workers=2,
+        timeout=2,
+        spawner=daisy.DaskSpawner(dask_cluster.scheduler_address),
+    )
+    server = daisy.Server()
+    start = time.monotonic()
+    states = server.run_blockwise([task], progress=False)
+    assert states["hangs"].completed_count == 6
+    assert time.monotonic() - start < 120
+    assert server.last_report["hangs"].workers.exits.get("timeout") == 1
+    hung = int(pid_file.read_text())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(hung, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the stuck worker loop (pid {hung}) still runs after the run")
+    # both Dask workers are free again
+    from distributed import Client
+
+    with Client(dask_cluster.scheduler_address, timeout=30) as client:
+        pids = client.run(os.getpid)
+        assert len(pids) == 2
+        futures = [client.submit(os.getpid, pure=False, workers=[w]) for w in pids]
+        assert sorted(f.result(timeout=30) for f in futures) == sorted(pids.values())
