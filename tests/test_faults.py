@@ -263,6 +263,70 @@ def test_hung_block_is_reclaimed_after_timeout(tmp_path, pid_dir, rec_dir, log_d
     assert_no_worker_survives([grandchild], allow_zombies=True)
 
 
+class DetachedSpawner(daisy.Spawner):
+    """Each worker is started by a handle process in a new session, out of
+    reach of the server's process-group kill: a stand-in for a worker whose
+    handle is local and whose work is remote (a Dask task)."""
+
+    def commands(self, run_tag, payload, payload_file):
+        # the worker inherits the handle's stdin, where its payload comes
+        worker = [sys.executable, "-m", "daisy._worker"]
+        handle = (
+            "import subprocess, sys; "
+            f"sys.exit(subprocess.run({worker!r}, start_new_session=True).returncode)"
+        )
+        return daisy.spawners.WorkerCommands(sys.executable, ["-c", handle], stdin=payload)
+
+
+def test_a_detached_worker_stuck_in_a_timed_out_block_exits_on_the_hang_up(
+    tmp_path, pid_dir, rec_dir, log_dir
+):
+    hung_pid = tmp_path / "hung_pid"
+    gone = tmp_path / "gone_during_run"
+
+    def hang_once(block):
+        if block.block_id[1] != 2:
+            return
+        if not hung_pid.exists():
+            hung_pid.write_text(str(os.getpid()))
+            time.sleep(60)
+            return
+        # the retry, while the run goes on: the stuck worker must be gone
+        # (or a zombie: its handle was killed, and PID 1 here does not reap)
+        pid, deadline = int(hung_pid.read_text()), time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:
+                state = "gone"
+            if state in ("gone", "Z"):
+                gone.touch()
+                return
+            time.sleep(0.05)
+
+    task = line_task(
+        "detached",
+        6,
+        tracked(pid_dir, rec_dir, hang_once),
+        max_workers=2,
+        timeout=1,
+        spawner=DetachedSpawner(),
+    )
+    server = daisy.Server()
+    states, elapsed = run_guarded(lambda: server.run_blockwise(task, progress=False), timeout=30)
+
+    s = states["detached"]
+    assert (s.completed_count, s.failed_count, s.orphaned_count) == (6, 0, 0), worker_logs(log_dir)
+    assert [(t, i) for t, i, _, _ in server.failures] == [("detached", 2)]
+    # the kill reached only its handle; the worker itself left on the
+    # server's hang-up, before the run ended, saying why in its log
+    assert gone.exists(), "the stuck worker outlived its timeout"
+    assert proc_state(int(hung_pid.read_text())) in (None, "Z")
+    assert "closed this worker's connection while it held a block" in worker_logs(log_dir)
+    assert_no_worker_survives(known_pids(pid_dir), allow_zombies=True)
+
+
 def test_every_block_raising_fails_all_and_orphans_downstream(
     pid_dir, rec_dir, log_dir, recording_server
 ):
