@@ -433,6 +433,35 @@ def test_profile_block_on_a_bare_block_first_measurement_wins():
     assert 0.02 <= nested.stats.wall_seconds < 0.1  # the inner scope wins
 
 
+def _io_in_forked_child(path: str, conn) -> None:
+    block = daisy.Block(roi((0,), (10,)), roi((0,), (10,)), roi((0,), (10,)))
+    with daisy.profile_block(block):
+        with open(path, "wb") as f:
+            f.write(b"x" * MiB)
+    conn.send(block.stats.io_write_bytes)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc/self/io is Linux's")
+def test_profile_block_in_a_forked_child_measures_the_child(tmp_path):
+    """The profiler's /proc/self files are opened once per process; a child
+    forked after the parent opened them must measure itself, not its
+    parent (which writes nothing meanwhile)."""
+    import multiprocessing
+
+    parent_block = daisy.Block(roi((0,), (10,)), roi((0,), (10,)), roi((0,), (10,)))
+    with daisy.profile_block(parent_block):  # the parent's files are open now
+        pass
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_io_in_forked_child, args=(str(tmp_path / "out.bin"), send))
+    child.start()
+    assert receive.poll(30), "the forked child did not report"
+    written = receive.recv()
+    child.join(30)
+    assert child.exitcode == 0
+    assert written >= MiB, written
+
+
 def _narrowed(setup: float, inner: float):
     def process(block):
         time.sleep(setup)  # not measured
