@@ -116,8 +116,8 @@ fn watch(fd: i32, wake: std::os::unix::net::UnixStream, held: Arc<AtomicUsize>, 
             }
             return;
         }
-        if fds[1].revents != 0 {
-            return; // the watch was dropped
+        if fds[1].revents != 0 || fds[0].revents & libc::POLLNVAL != 0 {
+            return; // the watch was dropped (or the socket is no more)
         }
         if fds[0].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
             if held.load(Ordering::SeqCst) > 0 {
