@@ -198,6 +198,21 @@ def worker_logs(log_dir: Path) -> str:
     return "\n".join(parts) or "(no worker logs)"
 
 
+def children_of(pid: int) -> list[tuple[int, str]]:
+    """``(pid, state letter)`` of every process whose parent is ``pid``."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == str(pid):
+            children.append((int(entry.name), fields[0]))
+    return children
+
+
 def proc_state(pid: int) -> str | None:
     """The state letter of a process (``R``, ``S``, ``Z``...), None if it
     does not exist."""

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
-from conftest import offsets_of, proc_state, recorder, take_calls, worker_logs
+from conftest import children_of, offsets_of, proc_state, recorder, take_calls, worker_logs
 from conftest import run_tasks as run
 
 import daisy
@@ -152,20 +152,6 @@ def reader_task(task_id, upstream, n, process_function, size=10, **kwargs):
         read_write_conflict=False,
         **kwargs,
     )
-
-
-def children_of(pid):
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == str(pid):
-            out.append(int(entry.name))
-    return out
 
 
 # --------------------------------------------------------------------------
@@ -989,9 +975,9 @@ def test_driver_killed_mid_run_resumes_exactly_the_unfinished_blocks(tmp_path):
         while sum(read_driver_calls(tmp_path, "run1", "end").values()) < 60:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the first run made no progress"
-            workers |= set(children_of(proc.pid))
+            workers |= {pid for pid, _ in children_of(proc.pid)}
             time.sleep(0.01)
-        workers |= set(children_of(proc.pid))
+        workers |= {pid for pid, _ in children_of(proc.pid)}
         proc.kill()
         proc.communicate(timeout=10)
         assert workers, "no worker processes were seen"

@@ -27,7 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import proc_state, read_records, worker_logs
+from conftest import children_of, proc_state, read_records, worker_logs
 
 import daisy
 
@@ -132,22 +132,6 @@ def recording_server(monkeypatch):
     return RecordingServer
 
 
-def child_pids():
-    """Pids of the processes whose parent is this test process."""
-    me = str(os.getpid())
-    children = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == me:
-            children.append((int(entry.name), fields[0]))
-    return children
-
-
 def known_pids(pid_dir):
     return sorted(int(p.name) for p in Path(pid_dir).iterdir())
 
@@ -165,7 +149,7 @@ def assert_no_worker_survives(pids, allow_zombies=False):
             continue
         alive[pid] = state
     assert not alive, f"worker processes survived the run: {alive}"
-    children = child_pids()
+    children = children_of(os.getpid())
     assert not children, f"child processes of the test survived the run: {children}"
 
 
