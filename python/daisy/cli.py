@@ -23,12 +23,13 @@ import io
 import json
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from daisy.run_history import find_runs_files, stat_array, store_of, utilisation
 from daisy.run_report import RUNS_FILE, TaskReport, read_runs
 
 #: per-task summary columns of ``daisy report --format json|csv``
@@ -52,60 +53,16 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def find_runs_files(path: Path) -> list[Path]:
-    """The ``runs.jsonl`` files at ``path``: the file itself, the one in a
-    store, or those of every store (or log directory) one level below."""
-    if path.is_file():
-        return [path]
-    if (path / RUNS_FILE).is_file():
-        return [path / RUNS_FILE]
-    if path.is_dir():
-        return sorted(p for p in path.glob(f"*/{RUNS_FILE}") if p.is_file())
-    return []
-
-
-def _stat_array(store: Path, name: str) -> np.ndarray | None:
-    """A store's stats array as a flat numpy array (the single chunk is the
-    raw little-endian array), or None when the store has none."""
-    meta_path = store / name / "zarr.json"
-    if not meta_path.is_file():
-        return None
-    meta = json.loads(meta_path.read_text())
-    dtype = np.dtype(meta["data_type"]).newbyteorder("<")
-    chunk = store / name / "c"
-    for _ in meta["shape"]:
-        chunk = chunk / "0"
-    if not chunk.is_file():
-        return None
-    return np.fromfile(chunk, dtype=dtype)
-
-
 def wall_percentiles(store: Path) -> tuple[float | None, float | None]:
     """p50 and p95 of the recorded per-block wall times of a store (the
     stamps of the runs that executed each block)."""
-    wall = _stat_array(store, "wall_seconds")
+    wall = stat_array(store, "wall_seconds")
     if wall is None:
         return None, None
     wall = wall[np.isfinite(wall)]
     if wall.size == 0:
         return None, None
     return float(np.percentile(wall, 50)), float(np.percentile(wall, 95))
-
-
-def utilisation(report: TaskReport) -> float | None:
-    """Block compute seconds over the worker-seconds that were available:
-    how much of the workers' lives went into blocks. None without workers."""
-    w = report.workers
-    if not w.count:
-        return None
-    available = 0.0
-    for r in w.by_id.values():
-        available += (r.startup or 0.0) + r.idle.total + r.compute.total
-        available += (r.final_wait or 0.0) + (r.teardown or 0.0)
-    if available <= 0:
-        return None
-    busy = report.blocks.wall.total if report.blocks.has_stats else w.compute.total
-    return busy / available
 
 
 def summary_row(report: TaskReport, run: int, store: Path | None) -> dict[str, Any]:
@@ -152,14 +109,13 @@ def report_command(args: argparse.Namespace) -> int:
     rows, sections = [], []
     for f in files:
         index, report = _select(read_runs(f), args.run, f)
-        store = f.parent if (f.parent / "zarr.json").is_file() else None
-        rows.append(summary_row(report, index, store))
+        rows.append(summary_row(report, index, store_of(f)))
         sections.append(report.render(max_workers=args.max_workers))
     if args.html:
         from daisy.html_report import write_html_report
 
-        out = write_html_report([Path(args.path)], Path(args.html), run=args.run)
-        print(f"daisy: wrote {out}")
+        written = write_html_report([Path(args.path)], Path(args.html), run=args.run)
+        print(f"daisy: wrote {written}")
         return 0
     if args.format == "json":
         print(json.dumps(rows, indent=2))
@@ -178,7 +134,7 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 #: what ``daisy compare`` checks, and how to read each figure off a report
-COMPARED = {
+COMPARED: dict[str, Callable[[TaskReport], float | None]] = {
     "elapsed_s": lambda r: r.elapsed,
     "wall_total_s": lambda r: r.blocks.wall.total if r.blocks.wall else None,
     "cpu_total_s": lambda r: r.blocks.cpu.total if r.blocks.cpu else None,

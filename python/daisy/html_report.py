@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from daisy.cli import _stat_array, find_runs_files, utilisation
+from daisy.run_history import find_runs_files, stat_array, store_of, utilisation
 from daisy.run_report import TaskReport, format_seconds, read_runs
 
 #: most blocks drawn in a timeline; larger runs show an even sample
@@ -85,7 +85,7 @@ def _store_arrays(store: Path | None) -> dict[str, np.ndarray]:
         "peak_rss_bytes",
         "failures",
     ):
-        a = _stat_array(store, name)
+        a = stat_array(store, name)
         if a is not None:
             out[name] = a
     meta = store / "done" / "zarr.json"
@@ -297,8 +297,7 @@ def write_html_report(paths: Sequence[Path] | Path, out: Path, run: int | None =
         if not runs:
             continue
         report = runs[-1] if run is None else runs[run]
-        store = f.parent if (f.parent / "zarr.json").is_file() else None
-        parts += _task_section(bk, report, store)
+        parts += _task_section(bk, report, store_of(f))
     layout = bk.layouts.column(*parts, sizing_mode="stretch_width")
     page = bk.embed.file_html(layout, resources=bk.resources.INLINE, title="daisy run report")
     out = Path(out)
