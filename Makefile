@@ -8,7 +8,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 WHEEL_DIR := dist
 
-.PHONY: venv install system-deps demo test pytest stubtest lint lint-rust lint-python format rust-test bench clean
+.PHONY: venv install system-deps demo test pytest stubtest lint lint-rust lint-python lint-mypy \
+	format rust-test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +50,7 @@ stubtest:
 rust-test:
 	cargo test --workspace --quiet
 
-lint: lint-rust lint-python
+lint: lint-rust lint-python lint-mypy
 
 lint-rust:
 	cargo fmt --all -- --check
@@ -58,6 +59,18 @@ lint-rust:
 lint-python: venv
 	$(BIN)/ruff check python tests benchmarks examples
 	$(BIN)/ruff format --check python tests benchmarks examples
+
+# mypy --strict on the package (settings in pyproject.toml). mypy and the
+# libraries daisy imports come with the package's dependencies and its test
+# extra, installed here from pyproject.toml when mypy is missing (lint runs
+# before the wheel is built).
+lint-mypy: venv
+	@$(BIN)/python -c "import mypy" 2>/dev/null || { \
+	  $(BIN)/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	    print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))' \
+	    > $(VENV)/lint-requirements.txt && \
+	  $(BIN)/pip install --quiet -r $(VENV)/lint-requirements.txt; }
+	$(BIN)/python -m mypy python/daisy
 
 format: venv
 	cargo fmt --all

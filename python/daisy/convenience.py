@@ -10,6 +10,7 @@ from typing import Any
 from daisy import _v1_names
 from daisy.execution_summary import print_execution_summary
 from daisy.pipeline import Pipeline
+from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.serial_server import SerialServer
 from daisy.server import Server
@@ -59,25 +60,29 @@ def run_blockwise(
     """
     if not isinstance(multiprocessing, bool):
         raise TypeError(f"multiprocessing: expected True or False, got {multiprocessing!r}")
+    report: RunReport | None
+    notes: dict[str, list[str]]
     if multiprocessing:
-        server: Server | SerialServer = Server(host=host, port=port)
+        server = Server(host=host, port=port)
         states = server.run_blockwise(
             tasks, progress=progress, resources=resources, metrics_port=metrics_port
         )
         notes = server.failure_notes()
+        report = server.last_report
     else:
         if metrics_port is not None:
             raise ValueError(
                 "metrics_port: live metrics come from the server of a distributed run; use "
                 "multiprocessing=True"
             )
-        server = SerialServer()
-        states = server.run_blockwise(tasks, scheduler=Scheduler(tasks))
+        serial = SerialServer()
+        states = serial.run_blockwise(tasks, scheduler=Scheduler(tasks))
         notes = {}
+        report = serial.last_report
     if summary:
         print_execution_summary(states, notes)
-        if server.last_report is not None:
-            panel = server.last_report.render(task_order=list(states))
+        if report is not None:
+            panel = report.render(task_order=list(states))
             if panel:
                 print(panel)
     if report_html is not None:

@@ -47,7 +47,11 @@ class SerialServer(ServerObservee):
                 )
         try:
             scheduler._native.run_serial(
-                {t.task_id: t.process_function for t in scheduler.tasks},
+                {
+                    t.task_id: t.process_function
+                    for t in scheduler.tasks
+                    if t.process_function is not None
+                },
                 {t.task_id: t._post_check for t in scheduler.tasks if t._post_check},
             )
         except BaseException as e:

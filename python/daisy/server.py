@@ -46,7 +46,8 @@ MAX_LISTED_FAILURES = 10
 def worker_payload(function: object, post_check: object = None) -> bytes:
     """What a worker process reads from stdin (see `daisy._worker`): this
     process's ``sys.path``, then the cloudpickled ``(function, post_check)``."""
-    return pickle.dumps(list(sys.path)) + cloudpickle.dumps((function, post_check))
+    pickled: bytes = cloudpickle.dumps((function, post_check))
+    return pickle.dumps(list(sys.path)) + pickled
 
 
 @contextlib.contextmanager

@@ -258,7 +258,7 @@ class Task:
         self.timeout = timeout
 
         if upstream_tasks is None:
-            upstream = []
+            upstream: list[Task] = []
         elif isinstance(upstream_tasks, Task):
             upstream = [upstream_tasks]
         elif isinstance(upstream_tasks, str | bytes) or not isinstance(upstream_tasks, Iterable):
@@ -390,9 +390,9 @@ class Task:
         if isinstance(block, bool):
             raise TypeError("block: expected a daisy.Block, a grid coordinate tuple or an int")
         if isinstance(block, numbers.Integral):
-            for record in store.records():
-                if record["spatial_id"] == int(block):
-                    return BlockRecord.from_native(self.task_id, record)
+            for row in store.records():
+                if row["spatial_id"] == int(block):
+                    return BlockRecord.from_native(self.task_id, row)
             return None
         if isinstance(block, tuple):
             if len(block) != self.total_roi.dims:

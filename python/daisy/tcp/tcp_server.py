@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import socket
+from typing import Any
 
 import tornado.iostream
 import tornado.netutil
@@ -62,7 +63,9 @@ class TCPServer(tornado.tcpserver.TCPServer, IOLooper):
         """Start accepting on ``sockets`` (on the loop, as tornado wants)."""
         self.add_sockets(sockets)
 
-    async def handle_stream(self, stream: tornado.iostream.IOStream, address: tuple) -> None:
+    async def handle_stream(
+        self, stream: tornado.iostream.IOStream, address: tuple[Any, ...]
+    ) -> None:
         """Called by tornado for each new connection: reads its messages
         into the queue until the client disconnects (gracefully, or not:
         then :meth:`get_message` raises for it)."""
