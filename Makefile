@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 WHEEL_DIR := dist
 
 .PHONY: venv install system-deps demo test pytest stubtest lint lint-rust lint-python lint-mypy \
-	format rust-test bench clean
+	msrv format rust-test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,7 +50,12 @@ stubtest:
 rust-test:
 	cargo test --workspace --quiet
 
-lint: lint-rust lint-python lint-mypy
+lint: msrv lint-rust lint-python lint-mypy
+
+# The declared rust-version covers the language features the code uses and
+# is no newer than the installed rustc (no second toolchain needed).
+msrv:
+	$(PYTHON) .ci/check_msrv.py
 
 lint-rust:
 	cargo fmt --all -- --check
