@@ -8,8 +8,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 WHEEL_DIR := dist
 
-.PHONY: venv install system-deps demo test pytest stubtest lint lint-rust lint-python lint-mypy \
-	msrv format rust-test bench clean
+.PHONY: venv install system-deps demo test pytest stubtest bench-check lint lint-rust lint-python \
+	lint-mypy msrv format rust-test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ install: venv
 demo: install
 	$(BIN)/python examples/demo.py
 
-test: install system-deps pytest stubtest
+test: install system-deps pytest stubtest bench-check
 
 # Tests use Debian packages: a headless browser for the HTML report
 # (chromium, chromium-driver) and a single-node SLURM cluster for the
@@ -46,6 +46,12 @@ pytest:
 # The stub of the native module must match the real module.
 stubtest:
 	cd /tmp && $(CURDIR)/$(BIN)/python -m mypy.stubtest daisy._daisy
+
+# Every benchmark body once, untimed, with its own result checks: a
+# benchmark that no longer runs fails the tests instead of rotting until
+# someone times it.
+bench-check:
+	$(BIN)/python -m pytest benchmarks --benchmark-disable -q
 
 rust-test:
 	cargo test --workspace --quiet

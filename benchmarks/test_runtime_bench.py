@@ -57,7 +57,8 @@ def test_noop_throughput(benchmark, mode, workers):
     ok = benchmark.pedantic(once, rounds=3, iterations=1)
     assert ok is True
     benchmark.extra_info["blocks"] = N_BLOCKS
-    benchmark.extra_info["blocks_per_second"] = N_BLOCKS / benchmark.stats.stats.median
+    if benchmark.stats is not None:  # None with --benchmark-disable: nothing was timed
+        benchmark.extra_info["blocks_per_second"] = N_BLOCKS / benchmark.stats.stats.median
 
 
 def test_round_trip_per_block(benchmark):
