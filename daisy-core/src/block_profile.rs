@@ -207,6 +207,18 @@ impl BlockProfiler {
         self.start.is_some()
     }
 
+    /// Stop, and attach the figures to a block's `stats` unless it already
+    /// carries a measurement: the first measurement attached wins, since a
+    /// `profile_block` inside the block function measures the block more
+    /// narrowly than the worker (or serial runner) around it. Every runner
+    /// settles a block's figures through here.
+    pub fn stop_into(&mut self, stats: &mut Option<BlockStats>) {
+        let outer = self.stop();
+        if stats.is_none() {
+            *stats = outer;
+        }
+    }
+
     /// The block's figures since `start` (None if not started).
     pub fn stop(&mut self) -> Option<BlockStats> {
         let s = self.start.take()?;

@@ -21,30 +21,16 @@
 //! closing the connection ends the process (see `hang_up`).
 
 use crate::block::Block;
+use crate::error::DaisyError;
 use crate::hang_up::HangUpWatch;
 use crate::protocol::{self, ClientMessage, ServerMessage};
 use futures_util::{SinkExt, StreamExt};
 use std::time::Duration;
-use thiserror::Error;
 use tokio::net::TcpStream;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 /// How long connecting to the server may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// What can go wrong talking to the server.
-#[derive(Debug, Error)]
-pub enum ClientError {
-    /// The connection failed or closed.
-    #[error("connection to the daisy server failed: {0}")]
-    Io(#[from] std::io::Error),
-    /// The server sent something unexpected or undecodable.
-    #[error("daisy server protocol error: {0}")]
-    Protocol(String),
-    /// The server refused a request.
-    #[error("the daisy server refused: {0}")]
-    Refused(String),
-}
 
 /// A connection to a daisy server for one task.
 pub struct Client {
@@ -67,10 +53,11 @@ impl Client {
         token: &str,
         task_id: &str,
         worker_id: Option<u32>,
-    ) -> Result<Self, ClientError> {
+    ) -> Result<Self, DaisyError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .build()?;
+            .build()
+            .map_err(DaisyError::connection)?;
         // on the server's machine, its Unix-domain socket; else TCP
         use std::os::fd::AsRawFd;
         let local =
@@ -85,17 +72,19 @@ impl Client {
                 (Box::new(unix), fd)
             }
             None => {
-                let tcp = rt.block_on(async {
-                    tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port)))
-                        .await
-                        .map_err(|_| {
-                            std::io::Error::new(
-                                std::io::ErrorKind::TimedOut,
-                                format!("no daisy server answered at {host}:{port}"),
-                            )
-                        })?
-                })?;
-                tcp.set_nodelay(true)?;
+                let tcp = rt
+                    .block_on(async {
+                        tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((host, port)))
+                            .await
+                            .map_err(|_| {
+                                std::io::Error::new(
+                                    std::io::ErrorKind::TimedOut,
+                                    format!("no daisy server answered at {host}:{port}"),
+                                )
+                            })?
+                    })
+                    .map_err(DaisyError::connection)?;
+                tcp.set_nodelay(true).map_err(DaisyError::connection)?;
                 let fd = tcp.as_raw_fd();
                 (Box::new(tcp), fd)
             }
@@ -116,41 +105,41 @@ impl Client {
                 client.measure = measure;
                 Ok(client)
             }
-            ServerMessage::Error { message } => Err(ClientError::Refused(message)),
-            other => Err(ClientError::Protocol(format!(
+            ServerMessage::Error { message } => Err(DaisyError::Refused(message)),
+            other => Err(DaisyError::Protocol(format!(
                 "expected a welcome, got {other:?}"
             ))),
         }
     }
 
     /// Send one message (flushed at once).
-    fn send(&mut self, msg: &ClientMessage) -> Result<(), ClientError> {
-        let bytes = protocol::encode(msg).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    fn send(&mut self, msg: &ClientMessage) -> Result<(), DaisyError> {
+        let bytes = protocol::encode(msg).map_err(|e| DaisyError::Protocol(e.to_string()))?;
         let conn = &mut self.conn;
-        self.rt.block_on(SinkExt::<tokio_util::bytes::Bytes>::send(
-            conn,
-            bytes.into(),
-        ))?;
-        Ok(())
+        self.rt
+            .block_on(SinkExt::<tokio_util::bytes::Bytes>::send(
+                conn,
+                bytes.into(),
+            ))
+            .map_err(DaisyError::connection)
     }
 
     /// Read one reply.
-    fn receive(&mut self) -> Result<ServerMessage, ClientError> {
+    fn receive(&mut self) -> Result<ServerMessage, DaisyError> {
         let conn = &mut self.conn;
         match self.rt.block_on(conn.next()) {
             Some(Ok(frame)) => {
-                protocol::decode(&frame).map_err(|e| ClientError::Protocol(e.to_string()))
+                protocol::decode(&frame).map_err(|e| DaisyError::Protocol(e.to_string()))
             }
-            Some(Err(e)) => Err(ClientError::Io(e)),
-            None => Err(ClientError::Io(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the daisy server closed the connection",
-            ))),
+            Some(Err(e)) => Err(DaisyError::connection(e)),
+            None => Err(DaisyError::Connection(
+                "the daisy server closed the connection".into(),
+            )),
         }
     }
 
     /// Read the acknowledgements of pipelined releases.
-    fn drain_acks(&mut self) -> Result<(), ClientError> {
+    fn drain_acks(&mut self) -> Result<(), DaisyError> {
         while self.pending_acks > 0 {
             self.pending_acks -= 1;
             match self.receive()? {
@@ -159,7 +148,7 @@ impl Client {
                     tracing::warn!("the server refused a release: {message}");
                 }
                 other => {
-                    return Err(ClientError::Protocol(format!(
+                    return Err(DaisyError::Protocol(format!(
                         "expected a release acknowledgement, got {other:?}"
                     )));
                 }
@@ -169,7 +158,7 @@ impl Client {
     }
 
     /// Send a request and read its reply (after any pending acks).
-    fn request(&mut self, msg: &ClientMessage) -> Result<ServerMessage, ClientError> {
+    fn request(&mut self, msg: &ClientMessage) -> Result<ServerMessage, DaisyError> {
         self.send(msg)?;
         self.drain_acks()?;
         self.receive()
@@ -190,7 +179,7 @@ impl Client {
     }
 
     /// The next block, or `None` when the task has no more for this worker.
-    pub fn acquire_block(&mut self) -> Result<Option<Block>, ClientError> {
+    pub fn acquire_block(&mut self) -> Result<Option<Block>, DaisyError> {
         self.acquire_block_with(|| ())
     }
 
@@ -201,7 +190,7 @@ impl Client {
     pub fn acquire_block_with(
         &mut self,
         while_waiting: impl FnOnce(),
-    ) -> Result<Option<Block>, ClientError> {
+    ) -> Result<Option<Block>, DaisyError> {
         self.send(&ClientMessage::AcquireBlock)?;
         while_waiting();
         self.drain_acks()?;
@@ -213,8 +202,8 @@ impl Client {
                 Ok(Some(block))
             }
             ServerMessage::NoMoreBlocks => Ok(None),
-            ServerMessage::Error { message } => Err(ClientError::Refused(message)),
-            other => Err(ClientError::Protocol(format!("unexpected reply {other:?}"))),
+            ServerMessage::Error { message } => Err(DaisyError::Refused(message)),
+            other => Err(DaisyError::Protocol(format!("unexpected reply {other:?}"))),
         }
     }
 
@@ -225,7 +214,7 @@ impl Client {
         block: Block,
         error: Option<String>,
         while_waiting: impl FnOnce(),
-    ) -> Result<Option<Block>, ClientError> {
+    ) -> Result<Option<Block>, DaisyError> {
         let report = match error {
             None => ClientMessage::ReleaseBlock { block },
             Some(error) => ClientMessage::BlockFailed {
@@ -233,19 +222,21 @@ impl Client {
                 error: protocol::cap_error_text(error),
             },
         };
-        let bytes = protocol::encode(&report).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let bytes = protocol::encode(&report).map_err(|e| DaisyError::Protocol(e.to_string()))?;
         let conn = &mut self.conn;
-        self.rt.block_on(SinkExt::<tokio_util::bytes::Bytes>::feed(
-            conn,
-            bytes.into(),
-        ))?;
+        self.rt
+            .block_on(SinkExt::<tokio_util::bytes::Bytes>::feed(
+                conn,
+                bytes.into(),
+            ))
+            .map_err(DaisyError::connection)?;
         self.reported_block();
         self.acquire_block_with(while_waiting)
     }
 
     /// Report a block done (or failed, if its status says so). Sent at
     /// once; acknowledged with the next request.
-    pub fn release_block(&mut self, block: Block) -> Result<(), ClientError> {
+    pub fn release_block(&mut self, block: Block) -> Result<(), DaisyError> {
         self.send(&ClientMessage::ReleaseBlock { block })?;
         self.reported_block();
         Ok(())
@@ -253,7 +244,7 @@ impl Client {
 
     /// Report a block failed with an error text. Sent at once;
     /// acknowledged with the next request.
-    pub fn block_failed(&mut self, block: Block, error: String) -> Result<(), ClientError> {
+    pub fn block_failed(&mut self, block: Block, error: String) -> Result<(), DaisyError> {
         self.send(&ClientMessage::BlockFailed {
             block,
             error: protocol::cap_error_text(error),

@@ -51,9 +51,31 @@ pub enum DaisyError {
         /// What differs.
         reason: String,
     },
-    /// Reading or writing a file failed (Python: `OSError`).
+    /// Reading or writing a file, or listening, failed (Python: `OSError`).
     #[error("{0}")]
     Io(String),
+    /// A worker's connection to the server failed or closed (Python:
+    /// `ConnectionError`).
+    #[error("connection to the daisy server failed: {0}")]
+    Connection(String),
+    /// A peer sent something unexpected or undecodable (Python:
+    /// `RuntimeError`).
+    #[error("daisy protocol error: {0}")]
+    Protocol(String),
+    /// The server refused a worker's request (Python: `RuntimeError`).
+    #[error("the daisy server refused: {0}")]
+    Refused(String),
+    /// The run could not go on: a rule of the run was broken (a block came
+    /// back unmeasured to a task that expects measurements). Python:
+    /// `RuntimeError`.
+    #[error("{0}")]
+    RunBroken(String),
+    /// The embedding program stopped the run from one of its hooks (Ctrl-C,
+    /// an exception in a block function). The hook keeps its own error,
+    /// which is what the user sees; this variant only tells the runner to
+    /// stop. Python: `RuntimeError`, if it ever surfaced on its own.
+    #[error("the run was stopped by its caller")]
+    Stopped,
 }
 
 impl DaisyError {
@@ -65,15 +87,8 @@ impl DaisyError {
         }
     }
 
-    /// The same error with its parameter renamed (used when a generic check,
-    /// such as ROI construction, runs on behalf of a named parameter).
-    pub fn for_param(self, name: &str) -> Self {
-        match self {
-            Self::InvalidArgument { message, .. } => Self::InvalidArgument {
-                param: name.to_string(),
-                message,
-            },
-            other => other,
-        }
+    /// A failed connection to the server.
+    pub fn connection(e: impl std::fmt::Display) -> Self {
+        Self::Connection(e.to_string())
     }
 }

@@ -8,9 +8,18 @@
 //! blocks included), not a second counter: the aggregates only add timing
 //! samples to it. A resumed run that skipped everything reports its skips
 //! and no samples.
+//!
+//! Both runners (the server and the serial loop) account a run through the
+//! one [`RunLedger`] here: a completed block, a failed attempt, an abandoned
+//! task, and at the end the [`RunOutcome`] with every task's report, its
+//! [`Outcome`] decided by one rule and appended to `runs.jsonl` by one
+//! function. A runner only says what happened.
 
+use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
 use crate::block_profile::BlockStats;
+use crate::error::DaisyError;
 use crate::run_stats::{StatSummary, Trend, Welford};
+use crate::scheduler::Scheduler;
 use crate::task_state::TaskState;
 use crate::worker_timeline::WorkerSummary;
 use serde::{Deserialize, Serialize};
@@ -114,9 +123,8 @@ pub struct TaskReport {
     pub finished_at: f64,
     /// Whether the task has a tracking store.
     pub tracked: bool,
-    /// How the run ended: "completed", "failed", "interrupted" or
-    /// "abandoned".
-    pub outcome: String,
+    /// How the run ended for this task.
+    pub outcome: Outcome,
     /// Per-block figures.
     pub blocks: BlockSummary,
     /// Per-worker figures.
@@ -134,6 +142,235 @@ impl TaskReport {
             .open(dir.join(RUNS_FILE))?;
         // one write call per line, so concurrent appends never interleave
         f.write_all(format!("{line}\n").as_bytes())
+    }
+}
+
+/// How a run ended for one task (`outcome` in the report).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Every block completed (skipped ones included).
+    #[default]
+    Completed,
+    /// The run went to its end, but some blocks failed or were orphaned.
+    Failed,
+    /// The run was stopped before its end (Ctrl-C, an exception, a broken
+    /// rule).
+    Interrupted,
+    /// The task was given up (its workers kept dying, or an upstream task
+    /// was abandoned).
+    Abandoned,
+}
+
+impl Outcome {
+    /// The one rule, for every runner: an interrupted run is interrupted
+    /// whatever its counts; then an abandoned task; then completed only if
+    /// every block completed.
+    pub fn of(state: &TaskState, interrupted: bool, abandoned: bool) -> Self {
+        if interrupted {
+            Self::Interrupted
+        } else if abandoned {
+            Self::Abandoned
+        } else if state.all_completed() {
+            Self::Completed
+        } else {
+            Self::Failed
+        }
+    }
+}
+
+/// A failed attempt, for the summary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FailureNote {
+    /// Task of the block.
+    pub task: TaskIndex,
+    /// Spatial id of the block.
+    pub spatial_id: u64,
+    /// Worker that reported it (None: unmanaged client, or a serial run).
+    pub worker_id: Option<u32>,
+    /// What happened.
+    pub reason: String,
+}
+
+/// What a finished run reports, whichever runner ran it.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    /// Final task states in pipeline order.
+    pub states: Vec<TaskState>,
+    /// Every failed attempt.
+    pub failures: Vec<FailureNote>,
+    /// Abandoned tasks with the reason.
+    pub abandoned: Vec<(TaskIndex, String)>,
+    /// Clients that connected without a server-assigned worker id.
+    pub unmanaged_clients: u32,
+    /// Worker processes started per task.
+    pub workers_started: Vec<u32>,
+    /// The run report of every task, in pipeline order (also appended to
+    /// the `runs.jsonl` of every task with a tracking store).
+    pub reports: Vec<TaskReport>,
+    /// Why the run stopped before its end, if it did: [`DaisyError::Stopped`]
+    /// when a hook of the embedding program stopped it (Ctrl-C, an
+    /// exception), [`DaisyError::RunBroken`] when a rule was broken.
+    pub stopped: Option<DaisyError>,
+}
+
+impl RunOutcome {
+    /// The whole run's report as one JSON object, `{task_id: report}`, in
+    /// pipeline order: what Python parses into `daisy.RunReport`.
+    pub fn report_json(&self) -> Result<String, DaisyError> {
+        let map: serde_json::Map<String, serde_json::Value> = self
+            .reports
+            .iter()
+            .map(|r| serde_json::to_value(r).map(|v| (r.task_id.clone(), v)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| DaisyError::Io(format!("could not write the run report: {e}")))?;
+        serde_json::to_string(&map)
+            .map_err(|e| DaisyError::Io(format!("could not write the run report: {e}")))
+    }
+
+    /// Append every tracked task's report to its store's `runs.jsonl`. A
+    /// failure is logged, not raised: the run itself is over and its blocks
+    /// are recorded; losing one history line must not hide that.
+    pub fn append_to_stores(&self, scheduler: &Scheduler) {
+        for (t, report) in self.reports.iter().enumerate() {
+            if let Some(tracking) = scheduler.tracking(t as TaskIndex)
+                && let Err(e) = report.append_to(tracking.path())
+            {
+                tracing::warn!(
+                    "could not append to {}/{RUNS_FILE}: {e}",
+                    tracking.path().display()
+                );
+            }
+        }
+    }
+}
+
+/// What a run accounts as it goes: per-task aggregates, every failed
+/// attempt and every abandoned task. The server and the serial runner both
+/// keep one, so a block completes, fails and is reported the same way in
+/// both.
+#[derive(Clone, Debug)]
+pub struct RunLedger {
+    started_at: f64,
+    aggregates: Vec<BlockAggregates>,
+    failures: Vec<FailureNote>,
+    abandoned: Vec<(TaskIndex, String)>,
+}
+
+impl RunLedger {
+    /// A ledger for a pipeline of `tasks` tasks, starting now.
+    pub fn new(tasks: usize) -> Self {
+        Self {
+            started_at: wall_clock(),
+            aggregates: vec![BlockAggregates::default(); tasks],
+            failures: Vec::new(),
+            abandoned: Vec::new(),
+        }
+    }
+
+    /// A block came back done: its figures join the aggregates and the
+    /// tracking store, and the scheduler marks it completed. `round_trip`
+    /// is the server's dispatch-to-return time (None in a serial run);
+    /// `sent_at` the wall-clock dispatch time.
+    pub fn complete(
+        &mut self,
+        scheduler: &mut Scheduler,
+        block: &Block,
+        round_trip: Option<f64>,
+        worker: Option<u32>,
+        sent_at: f64,
+    ) -> Result<(), DaisyError> {
+        let task = block.key.task;
+        self.aggregates[task as usize].record_success(round_trip, block.stats.as_ref());
+        if let (Some(stats), Some(tracking)) = (block.stats.as_ref(), scheduler.tracking_mut(task))
+        {
+            tracking.record_stats(block, stats, worker, sent_at, wall_clock());
+        }
+        scheduler
+            .release_block(block.key, BlockStatus::Success)
+            .map(|_| ())
+    }
+
+    /// A failed attempt: counted in the scheduler (which retries or fails
+    /// the block) and noted for the summary. Nothing is counted for a task
+    /// already abandoned.
+    pub fn fail(
+        &mut self,
+        scheduler: &mut Scheduler,
+        key: BlockKey,
+        worker: Option<u32>,
+        reason: String,
+    ) {
+        if scheduler.is_abandoned(key.task) {
+            return;
+        }
+        let spatial_id = scheduler.graph().block(key).spatial_id;
+        if let Err(e) = scheduler.release_block(key, BlockStatus::Failed) {
+            tracing::warn!("could not record a failure: {e}");
+            return;
+        }
+        self.failures.push(FailureNote {
+            task: key.task,
+            spatial_id,
+            worker_id: worker,
+            reason,
+        });
+    }
+
+    /// Give up `task` (and orphan what depends on it), with the reason;
+    /// every task abandoned through it is noted too.
+    pub fn abandon(&mut self, scheduler: &mut Scheduler, task: TaskIndex, reason: String) {
+        let before: Vec<bool> = (0..scheduler.pipeline().len() as TaskIndex)
+            .map(|t| scheduler.is_abandoned(t))
+            .collect();
+        scheduler.abandon_task(task);
+        self.abandoned.push((task, reason));
+        let up = scheduler.pipeline().spec(task).task_id.clone();
+        for (t, was) in before.iter().enumerate() {
+            if !was && t as TaskIndex != task && scheduler.is_abandoned(t as TaskIndex) {
+                self.abandoned.push((
+                    t as TaskIndex,
+                    format!("upstream task {up:?} was abandoned"),
+                ));
+            }
+        }
+    }
+
+    /// The run's outcome now: every task's report (its workers folded by
+    /// `workers`), with the one outcome rule.
+    pub fn outcome(
+        &self,
+        scheduler: &Scheduler,
+        interrupted: bool,
+        workers: impl Fn(TaskIndex) -> WorkerSummary,
+        unmanaged_clients: u32,
+        workers_started: Vec<u32>,
+    ) -> RunOutcome {
+        let n = scheduler.pipeline().len() as TaskIndex;
+        let finished_at = wall_clock().max(self.started_at);
+        let reports = (0..n)
+            .map(|t| {
+                let state = scheduler.task_state(t);
+                TaskReport {
+                    task_id: scheduler.pipeline().spec(t).task_id.clone(),
+                    started_at: self.started_at,
+                    finished_at,
+                    tracked: scheduler.tracking(t).is_some(),
+                    outcome: Outcome::of(state, interrupted, scheduler.is_abandoned(t)),
+                    blocks: self.aggregates[t as usize].summary(state),
+                    workers: workers(t),
+                }
+            })
+            .collect();
+        RunOutcome {
+            reports,
+            states: (0..n).map(|t| scheduler.task_state(t).clone()).collect(),
+            failures: self.failures.clone(),
+            abandoned: self.abandoned.clone(),
+            unmanaged_clients,
+            workers_started,
+            stopped: None,
+        }
     }
 }
 
@@ -174,7 +411,7 @@ mod tests {
             started_at: 1.0,
             finished_at: 2.0,
             tracked: true,
-            outcome: "completed".into(),
+            outcome: Outcome::Completed,
             blocks: agg.summary(&state),
             workers: WorkerSummary::default(),
         };

@@ -1,48 +1,108 @@
 //! Serial runs: every block in the calling thread, in dependency order.
-//! [`run_serial`] owns the loop; the caller supplies the skip check and the
-//! block function (in daisy, calls into Python).
+//! [`run_serial`] owns the loop and the run's accounting; the caller
+//! supplies the skip check, the block function and the post-check through
+//! [`SerialHooks`] (in daisy, calls into Python).
 //!
 //! Tasks are visited in pipeline order and each is drained of ready blocks
 //! before the next is visited; the sweep repeats until no task has a ready
-//! block. The first error returned by the block function or the check
-//! stops the run and is returned unchanged, so a Python exception reaches
-//! the user with its own type and traceback.
+//! block. A block of a task with resource tracking is measured around the
+//! block function by the same [`BlockProfiler`] the workers use, and its
+//! figures settle by the same first-measurement-wins rule. The run is
+//! accounted by the same [`RunLedger`] as the server's, so its outcome, its
+//! report and its `runs.jsonl` line follow the same rules.
+//!
+//! The first error returned by a hook stops the run: the block it was on
+//! counts as a failed attempt, and the outcome comes back with `stopped`
+//! set (the hook keeps its own error, so a Python exception reaches the
+//! user with its own type and traceback).
 
 use crate::block::{Block, BlockStatus, TaskIndex};
+use crate::block_profile::BlockProfiler;
 use crate::error::DaisyError;
-use crate::run_report::wall_clock;
+use crate::run_report::{RunLedger, RunOutcome, wall_clock};
 use crate::scheduler::Scheduler;
+use crate::worker_timeline::WorkerSummary;
 
-/// Run every block of `scheduler` through `process`, which returns the
-/// block's final status. Returns when no block is ready anywhere (every
-/// block completed, failed or orphaned).
-pub fn run_serial<E: From<DaisyError>>(
+/// Calls from the serial runner into the embedding program. An error stops
+/// the run.
+pub trait SerialHooks {
+    /// Whether a ready block is already done and can be skipped (the
+    /// task's check function).
+    fn is_done(&mut self, block: &Block) -> Result<bool, DaisyError>;
+    /// Run the block's function; returns the status the function left. A
+    /// measurement taken inside (`profile_block`) is attached to
+    /// `block.stats`.
+    fn process(&mut self, block: &mut Block) -> Result<BlockStatus, DaisyError>;
+    /// After a block function that succeeded: whether the block's output
+    /// checks out (the task's check function); false fails the block.
+    fn post_check(&mut self, block: &Block) -> Result<bool, DaisyError>;
+}
+
+/// Run every block of `scheduler` through `hooks` until no block is ready
+/// anywhere (every block completed, failed or orphaned), or a hook stops
+/// the run. `measure[t]` says whether task `t` has resource tracking. The
+/// outcome's reports are appended to the tracking stores' `runs.jsonl`.
+pub fn run_serial(
     scheduler: &mut Scheduler,
-    mut is_done: impl FnMut(&Block) -> Result<bool, E>,
-    mut process: impl FnMut(&mut Block) -> Result<BlockStatus, E>,
-) -> Result<(), E> {
+    measure: &[bool],
+    hooks: &mut impl SerialHooks,
+) -> RunOutcome {
+    let n = scheduler.pipeline().len();
+    let mut ledger = RunLedger::new(n);
+    let stopped = sweep(scheduler, measure, hooks, &mut ledger).err();
+    if let Err(e) = scheduler.flush_tracking() {
+        tracing::warn!("could not flush a tracking store: {e}");
+    }
+    let mut outcome = ledger.outcome(
+        scheduler,
+        stopped.is_some(),
+        |_| WorkerSummary::default(),
+        0,
+        vec![0; n],
+    );
+    outcome.stopped = stopped;
+    outcome.append_to_stores(scheduler);
+    outcome
+}
+
+fn sweep(
+    scheduler: &mut Scheduler,
+    measure: &[bool],
+    hooks: &mut impl SerialHooks,
+    ledger: &mut RunLedger,
+) -> Result<(), DaisyError> {
     let n = scheduler.pipeline().len() as TaskIndex;
+    let mut profiler = BlockProfiler::new();
     loop {
         let mut progressed = false;
         for task in 0..n {
-            while let Some(mut block) = scheduler.acquire_block(task, &mut is_done)? {
+            while let Some(mut block) = scheduler.acquire_block(task, |b| hooks.is_done(b))? {
                 progressed = true;
                 let sent_at = wall_clock();
-                let status = match process(&mut block) {
-                    Ok(status) => status,
+                let measured = measure.get(task as usize).copied().unwrap_or(false);
+                if measured {
+                    profiler.start();
+                }
+                let status = hooks.process(&mut block);
+                if measured {
+                    profiler.stop_into(&mut block.stats);
+                }
+                let checked = match status {
+                    Ok(BlockStatus::Failed) => Ok(Some("the block function set status FAILED")),
+                    Ok(_) => hooks
+                        .post_check(&block)
+                        .map(|ok| (!ok).then_some("check_function returned False after the block")),
+                    Err(e) => Err(e),
+                };
+                match checked {
+                    Ok(None) => ledger.complete(scheduler, &block, None, None, sent_at)?,
+                    Ok(Some(reason)) => ledger.fail(scheduler, block.key, None, reason.into()),
                     Err(e) => {
                         // the block is not lost: count it as a failed attempt
-                        let _ = scheduler.release_block(block.key, BlockStatus::Failed);
+                        ledger.fail(scheduler, block.key, None, e.to_string());
                         return Err(e);
                     }
-                };
-                if status == BlockStatus::Success
-                    && let Some(stats) = block.stats
-                    && let Some(tracking) = scheduler.tracking_mut(task)
-                {
-                    tracking.record_stats(&block, &stats, None, sent_at, wall_clock());
                 }
-                scheduler.release_block(block.key, status)?;
             }
         }
         if !progressed {
@@ -56,6 +116,7 @@ mod tests {
     use super::*;
     use crate::geometry::Roi;
     use crate::pipeline::Pipeline;
+    use crate::run_report::Outcome;
     use crate::task_spec::{Fit, TaskSpec};
 
     fn sched() -> Scheduler {
@@ -66,65 +127,150 @@ mod tests {
         Scheduler::new(Pipeline::new(vec![spec]).unwrap())
     }
 
+    /// Hooks built from closures, for the tests.
+    struct Fns<P, C> {
+        process: P,
+        post: C,
+    }
+
+    impl<P, C> SerialHooks for Fns<P, C>
+    where
+        P: FnMut(&mut Block) -> Result<BlockStatus, DaisyError>,
+        C: FnMut(&Block) -> Result<bool, DaisyError>,
+    {
+        fn is_done(&mut self, _: &Block) -> Result<bool, DaisyError> {
+            Ok(false)
+        }
+        fn process(&mut self, block: &mut Block) -> Result<BlockStatus, DaisyError> {
+            (self.process)(block)
+        }
+        fn post_check(&mut self, block: &Block) -> Result<bool, DaisyError> {
+            (self.post)(block)
+        }
+    }
+
+    fn hooks(
+        process: impl FnMut(&mut Block) -> Result<BlockStatus, DaisyError>,
+    ) -> impl SerialHooks {
+        Fns {
+            process,
+            post: |_: &Block| Ok(true),
+        }
+    }
+
     #[test]
     fn runs_all_blocks() {
         let mut s = sched();
         let mut ran = 0;
-        run_serial::<DaisyError>(
+        let out = run_serial(
             &mut s,
-            |_| Ok(false),
-            |_| {
+            &[false],
+            &mut hooks(|_| {
                 ran += 1;
                 Ok(BlockStatus::Success)
-            },
-        )
-        .unwrap();
+            }),
+        );
         assert_eq!(ran, s.graph().num_blocks(0));
         assert!(s.task_state(0).all_completed());
+        assert_eq!(out.stopped, None);
+        assert_eq!(out.reports[0].outcome, Outcome::Completed);
+        assert_eq!(out.reports[0].blocks.count, ran);
+        assert!(!out.reports[0].blocks.has_stats);
     }
 
     #[test]
-    fn first_error_stops_the_run() {
+    fn first_error_stops_the_run_with_an_interrupted_outcome() {
         let mut s = sched();
         let mut ran = 0;
-        let e = run_serial::<DaisyError>(
+        let out = run_serial(
             &mut s,
-            |_| Ok(false),
-            |_| {
+            &[false],
+            &mut hooks(|_| {
                 ran += 1;
                 if ran == 3 {
-                    Err(DaisyError::invalid("x", "boom"))
+                    Err(DaisyError::Stopped)
                 } else {
                     Ok(BlockStatus::Success)
                 }
-            },
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("boom"));
+            }),
+        );
+        assert_eq!(out.stopped, Some(DaisyError::Stopped));
         assert_eq!(ran, 3);
+        assert_eq!(out.reports[0].outcome, Outcome::Interrupted);
+        assert_eq!(out.states[0].completed_count, 2);
+        assert_eq!(out.states[0].failed_attempts, 1, "the block it was on");
     }
 
     #[test]
     fn failed_status_is_retried_then_failed() {
         let mut s = sched();
         let mut calls = 0;
-        run_serial::<DaisyError>(
+        let out = run_serial(
             &mut s,
-            |_| Ok(false),
-            |b| {
+            &[false],
+            &mut hooks(|b| {
                 calls += 1;
                 Ok(if b.spatial_id == 0 {
                     BlockStatus::Failed
                 } else {
                     BlockStatus::Success
                 })
-            },
-        )
-        .unwrap();
+            }),
+        );
         let st = s.task_state(0);
         assert_eq!(st.failed_count, 1);
         assert_eq!(st.failed_attempts, 2);
         assert!(st.is_done());
         assert!(!st.all_completed());
+        assert_eq!(out.reports[0].outcome, Outcome::Failed);
+        assert_eq!(out.failures.len(), 2);
+        assert!(out.failures[0].reason.contains("FAILED"));
+    }
+
+    #[test]
+    fn a_failed_post_check_fails_the_block() {
+        let mut s = sched();
+        let out = run_serial(
+            &mut s,
+            &[false],
+            &mut Fns {
+                process: |_: &mut Block| Ok(BlockStatus::Success),
+                post: |b: &Block| Ok(b.spatial_id != 0),
+            },
+        );
+        assert_eq!(s.task_state(0).failed_count, 1);
+        assert!(out.failures[0].reason.contains("check_function"));
+    }
+
+    #[test]
+    fn measured_tasks_get_figures_and_an_inner_measurement_wins() {
+        let mut s = sched();
+        let inner = crate::block_profile::BlockStats {
+            wall_seconds: 123.0,
+            cpu_seconds: 0.0,
+            peak_rss_bytes: 1,
+            io_read_bytes: 0,
+            io_write_bytes: 0,
+            gpu_util_pct: f32::NAN,
+            gpu_mem_bytes: 0,
+        };
+        let out = run_serial(
+            &mut s,
+            &[true],
+            &mut hooks(|b| {
+                if b.spatial_id == 0 {
+                    b.stats = Some(inner);
+                }
+                Ok(BlockStatus::Success)
+            }),
+        );
+        let blocks = &out.reports[0].blocks;
+        assert!(blocks.has_stats);
+        assert_eq!(blocks.wall.n, s.graph().num_blocks(0));
+        assert!(blocks.wall.max >= 123.0, "the inner measurement was kept");
+        assert!(
+            blocks.wall.min < 1.0,
+            "the others were measured around the call"
+        );
     }
 }

@@ -4,7 +4,7 @@
 
 use daisy_core::client::Client;
 use daisy_core::server::{RunHooks, RunSnapshot, ServerConfig, TaskRuntime, run_server};
-use daisy_core::{Block, BlockStatus, Fit, Pipeline, Roi, Scheduler, TaskSpec};
+use daisy_core::{Block, BlockStatus, DaisyError, Fit, Pipeline, Roi, Scheduler, TaskSpec};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -16,15 +16,14 @@ struct Hooks {
 }
 
 impl RunHooks for Hooks {
-    type Error = String;
     fn is_done(&mut self, _block: &Block) -> Result<bool, String> {
         Ok(false)
     }
-    fn tick(&mut self, _snapshot: &RunSnapshot) -> Result<(), String> {
+    fn tick(&mut self, _snapshot: &RunSnapshot) -> Result<(), DaisyError> {
         Ok(())
     }
-    fn on_listening(&mut self, addr: SocketAddr) -> Result<(), String> {
-        self.addr.send(addr).map_err(|e| e.to_string())
+    fn on_listening(&mut self, addr: SocketAddr) -> Result<(), DaisyError> {
+        self.addr.send(addr).map_err(|_| DaisyError::Stopped)
     }
 }
 
@@ -160,4 +159,5 @@ fn external_clients_process_every_block_once() {
         outcome.states[0].completed_count
     );
     assert!(!outcome.failures.is_empty());
+    assert_eq!(outcome.stopped, None);
 }

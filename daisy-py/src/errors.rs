@@ -5,8 +5,9 @@
 //! is passed through unchanged.
 
 use daisy_core::DaisyError;
-use pyo3::PyErr;
-use pyo3::exceptions::{PyKeyError, PyOSError, PyValueError};
+use daisy_core::run_report::RunOutcome;
+use pyo3::exceptions::{PyConnectionError, PyKeyError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
 
 pyo3::create_exception!(
     daisy,
@@ -26,6 +27,11 @@ pub fn to_pyerr(e: DaisyError) -> PyErr {
         | DaisyError::UnknownBlock(_) => PyValueError::new_err(e.to_string()),
         DaisyError::LayoutMismatch { .. } => LayoutMismatch::new_err(e.to_string()),
         DaisyError::Io(_) => PyOSError::new_err(e.to_string()),
+        DaisyError::Connection(_) => PyConnectionError::new_err(e.to_string()),
+        DaisyError::Protocol(_)
+        | DaisyError::Refused(_)
+        | DaisyError::RunBroken(_)
+        | DaisyError::Stopped => PyRuntimeError::new_err(e.to_string()),
     }
 }
 
@@ -38,5 +44,53 @@ pub trait IntoPyResult<T> {
 impl<T> IntoPyResult<T> for Result<T, DaisyError> {
     fn py(self) -> pyo3::PyResult<T> {
         self.map_err(to_pyerr)
+    }
+}
+
+/// Where a hook of a run keeps the Python exception that stopped it (Ctrl-C
+/// in a tick, an exception in a block function), so the run's caller
+/// raises that very exception, with its type and traceback, instead of the
+/// core's [`DaisyError::Stopped`]. Shared between the hooks (moved into the
+/// core, on another thread's stack) and the binding that raises.
+#[derive(Clone, Default)]
+pub struct StopCause(std::sync::Arc<std::sync::Mutex<Option<PyErr>>>);
+
+impl StopCause {
+    /// Keep `e` (the first one wins) and tell the core to stop.
+    pub fn stop(&self, e: PyErr) -> DaisyError {
+        if let Ok(mut kept) = self.0.lock() {
+            kept.get_or_insert(e);
+        }
+        DaisyError::Stopped
+    }
+
+    /// The Python exception for a run's `stopped` error: the hook's own
+    /// exception when the hook stopped it, else the core error mapped.
+    pub fn into_pyerr(self, stopped: DaisyError) -> PyErr {
+        let kept = self.0.lock().ok().and_then(|mut k| k.take());
+        match (stopped, kept) {
+            (DaisyError::Stopped, Some(e)) => e,
+            (other, _) => to_pyerr(other),
+        }
+    }
+}
+
+/// The exception a run that stopped early raises: the hook's own exception
+/// (or the core error mapped), carrying the run's partial report as JSON in
+/// `daisy_run_report_json` (the Python layer makes it a `RunReport`).
+pub fn stopped_run(
+    py: Python<'_>,
+    cause: StopCause,
+    stopped: DaisyError,
+    outcome: &RunOutcome,
+) -> PyErr {
+    let e = cause.into_pyerr(stopped);
+    let attached = outcome
+        .report_json()
+        .map_err(to_pyerr)
+        .and_then(|json| e.value(py).setattr("daisy_run_report_json", json));
+    match attached {
+        Ok(()) => e,
+        Err(failed) => failed,
     }
 }

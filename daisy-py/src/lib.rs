@@ -49,6 +49,8 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_profile::PyBlockStats>()?;
     m.add_class::<py_profile::ProfileBlock>()?;
     m.add_class::<py_tracking::PyTrackingStore>()?;
+    m.add_class::<py_server::PyTaskConfig>()?;
+    m.add_class::<py_server::PyRunConfig>()?;
     m.add_function(wrap_pyfunction!(py_server::run_distributed, m)?)?;
     m.add_function(wrap_pyfunction!(cantor_number, m)?)?;
     m.add_function(wrap_pyfunction!(reset_tracking, m)?)?;

@@ -2,10 +2,11 @@
 //! call releases the GIL while it waits on the network, so other Python
 //! threads of a worker keep running while it waits for a block.
 
+use crate::errors::{IntoPyResult, to_pyerr};
 use crate::py_block::PyBlock;
+use daisy_core::DaisyError;
 use daisy_core::block_profile::BlockProfiler;
-use daisy_core::client::{Client, ClientError};
-use pyo3::exceptions::{PyConnectionError, PyRuntimeError};
+use daisy_core::client::Client;
 use pyo3::prelude::*;
 
 /// Start a block's measurement (while its request is in flight).
@@ -27,11 +28,11 @@ fn finish_start(profiler: &mut Option<BlockProfiler>, got_block: bool) {
     }
 }
 
-fn to_pyerr(e: ClientError) -> PyErr {
-    match e {
-        ClientError::Io(e) => PyConnectionError::new_err(e.to_string()),
-        other => PyRuntimeError::new_err(other.to_string()),
-    }
+/// The error of a call on a client that was disconnected.
+fn disconnected() -> PyErr {
+    to_pyerr(DaisyError::Connection(
+        "this daisy client was disconnected".into(),
+    ))
 }
 
 /// A connection to the daisy server of a run, for one task.
@@ -45,20 +46,16 @@ pub struct PyClient {
 }
 
 impl PyClient {
-    /// The core block, with this client's measurement attached unless the
-    /// block already carries one (the first measurement wins).
+    /// The core block, with this client's measurement settled on it.
     fn measured(&mut self, mut block: PyRefMut<'_, PyBlock>) -> PyResult<daisy_core::Block> {
-        let stats = self.profiler.as_mut().and_then(BlockProfiler::stop);
-        if block.stats.is_none() {
-            block.stats = stats;
+        if let Some(profiler) = self.profiler.as_mut() {
+            profiler.stop_into(&mut block.stats);
         }
         block.to_core()
     }
 
     fn client(&mut self) -> PyResult<&mut Client> {
-        self.inner
-            .as_mut()
-            .ok_or_else(|| PyConnectionError::new_err("this daisy client was disconnected"))
+        self.inner.as_mut().ok_or_else(disconnected)
     }
 }
 
@@ -79,7 +76,7 @@ impl PyClient {
     ) -> PyResult<Self> {
         let inner = py
             .detach(|| Client::connect(&host, port, &token, &task_id, worker_id))
-            .map_err(to_pyerr)?;
+            .py()?;
         // measure when the task asks for it (resource tracking), unless
         // this client was told not to (a stand-in for a hand-written one)
         let profiler = (measure && inner.wants_measurements()).then(BlockProfiler::new);
@@ -94,13 +91,11 @@ impl PyClient {
     fn acquire_block(&mut self, py: Python<'_>) -> PyResult<Option<PyBlock>> {
         let task_id = self.task_id.clone();
         let (inner, profiler) = (&mut self.inner, &mut self.profiler);
-        let client = inner
-            .as_mut()
-            .ok_or_else(|| PyConnectionError::new_err("this daisy client was disconnected"))?;
+        let client = inner.as_mut().ok_or_else(disconnected)?;
         // the start snapshot is taken while the server answers
         let block = py
             .detach(|| client.acquire_block_with(|| start(profiler)))
-            .map_err(to_pyerr)?;
+            .py()?;
         finish_start(&mut self.profiler, block.is_some());
         Ok(block.map(|b| PyBlock::from_core(&b, &task_id)))
     }
@@ -117,12 +112,10 @@ impl PyClient {
         let core = self.measured(block)?;
         let task_id = self.task_id.clone();
         let (inner, profiler) = (&mut self.inner, &mut self.profiler);
-        let client = inner
-            .as_mut()
-            .ok_or_else(|| PyConnectionError::new_err("this daisy client was disconnected"))?;
+        let client = inner.as_mut().ok_or_else(disconnected)?;
         let next = py
             .detach(|| client.release_and_acquire(core, error, || start(profiler)))
-            .map_err(to_pyerr)?;
+            .py()?;
         finish_start(&mut self.profiler, next.is_some());
         Ok(next.map(|b| PyBlock::from_core(&b, &task_id)))
     }
@@ -131,7 +124,7 @@ impl PyClient {
     fn release_block(&mut self, py: Python<'_>, block: PyRefMut<'_, PyBlock>) -> PyResult<()> {
         let core = self.measured(block)?;
         let client = self.client()?;
-        py.detach(|| client.release_block(core)).map_err(to_pyerr)
+        py.detach(|| client.release_block(core)).py()
     }
 
     /// Report a block failed, with the error text (a traceback).
@@ -143,8 +136,7 @@ impl PyClient {
     ) -> PyResult<()> {
         let core = self.measured(block)?;
         let client = self.client()?;
-        py.detach(|| client.block_failed(core, error))
-            .map_err(to_pyerr)
+        py.detach(|| client.block_failed(core, error)).py()
     }
 
     /// Close the connection.

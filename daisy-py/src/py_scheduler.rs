@@ -3,19 +3,19 @@
 //!
 //! Conversion only: blocks become `daisy.Block` objects on the way out and
 //! are identified again on the way in; the user's check functions are
-//! called from the core's skip hook; the serial loop is the core's
-//! `run_serial` with the user's process function plugged in. Nothing here
-//! decides which block runs.
+//! called from the core's skip hook; the serial run is the core's
+//! `run_serial` with the user's functions plugged in as its hooks, and its
+//! outcome is the core's. Nothing here decides which block runs or counts
+//! anything.
 
-use crate::errors::{IntoPyResult, to_pyerr};
+use crate::errors::{IntoPyResult, StopCause, stopped_run};
 use crate::py_block::PyBlock;
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
-use daisy_core::block_profile::BlockProfiler;
 use daisy_core::block_tracking::TaskTracking;
 use daisy_core::dependency_graph::DependencyGraph;
-use daisy_core::run_report::{BlockAggregates, TaskReport, wall_clock};
-use daisy_core::worker_timeline::WorkerSummary;
+use daisy_core::run_report::RunOutcome;
+use daisy_core::serial::SerialHooks;
 use daisy_core::{Block, BlockKey, BlockStatus, DaisyError, Pipeline, Scheduler, TaskIndex};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -25,36 +25,45 @@ fn pipeline_from(specs: &[PyRef<'_, PyTaskSpec>]) -> PyResult<Pipeline> {
     Pipeline::new(specs.iter().map(|s| s.spec.clone()).collect()).py()
 }
 
-/// A core scheduler for `specs`, with the tracking stores (task id to
-/// directory) opened and the skip masks (task id to one byte per block)
-/// set. A store of another layout raises `daisy.LayoutMismatch`.
+/// What one task keeps and skips: its tracking store, its skip mask, and
+/// whether its blocks are measured (resource tracking).
+#[derive(Clone, Debug, Default)]
+pub struct TaskStoreOptions {
+    /// The task's tracking store directory (None: untracked).
+    pub tracking_path: Option<std::path::PathBuf>,
+    /// One byte per block, C order; non-zero skips the block.
+    pub skip_mask: Option<Vec<u8>>,
+    /// Blocks are measured and their figures recorded in the store.
+    pub resource_tracking: bool,
+}
+
+/// The value of `tid` in an optional dict, None for a missing key or None.
+fn entry<'py>(d: Option<&Bound<'py, PyDict>>, tid: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    Ok(d.map(|d| d.get_item(tid))
+        .transpose()?
+        .flatten()
+        .filter(|v| !v.is_none()))
+}
+
+/// A core scheduler for `specs`, with each task's tracking store opened
+/// and skip mask set from `stores` (one per spec, in the same order). A
+/// store of another layout raises `daisy.LayoutMismatch`.
 pub fn build_scheduler(
     specs: &[PyRef<'_, PyTaskSpec>],
-    tracking: Option<&Bound<'_, PyDict>>,
-    skip_masks: Option<&Bound<'_, PyDict>>,
-    measured: &[String],
+    stores: &[TaskStoreOptions],
 ) -> PyResult<Scheduler> {
     let mut scheduler = Scheduler::new(pipeline_from(specs)?);
-    for t in 0..scheduler.pipeline().len() as TaskIndex {
-        let spec = scheduler.pipeline().spec(t).clone();
-        if let Some(path) = tracking
-            .map(|d| d.get_item(&spec.task_id))
-            .transpose()?
-            .flatten()
-            && !path.is_none()
-        {
-            let path: std::path::PathBuf = path.extract()?;
-            let with_stats = measured.contains(&spec.task_id);
-            scheduler.set_tracking(t, TaskTracking::open(&path, &spec, with_stats).py()?);
+    for (spec, store) in specs.iter().zip(stores) {
+        let spec = &spec.spec;
+        let t = scheduler.pipeline().index_of(&spec.task_id).py()?;
+        if let Some(path) = &store.tracking_path {
+            scheduler.set_tracking(
+                t,
+                TaskTracking::open(path, spec, store.resource_tracking).py()?,
+            );
         }
-        if let Some(mask) = skip_masks
-            .map(|d| d.get_item(&spec.task_id))
-            .transpose()?
-            .flatten()
-            && !mask.is_none()
-        {
-            let bytes: Vec<u8> = mask.extract()?;
-            scheduler.set_skip_mask(t, bytes).py()?;
+        if let Some(mask) = &store.skip_mask {
+            scheduler.set_skip_mask(t, mask.clone()).py()?;
         }
     }
     Ok(scheduler)
@@ -103,44 +112,55 @@ fn callables_by_task(
         .collect()
 }
 
-/// A Python error that can also carry a core error (for `run_serial`).
-struct RunError(PyErr);
+/// The user's functions as the core serial runner's hooks.
+struct PySerialHooks<'a, 'py> {
+    py: Python<'py>,
+    task_ids: &'a [String],
+    checks: &'a [Option<Py<PyAny>>],
+    funcs: Vec<Option<Py<PyAny>>>,
+    posts: Vec<Option<Py<PyAny>>>,
+    started: &'a mut [bool],
+    stop: StopCause,
+}
 
-impl From<DaisyError> for RunError {
-    fn from(e: DaisyError) -> Self {
-        RunError(to_pyerr(e))
+impl PySerialHooks<'_, '_> {
+    fn py_block(&self, block: &Block) -> PyResult<Py<PyBlock>> {
+        Py::new(
+            self.py,
+            PyBlock::from_core(block, &self.task_ids[block.key.task as usize]),
+        )
     }
 }
 
-impl From<PyErr> for RunError {
-    fn from(e: PyErr) -> Self {
-        RunError(e)
+impl SerialHooks for PySerialHooks<'_, '_> {
+    fn is_done(&mut self, block: &Block) -> Result<bool, DaisyError> {
+        PyScheduler::call_check(self.py, self.checks, self.task_ids, block)
+            .map_err(|e| self.stop.stop(e))
     }
-}
 
-impl PyScheduler {
-    fn reports(&self) -> Vec<TaskReport> {
-        (0..self.inner.pipeline().len() as TaskIndex)
-            .map(|t| {
-                let state = self.inner.task_state(t);
-                TaskReport {
-                    task_id: self.task_ids[t as usize].clone(),
-                    started_at: self.started_at,
-                    finished_at: self.finished_at.max(self.started_at),
-                    tracked: self.inner.tracking(t).is_some(),
-                    outcome: if self.interrupted {
-                        "interrupted"
-                    } else if state.all_completed() {
-                        "completed"
-                    } else {
-                        "failed"
-                    }
-                    .into(),
-                    blocks: self.aggregates[t as usize].summary(state),
-                    workers: WorkerSummary::default(),
-                }
-            })
-            .collect()
+    fn process(&mut self, block: &mut Block) -> Result<BlockStatus, DaisyError> {
+        let t = block.key.task as usize;
+        self.started[t] = true;
+        let called = (|| {
+            let b = self.py_block(block)?;
+            if let Some(f) = &self.funcs[t] {
+                f.call1(self.py, (b.clone_ref(self.py),))?;
+            }
+            let b = b.borrow(self.py);
+            Ok::<_, PyErr>((b.status, b.stats))
+        })();
+        let (status, stats) = called.map_err(|e| self.stop.stop(e))?;
+        block.stats = stats;
+        Ok(status)
+    }
+
+    fn post_check(&mut self, block: &Block) -> Result<bool, DaisyError> {
+        let Some(post) = &self.posts[block.key.task as usize] else {
+            return Ok(true);
+        };
+        self.py_block(block)
+            .and_then(|b| post.call1(self.py, (b,))?.bind(self.py).is_truthy())
+            .map_err(|e| self.stop.stop(e))
     }
 }
 
@@ -151,12 +171,10 @@ pub struct PyScheduler {
     task_ids: Vec<String>,
     checks: Vec<Option<Py<PyAny>>>,
     started: Vec<bool>,
-    measured: Vec<bool>,
-    aggregates: Vec<BlockAggregates>,
-    started_at: f64,
-    finished_at: f64,
-    /// The last run stopped on an exception (Ctrl-C, or a block's error).
-    interrupted: bool,
+    /// Per task: resource tracking is on.
+    resource_tracking: Vec<bool>,
+    /// The outcome of the last serial run.
+    last_outcome: Option<RunOutcome>,
 }
 
 impl PyScheduler {
@@ -194,7 +212,16 @@ impl PyScheduler {
         skip_masks: Option<&Bound<'_, PyDict>>,
         measured: Vec<String>,
     ) -> PyResult<Self> {
-        let inner = build_scheduler(&specs, tracking, skip_masks, &measured)?;
+        let mut stores = Vec::with_capacity(specs.len());
+        for spec in &specs {
+            let tid = &spec.spec.task_id;
+            stores.push(TaskStoreOptions {
+                tracking_path: entry(tracking, tid)?.map(|p| p.extract()).transpose()?,
+                skip_mask: entry(skip_masks, tid)?.map(|m| m.extract()).transpose()?,
+                resource_tracking: measured.contains(tid),
+            });
+        }
+        let inner = build_scheduler(&specs, &stores)?;
         let checks = callables_by_task(inner.pipeline(), check_functions)?;
         let task_ids = inner
             .pipeline()
@@ -203,18 +230,15 @@ impl PyScheduler {
             .map(|s| s.task_id.clone())
             .collect();
         let n = inner.pipeline().len();
-        let measured = inner
+        let resource_tracking = inner
             .pipeline()
             .specs()
             .iter()
             .map(|s| measured.contains(&s.task_id))
             .collect();
         Ok(Self {
-            measured,
-            aggregates: vec![BlockAggregates::default(); n],
-            started_at: wall_clock(),
-            finished_at: 0.0,
-            interrupted: false,
+            resource_tracking,
+            last_outcome: None,
             inner,
             task_ids,
             checks,
@@ -241,19 +265,13 @@ impl PyScheduler {
         Ok(block.map(|b| PyBlock::from_core(&b, task_id)))
     }
 
-    /// The last run's report as JSON: `{task_id: task report}`.
+    /// The last serial run's report as JSON: `{task_id: task report}`
+    /// (an empty object before any run).
     fn report_json(&self) -> PyResult<String> {
-        let map: serde_json::Map<String, serde_json::Value> = self
-            .reports()
-            .into_iter()
-            .map(|r| {
-                serde_json::to_value(&r)
-                    .map(|v| (r.task_id.clone(), v))
-                    .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
-            })
-            .collect::<PyResult<_>>()?;
-        serde_json::to_string(&map)
-            .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+        match &self.last_outcome {
+            Some(outcome) => outcome.report_json().py(),
+            None => Ok("{}".into()),
+        }
     }
 
     /// Write the tracking stores' pages to disk.
@@ -312,66 +330,27 @@ impl PyScheduler {
                 )));
             }
         }
-        self.started_at = wall_clock();
-        let (checks, task_ids, started) = (&self.checks, &self.task_ids, &mut self.started);
-        let (measured, aggregates) = (&self.measured, &mut self.aggregates);
-        let mut profiler = BlockProfiler::new();
-        let result = daisy_core::serial::run_serial::<RunError>(
-            &mut self.inner,
-            |b| Ok(Self::call_check(py, checks, task_ids, b)?),
-            |b| {
-                let t = b.key.task as usize;
-                started[t] = true;
-                let block = Py::new(py, PyBlock::from_core(b, &task_ids[t]))?;
-                if measured[t] {
-                    profiler.start();
-                }
-                let called = funcs[t]
-                    .as_ref()
-                    .map(|f| f.call1(py, (block.clone_ref(py),)))
-                    .transpose();
-                let outer = if measured[t] { profiler.stop() } else { None };
-                called?;
-                let mut pb = block.borrow_mut(py);
-                // the first measurement attached wins (profile_block inside)
-                if pb.stats.is_none() {
-                    pb.stats = outer;
-                }
-                let stats = pb.stats;
-                let status = pb.status;
-                drop(pb);
-                b.stats = stats;
-                if status == BlockStatus::Failed {
-                    return Ok(BlockStatus::Failed);
-                }
-                if let Some(post) = &posts[t]
-                    && !post.call1(py, (block,))?.bind(py).is_truthy()?
-                {
-                    return Ok(BlockStatus::Failed);
-                }
-                aggregates[t].record_success(None, stats.as_ref());
-                Ok(BlockStatus::Success)
-            },
-        );
+        let mut hooks = PySerialHooks {
+            py,
+            task_ids: &self.task_ids,
+            checks: &self.checks,
+            funcs,
+            posts,
+            started: &mut self.started,
+            stop: StopCause::default(),
+        };
+        let outcome =
+            daisy_core::serial::run_serial(&mut self.inner, &self.resource_tracking, &mut hooks);
+        let stop = hooks.stop;
         for (t, s) in self.started.iter_mut().enumerate() {
             *s |= self.inner.task_state(t as TaskIndex).skipped_count > 0;
         }
-        let flushed = self.inner.flush_tracking().py();
-        self.finished_at = wall_clock();
-        self.interrupted = result.is_err();
-        let reports = self.reports();
-        for (t, report) in reports.iter().enumerate() {
-            if let Some(tracking) = self.inner.tracking(t as TaskIndex)
-                && let Err(e) = report.append_to(tracking.path())
-            {
-                tracing::warn!(
-                    "could not append to {}/runs.jsonl: {e}",
-                    tracking.path().display()
-                );
-            }
+        let stopped = outcome.stopped.clone();
+        let outcome = self.last_outcome.insert(outcome);
+        match stopped {
+            Some(stopped) => Err(stopped_run(py, stop, stopped, outcome)),
+            None => Ok(()),
         }
-        result.map_err(|e| e.0)?;
-        flushed
     }
 }
 

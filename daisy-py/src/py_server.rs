@@ -7,22 +7,136 @@
 //! to let Python handle signals (Ctrl-C raises `KeyboardInterrupt` there,
 //! which stops the run) and update progress.
 
+use crate::errors::{IntoPyResult, StopCause, stopped_run, to_pyerr};
 use crate::py_block::PyBlock;
-use crate::py_scheduler::build_scheduler;
+use crate::py_scheduler::{TaskStoreOptions, build_scheduler};
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
-use daisy_core::Block;
 use daisy_core::server::{
-    LogMode, RunError, RunHooks, RunOutcome, RunSnapshot, ServerConfig, TaskRuntime, WorkerCommand,
-    run_server,
+    LogMode, RunHooks, RunSnapshot, ServerConfig, TaskRuntime, WorkerCommand, run_server,
 };
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use daisy_core::{Block, DaisyError};
 use pyo3::prelude::*;
-use pyo3::types::{PyAny, PyBytes, PyDict, PyList};
+use pyo3::types::{PyAny, PyDict, PyList};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// How one task of a distributed run is served: its workers, limits,
+/// resources, stores and check function (`daisy._daisy.TaskConfig`).
+#[pyclass(name = "TaskConfig", module = "daisy._daisy", frozen)]
+pub struct PyTaskConfig {
+    task_id: String,
+    runtime: TaskRuntime,
+    check_function: Option<Py<PyAny>>,
+    store: TaskStoreOptions,
+}
+
+#[pymethods]
+impl PyTaskConfig {
+    /// `program=None` means no worker processes: only external clients
+    /// (`daisy.Client`) serve the task.
+    #[new]
+    #[pyo3(signature = (task_id, *, max_workers, timeout, max_worker_restarts, requires, program, args, stdin, stop, resource_tracking, spawner, check_function=None, tracking_path=None, skip_mask=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        task_id: String,
+        max_workers: u32,
+        timeout: Option<f64>,
+        max_worker_restarts: u32,
+        requires: BTreeMap<String, u64>,
+        program: Option<PathBuf>,
+        args: Vec<String>,
+        stdin: Vec<u8>,
+        stop: Vec<String>,
+        resource_tracking: bool,
+        spawner: String,
+        check_function: Option<Py<PyAny>>,
+        tracking_path: Option<PathBuf>,
+        skip_mask: Option<Vec<u8>>,
+    ) -> PyResult<Self> {
+        let timeout = match timeout {
+            Some(t) if !(t.is_finite() && t > 0.0) => {
+                return Err(to_pyerr(DaisyError::invalid(
+                    "timeout",
+                    format!("expected a positive number of seconds or None, got {t}"),
+                )));
+            }
+            t => t.map(Duration::from_secs_f64),
+        };
+        Ok(Self {
+            store: TaskStoreOptions {
+                tracking_path,
+                skip_mask,
+                resource_tracking,
+            },
+            runtime: TaskRuntime {
+                max_workers,
+                timeout,
+                max_worker_restarts,
+                requires,
+                worker: program.map(|program| WorkerCommand {
+                    program,
+                    args,
+                    env: Vec::new(),
+                    stdin,
+                    stop,
+                }),
+                resource_tracking,
+                spawner,
+            },
+            task_id,
+            check_function: check_function.filter(|f| !Python::attach(|py| f.is_none(py))),
+        })
+    }
+
+    /// The task this configures.
+    #[getter]
+    fn task_id(&self) -> &str {
+        &self.task_id
+    }
+}
+
+/// The settings of one distributed run (`daisy._daisy.RunConfig`).
+#[pyclass(name = "RunConfig", module = "daisy._daisy", frozen)]
+pub struct PyRunConfig {
+    host: String,
+    port: u16,
+    resources: BTreeMap<String, u64>,
+    log_dir: Option<PathBuf>,
+    log_mode: LogMode,
+    advertise_host: Option<String>,
+    stop_all: Vec<String>,
+}
+
+#[pymethods]
+impl PyRunConfig {
+    /// `log_mode` is `"console"`, `"file"` or `"both"`; `advertise_host`
+    /// the name workers connect to (None: the listen address); `stop_all`
+    /// a command run once when the run ends (cancels remote jobs).
+    #[new]
+    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new()))]
+    fn new(
+        host: String,
+        port: u16,
+        resources: BTreeMap<String, u64>,
+        log_dir: Option<PathBuf>,
+        log_mode: &str,
+        advertise_host: Option<String>,
+        stop_all: Vec<String>,
+    ) -> PyResult<Self> {
+        Ok(Self {
+            host,
+            port,
+            resources,
+            log_dir,
+            log_mode: log_mode.parse().py()?,
+            advertise_host,
+            stop_all,
+        })
+    }
+}
 
 struct PyHooks {
     task_ids: Vec<String>,
@@ -30,6 +144,7 @@ struct PyHooks {
     on_tick: Py<PyAny>,
     on_listening: Py<PyAny>,
     token: String,
+    stop: StopCause,
 }
 
 fn states_list(py: Python<'_>, snap: &RunSnapshot) -> PyResult<Py<PyList>> {
@@ -42,8 +157,6 @@ fn states_list(py: Python<'_>, snap: &RunSnapshot) -> PyResult<Py<PyList>> {
 }
 
 impl RunHooks for PyHooks {
-    type Error = PyErr;
-
     fn is_done(&mut self, block: &Block) -> Result<bool, String> {
         let Some(check) = &self.checks[block.key.task as usize] else {
             return Ok(false);
@@ -58,7 +171,7 @@ impl RunHooks for PyHooks {
         .map_err(|e| e.to_string())
     }
 
-    fn tick(&mut self, snap: &RunSnapshot) -> Result<(), PyErr> {
+    fn tick(&mut self, snap: &RunSnapshot) -> Result<(), DaisyError> {
         Python::attach(|py| {
             py.check_signals()?;
             let states = states_list(py, snap)?;
@@ -79,81 +192,47 @@ impl RunHooks for PyHooks {
                 )
                 .map(|_| ())
         })
+        .map_err(|e| self.stop.stop(e))
     }
 
-    fn on_listening(&mut self, addr: SocketAddr) -> Result<(), PyErr> {
+    fn on_listening(&mut self, addr: SocketAddr) -> Result<(), DaisyError> {
         Python::attach(|py| {
             self.on_listening
                 .call1(py, (addr.ip().to_string(), addr.port(), self.token.clone()))
                 .map(|_| ())
         })
+        .map_err(|e| self.stop.stop(e))
     }
 }
 
-fn get<'py, T: FromPyObject<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
-    d.get_item(key)?
-        .ok_or_else(|| PyValueError::new_err(format!("missing task setting {key:?}")))?
-        .extract()
-}
-
-fn task_runtime(d: &Bound<'_, PyDict>) -> PyResult<TaskRuntime> {
-    let timeout: Option<f64> = get(d, "timeout")?;
-    let program: Option<String> = get(d, "program")?;
-    let worker = match program {
-        None => None,
-        Some(program) => Some(WorkerCommand {
-            program: PathBuf::from(program),
-            args: get(d, "args")?,
-            env: get(d, "env")?,
-            stdin: get::<Bound<'_, PyBytes>>(d, "stdin")?.as_bytes().to_vec(),
-            stop: get(d, "stop")?,
-        }),
-    };
-    Ok(TaskRuntime {
-        resource_tracking: get(d, "resource_tracking")?,
-        spawner: get(d, "spawner")?,
-        max_workers: get(d, "max_workers")?,
-        timeout: timeout.map(Duration::from_secs_f64),
-        max_worker_restarts: get(d, "max_worker_restarts")?,
-        requires: get(d, "requires")?,
-        worker,
-    })
-}
-
-/// Run `specs` with worker processes; returns a dict with `states` (task id
-/// to TaskState), `failures` (task id, spatial id, worker id, reason),
-/// `abandoned` (task id, reason), `unmanaged_clients` and
-/// `workers_started` (task id to count).
+/// Run `specs` with worker processes, one [`PyTaskConfig`] per task (in
+/// any order); returns a dict with `states` (task id to TaskState),
+/// `failures` (task id, spatial id, worker id, reason), `abandoned` (task
+/// id, reason), `unmanaged_clients`, `workers_started` (task id to count)
+/// and `report` (the run report as JSON). A run stopped early raises the
+/// exception that stopped it, carrying `daisy_run_report_json`.
 #[pyfunction]
-#[pyo3(signature = (specs, tasks, host, port, resources, log_dir, log_mode, check_functions, on_tick, on_listening, tracking=None, skip_masks=None, advertise_host=None, stop_all=Vec::new()))]
-#[allow(clippy::too_many_arguments)]
 pub fn run_distributed(
     py: Python<'_>,
     specs: Vec<PyRef<'_, PyTaskSpec>>,
-    tasks: &Bound<'_, PyDict>,
-    host: String,
-    port: u16,
-    resources: BTreeMap<String, u64>,
-    log_dir: Option<PathBuf>,
-    log_mode: &str,
-    check_functions: &Bound<'_, PyDict>,
+    tasks: Vec<PyRef<'_, PyTaskConfig>>,
+    run: PyRef<'_, PyRunConfig>,
     on_tick: Py<PyAny>,
     on_listening: Py<PyAny>,
-    tracking: Option<&Bound<'_, PyDict>>,
-    skip_masks: Option<&Bound<'_, PyDict>>,
-    advertise_host: Option<String>,
-    stop_all: Vec<String>,
 ) -> PyResult<Py<PyDict>> {
-    let mut measured = Vec::new();
-    for (tid, d) in tasks.iter() {
-        if d.cast::<PyDict>()?
-            .get_item("resource_tracking")?
-            .is_some_and(|v| v.is_truthy().unwrap_or(false))
-        {
-            measured.push(tid.extract::<String>()?);
-        }
+    let config_of = |tid: &str| {
+        tasks.iter().find(|t| t.task_id == tid).ok_or_else(|| {
+            to_pyerr(DaisyError::invalid(
+                "tasks",
+                format!("no TaskConfig for task {tid:?}; give one per task of the pipeline"),
+            ))
+        })
+    };
+    let mut stores = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        stores.push(config_of(&spec.spec.task_id)?.store.clone());
     }
-    let scheduler = build_scheduler(&specs, tracking, skip_masks, &measured)?;
+    let scheduler = build_scheduler(&specs, &stores)?;
     let task_ids: Vec<String> = scheduler
         .pipeline()
         .specs()
@@ -163,74 +242,37 @@ pub fn run_distributed(
     let mut runtimes = Vec::with_capacity(task_ids.len());
     let mut checks = Vec::with_capacity(task_ids.len());
     for tid in &task_ids {
-        let d = tasks
-            .get_item(tid)?
-            .ok_or_else(|| PyValueError::new_err(format!("no settings for task {tid:?}")))?;
-        let rt = task_runtime(d.cast::<PyDict>()?)?;
-        for (k, need) in &rt.requires {
-            if let Some(have) = resources.get(k)
-                && need > have
-            {
-                return Err(PyValueError::new_err(format!(
-                    "requires: task {tid:?} needs {need} {k:?} per worker but resources only has \
-                     {have}; it could never run. Raise resources[{k:?}] or lower the task's requires"
-                )));
-            }
-        }
-        runtimes.push(rt);
-        checks.push(
-            check_functions
-                .get_item(tid)?
-                .filter(|f| !f.is_none())
-                .map(|f| f.unbind()),
-        );
+        let t = config_of(tid)?;
+        runtimes.push(t.runtime.clone());
+        checks.push(t.check_function.as_ref().map(|f| f.clone_ref(py)));
     }
     let token = daisy_core::protocol::new_token()
-        .map_err(|e| PyOSError::new_err(format!("could not make a run token: {e}")))?;
-    let log_mode = match log_mode {
-        "console" => LogMode::Console,
-        "file" => LogMode::File,
-        "both" => LogMode::Both,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "log_mode: unknown mode {other:?}; use \"console\", \"file\" or \"both\""
-            )));
-        }
-    };
+        .map_err(|e| to_pyerr(DaisyError::Io(format!("could not make a run token: {e}"))))?;
     let config = ServerConfig {
-        host,
-        port,
+        host: run.host.clone(),
+        port: run.port,
         tasks: runtimes,
-        resources,
-        log_dir,
-        log_mode,
+        resources: run.resources.clone(),
+        log_dir: run.log_dir.clone(),
+        log_mode: run.log_mode,
         token: token.clone(),
-        advertise_host,
-        stop_all,
+        advertise_host: run.advertise_host.clone(),
+        stop_all: run.stop_all.clone(),
     };
+    config.check_resources(&task_ids).py()?;
+    let stop = StopCause::default();
     let hooks = PyHooks {
         task_ids: task_ids.clone(),
         checks,
         on_tick,
         on_listening,
         token,
+        stop: stop.clone(),
     };
-    let outcome = py.detach(|| run_server(scheduler, config, hooks));
-    let outcome = match outcome {
-        Ok(o) => o,
-        Err(RunError::Hook(e, partial)) => {
-            attach_report(py, &e, &partial)?;
-            return Err(e);
-        }
-        Err(RunError::Fatal(message, partial)) => {
-            let e = PyRuntimeError::new_err(message);
-            attach_report(py, &e, &partial)?;
-            return Err(e);
-        }
-        Err(RunError::Io(e)) => {
-            return Err(PyOSError::new_err(format!("daisy server: {e}")));
-        }
-    };
+    let outcome = py.detach(|| run_server(scheduler, config, hooks)).py()?;
+    if let Some(stopped) = outcome.stopped.clone() {
+        return Err(stopped_run(py, stop, stopped, &outcome));
+    }
     let out = PyDict::new(py);
     let states = PyDict::new(py);
     for (tid, s) in task_ids.iter().zip(&outcome.states) {
@@ -262,27 +304,6 @@ pub fn run_distributed(
         started.set_item(tid, n)?;
     }
     out.set_item("workers_started", started)?;
-    out.set_item("report", report_json(&outcome)?)?;
+    out.set_item("report", outcome.report_json().py()?)?;
     Ok(out.unbind())
-}
-
-/// The whole run's report as JSON: `{task_id: task report}`.
-pub fn report_json(outcome: &RunOutcome) -> PyResult<String> {
-    let map: serde_json::Map<String, serde_json::Value> = outcome
-        .reports
-        .iter()
-        .map(|r| {
-            serde_json::to_value(r)
-                .map(|v| (r.task_id.clone(), v))
-                .map_err(|e| PyRuntimeError::new_err(e.to_string()))
-        })
-        .collect::<PyResult<_>>()?;
-    serde_json::to_string(&map).map_err(|e| PyRuntimeError::new_err(e.to_string()))
-}
-
-/// Attach the partial report of an interrupted or failed run to its error
-/// as `daisy_run_report` (JSON; the Python layer makes it a RunReport).
-fn attach_report(py: Python<'_>, e: &PyErr, outcome: &RunOutcome) -> PyResult<()> {
-    e.value(py)
-        .setattr("daisy_run_report_json", report_json(outcome)?)
 }

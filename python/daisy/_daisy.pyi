@@ -16,6 +16,8 @@ __all__ = [
     "DependencyGraph",
     "Client",
     "run_distributed",
+    "TaskConfig",
+    "RunConfig",
     "cantor_number",
     "reset_tracking",
     "BlockStats",
@@ -179,21 +181,49 @@ class Client:
     def block_failed(self, block: Block, error: str) -> None: ...
     def disconnect(self) -> None: ...
 
+@final
+class TaskConfig:
+    def __new__(
+        cls,
+        task_id: str,
+        *,
+        max_workers: int,
+        timeout: float | None,
+        max_worker_restarts: int,
+        requires: Mapping[str, int],
+        program: str | None,
+        args: Sequence[str],
+        stdin: bytes,
+        stop: Sequence[str],
+        resource_tracking: bool,
+        spawner: str,
+        check_function: Callable[[Block], Any] | None = None,
+        tracking_path: str | None = None,
+        skip_mask: bytes | None = None,
+    ) -> TaskConfig: ...
+    @property
+    def task_id(self) -> str: ...
+
+@final
+class RunConfig:
+    def __new__(
+        cls,
+        *,
+        host: str,
+        port: int,
+        resources: Mapping[str, int],
+        log_dir: str | None,
+        log_mode: str,
+        advertise_host: str | None = None,
+        stop_all: Sequence[str] = ...,
+    ) -> RunConfig: ...
+
 def run_distributed(
     specs: Sequence[TaskSpec],
-    tasks: Mapping[str, Mapping[str, Any]],
-    host: str,
-    port: int,
-    resources: Mapping[str, int],
-    log_dir: str | None,
-    log_mode: str,
-    check_functions: Mapping[str, Callable[[Block], Any]],
+    tasks: Sequence[TaskConfig],
+    run: RunConfig,
     on_tick: Callable[[list[TaskState], list[int], list[int], list[tuple[str, float]]], Any],
     on_listening: Callable[[str, int, str], Any],
-    tracking: Mapping[str, str] | None = None,
-    skip_masks: Mapping[str, bytes] | None = None,
-    advertise_host: str | None = None,
-    stop_all: Sequence[str] = ...,
 ) -> dict[str, Any]: ...
 
 @final

@@ -27,8 +27,8 @@ import cloudpickle
 
 from daisy import _v1_names
 from daisy import logging as daisy_logging
-from daisy._daisy import TaskState, run_distributed
-from daisy.block_tracking import log_skips, measured_task_ids, skip_masks, tracking_paths
+from daisy._daisy import RunConfig, TaskConfig, TaskState, run_distributed
+from daisy.block_tracking import log_skips, measured_task_ids
 from daisy.context import Context
 from daisy.pipeline import Pipeline
 from daisy.progress import ProgressObserver, default_observers
@@ -112,7 +112,7 @@ class Server(ServerObservee):
         (see `daisy.metrics`)."""
         pipeline = scheduler._pipeline if scheduler is not None else Pipeline.of(tasks)
         task_map = {t.task_id: t for t in pipeline.tasks}
-        settings: dict[str, dict[str, Any]] = {}
+        configs: list[TaskConfig] = []
         run_tag = secrets.token_hex(4)
         log_dir = daisy_logging.get_log_basedir()
         payload_base = (
@@ -133,19 +133,24 @@ class Server(ServerObservee):
                 payload_file.parent.mkdir(parents=True, exist_ok=True)
                 payload_file.write_bytes(payload)
             cmds = t.spawner.commands(run_tag, payload, payload_file)
-            settings[tid] = {
-                "max_workers": t.max_workers,
-                "timeout": None if t.timeout is None else float(t.timeout),
-                "max_worker_restarts": t.max_worker_restarts,
-                "requires": dict(t.required_resources),
-                "program": cmds.program,
-                "args": cmds.args,
-                "env": [],
-                "stdin": cmds.stdin,
-                "stop": cmds.stop,
-                "resource_tracking": t.resource_tracking,
-                "spawner": t.spawner.name,
-            }
+            configs.append(
+                TaskConfig(
+                    tid,
+                    max_workers=t.max_workers,
+                    timeout=None if t.timeout is None else float(t.timeout),
+                    max_worker_restarts=t.max_worker_restarts,
+                    requires=dict(t.required_resources),
+                    program=cmds.program,
+                    args=cmds.args,
+                    stdin=cmds.stdin,
+                    stop=cmds.stop,
+                    resource_tracking=t.resource_tracking,
+                    spawner=t.spawner.name,
+                    check_function=t._pre_check,
+                    tracking_path=None if t.tracking_path is None else str(t.tracking_path),
+                    skip_mask=t._skip_mask,
+                )
+            )
         resources = dict(resources or {})
         for k, v in resources.items():
             if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -191,22 +196,16 @@ class Server(ServerObservee):
 
         try:
             with _sigterm_stops_the_run():
-                out = run_distributed(
-                    specs,
-                    settings,
-                    listen_host,
-                    self.port,
-                    resources,
-                    None if log_dir is None else str(Path(log_dir).absolute()),
-                    daisy_logging.get_log_mode(),
-                    {tid: t._pre_check for tid, t in task_map.items() if t._pre_check},
-                    on_tick,
-                    on_listening,
-                    tracking_paths(task_map.values()),
-                    skip_masks(task_map.values()),
-                    advertise,
-                    stop_all,
+                run = RunConfig(
+                    host=listen_host,
+                    port=self.port,
+                    resources=resources,
+                    log_dir=None if log_dir is None else str(Path(log_dir).absolute()),
+                    log_mode=daisy_logging.get_log_mode(),
+                    advertise_host=advertise,
+                    stop_all=stop_all,
                 )
+                out = run_distributed(specs, configs, run, on_tick, on_listening)
         except BaseException as e:
             partial = getattr(e, "daisy_run_report_json", None)
             if partial is not None:

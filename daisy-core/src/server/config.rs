@@ -1,0 +1,191 @@
+//! What a run is told before it starts: [`ServerConfig`] for the run,
+//! [`TaskRuntime`] per task, [`WorkerCommand`] for how a worker process is
+//! started. Plain data: nothing here acts or decides.
+
+use crate::error::DaisyError;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How to start one worker process of a task.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerCommand {
+    /// The executable.
+    pub program: PathBuf,
+    /// Its arguments (`{worker_id}` and `{task_id}` are substituted).
+    pub args: Vec<String>,
+    /// Extra environment variables (the server adds `DAISY_CONTEXT`).
+    pub env: Vec<(String, String)>,
+    /// Bytes written to the worker's stdin, then closed (the pickled
+    /// function, for daisy's Python workers).
+    pub stdin: Vec<u8>,
+    /// Run (and not waited for long) when the server kills this worker on
+    /// purpose (timeout, interrupt, shutdown): for a worker that is only a
+    /// local handle on remote work, such as `sbatch --wait`, this cancels
+    /// the remote part (`scancel`). Empty: nothing to run.
+    pub stop: Vec<String>,
+}
+
+impl WorkerCommand {
+    /// Substitute `{worker_id}` and `{task_id}` in a command argument, so a
+    /// spawner can name jobs and log files after the worker.
+    pub fn expand(arg: &str, task_id: &str, worker_id: u32) -> String {
+        arg.replace("{worker_id}", &worker_id.to_string())
+            .replace("{task_id}", task_id)
+    }
+}
+
+/// Per-task runtime settings.
+#[derive(Clone, Debug)]
+pub struct TaskRuntime {
+    /// At most this many workers at once.
+    pub max_workers: u32,
+    /// A block out longer than this is reclaimed and its worker killed.
+    pub timeout: Option<Duration>,
+    /// Unexpected worker deaths tolerated before the task is abandoned.
+    pub max_worker_restarts: u32,
+    /// Resources one worker of this task holds (e.g. `gpu: 1`).
+    pub requires: BTreeMap<String, u64>,
+    /// How to start a worker; `None`: only external clients serve it.
+    pub worker: Option<WorkerCommand>,
+    /// Blocks must come back measured (`resource_tracking=True`).
+    pub resource_tracking: bool,
+    /// Name of the spawner that starts the workers ("local", "slurm", ...),
+    /// written into the report.
+    pub spawner: String,
+}
+
+/// Settings of one run.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Address to listen on (`127.0.0.1` by default in daisy).
+    pub host: String,
+    /// Port; 0 picks a free one.
+    pub port: u16,
+    /// One entry per task, in pipeline order.
+    pub tasks: Vec<TaskRuntime>,
+    /// Total resources workers may hold at once.
+    pub resources: BTreeMap<String, u64>,
+    /// Base directory for worker logs; `None` leaves their output on the
+    /// driver's console.
+    pub log_dir: Option<PathBuf>,
+    /// Where worker output goes when there is a log directory.
+    pub log_mode: LogMode,
+    /// The run's secret token.
+    pub token: String,
+    /// The host name workers are told to connect to; None: the address
+    /// the server listens on (right for loopback and a specific address,
+    /// not for 0.0.0.0).
+    pub advertise_host: Option<String>,
+    /// Run once when the run ends, whatever the path (to cancel any remote
+    /// job of the run still queued); empty: nothing.
+    pub stop_all: Vec<String>,
+}
+
+impl ServerConfig {
+    /// Refuse a run in which a task's workers need more of a resource than
+    /// the whole budget has: such a task could never run. `task_ids` are
+    /// the tasks in pipeline order.
+    pub fn check_resources(&self, task_ids: &[String]) -> Result<(), DaisyError> {
+        for (tid, rt) in task_ids.iter().zip(&self.tasks) {
+            for (k, need) in &rt.requires {
+                if let Some(have) = self.resources.get(k)
+                    && need > have
+                {
+                    return Err(DaisyError::invalid(
+                        "requires",
+                        format!(
+                            "task {tid:?} needs {need} {k:?} per worker but resources only has \
+                             {have}; it could never run. Raise resources[{k:?}] or lower the \
+                             task's requires"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where worker output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LogMode {
+    /// The driver's console only.
+    Console,
+    /// `<log dir>/<task>/worker_<id>.out|.err` only.
+    #[default]
+    File,
+    /// Both: the files, and copied to the driver's stdout/stderr.
+    Both,
+}
+
+impl std::str::FromStr for LogMode {
+    type Err = DaisyError;
+
+    fn from_str(s: &str) -> Result<Self, DaisyError> {
+        match s {
+            "console" => Ok(Self::Console),
+            "file" => Ok(Self::File),
+            "both" => Ok(Self::Both),
+            other => Err(DaisyError::invalid(
+                "log_mode",
+                format!("unknown mode {other:?}; use \"console\", \"file\" or \"both\""),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expand_names_the_worker_and_task() {
+        assert_eq!(
+            WorkerCommand::expand("--job-name=daisy-{task_id}-{worker_id}", "seg", 7),
+            "--job-name=daisy-seg-7"
+        );
+        assert_eq!(WorkerCommand::expand("plain", "seg", 7), "plain");
+    }
+
+    #[test]
+    fn log_modes_parse_and_an_unknown_one_names_the_choices() {
+        assert_eq!("both".parse::<LogMode>(), Ok(LogMode::Both));
+        let e = "loud".parse::<LogMode>().unwrap_err().to_string();
+        assert!(
+            e.starts_with("log_mode:") && e.contains("\"console\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_task_that_needs_more_than_the_budget_is_refused() {
+        let rt = TaskRuntime {
+            max_workers: 1,
+            timeout: None,
+            max_worker_restarts: 0,
+            requires: [("gpu".to_string(), 2)].into(),
+            worker: None,
+            resource_tracking: false,
+            spawner: "local".into(),
+        };
+        let mut config = ServerConfig {
+            host: "127.0.0.1".into(),
+            port: 0,
+            tasks: vec![rt],
+            resources: [("gpu".to_string(), 1)].into(),
+            log_dir: None,
+            log_mode: LogMode::File,
+            token: String::new(),
+            advertise_host: None,
+            stop_all: Vec::new(),
+        };
+        let e = config.check_resources(&["seg".into()]).unwrap_err();
+        assert!(
+            e.to_string().starts_with("requires: task \"seg\" needs 2"),
+            "{e}"
+        );
+        config.resources.insert("gpu".into(), 2);
+        assert_eq!(config.check_resources(&["seg".into()]), Ok(()));
+    }
+}

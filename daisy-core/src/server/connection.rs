@@ -1,0 +1,371 @@
+//! One worker's connection: the listeners that accept it, the hello that
+//! admits it, and the request/reply loop that hands it blocks and takes
+//! them back ([`handle_connection`]).
+//!
+//! A connection must say hello with the run's token within
+//! [`HELLO_TIMEOUT`]; a managed worker must claim an id the server gave a
+//! live worker of the same task. A malformed or oversized frame closes the
+//! connection, never the server. Whatever is still out with a connection
+//! when it closes is lost and retried (see `State::reclaim`).
+
+use super::policy::{self, Returned};
+use super::state::{Outstanding, Shared};
+use super::{RunHooks, TICK};
+use crate::block::{Block, BlockStatus, TaskIndex};
+use crate::protocol::{self, ClientMessage, ServerMessage};
+use crate::run_report::wall_clock;
+use futures_util::{SinkExt, StreamExt};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio_util::codec::Framed;
+
+/// How long a new connection may take to say hello: long enough for a
+/// worker on a loaded node, short enough that a silent peer does not hold a
+/// connection for the whole run.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+type Conn = Framed<Box<dyn protocol::Stream>, tokio_util::codec::LengthDelimitedCodec>;
+
+async fn send(conn: &mut Conn, msg: &ServerMessage) -> bool {
+    write_reply(conn, msg, true).await
+}
+
+/// Queue a reply; write it out now if `flush`, else with the next one.
+async fn write_reply(conn: &mut Conn, msg: &ServerMessage, flush: bool) -> bool {
+    let Ok(bytes) = protocol::encode(msg) else {
+        return false;
+    };
+    let bytes = tokio_util::bytes::Bytes::from(bytes);
+    if flush {
+        conn.send(bytes).await.is_ok()
+    } else {
+        SinkExt::<tokio_util::bytes::Bytes>::feed(conn, bytes)
+            .await
+            .is_ok()
+    }
+}
+
+async fn recv(conn: &mut Conn) -> Option<ClientMessage> {
+    match conn.next().await {
+        Some(Ok(frame)) => protocol::decode(&frame).ok(),
+        _ => None, // closed, oversized or malformed: drop the connection
+    }
+}
+
+/// Where workers connect: the run's TCP port or, from this machine, its
+/// Unix-domain socket.
+pub enum Listener {
+    /// The run's TCP port.
+    Tcp(TcpListener),
+    /// The run's Unix-domain socket.
+    Local(tokio::net::UnixListener),
+}
+
+impl Listener {
+    /// The next connection; TCP ones with Nagle off, since every message is
+    /// small and waited for.
+    async fn accept(&self) -> std::io::Result<Box<dyn protocol::Stream>> {
+        Ok(match self {
+            Listener::Tcp(l) => {
+                let (stream, _) = l.accept().await?;
+                let _ = stream.set_nodelay(true);
+                Box::new(stream)
+            }
+            Listener::Local(l) => Box::new(l.accept().await?.0),
+        })
+    }
+}
+
+/// Hands every connection `listener` accepts to [`handle_connection`] under a
+/// fresh connection id, until the returned task is aborted.
+pub fn spawn_accept_loop<H: RunHooks + 'static>(
+    shared: &Shared<H>,
+    listener: Listener,
+) -> tokio::task::JoinHandle<()> {
+    let shared = shared.clone();
+    tokio::task::spawn_local(async move {
+        loop {
+            match listener.accept().await {
+                Ok(stream) => {
+                    let id = {
+                        let mut st = shared.0.borrow_mut();
+                        st.next_conn += 1;
+                        st.next_conn
+                    };
+                    tokio::task::spawn_local(handle_connection(shared.clone(), stream, id));
+                }
+                Err(e) => {
+                    tracing::warn!("daisy server: accept failed: {e}");
+                    tokio::time::sleep(TICK).await;
+                }
+            }
+        }
+    })
+}
+
+/// Admit a connection's hello: the task it serves, or None to close it
+/// (an error message to send first, if any).
+fn admit<H>(
+    shared: &Shared<H>,
+    token: &str,
+    task_id: &str,
+    worker_id: Option<u32>,
+) -> Result<TaskIndex, Option<String>> {
+    let mut st = shared.0.borrow_mut();
+    if token != st.config.token {
+        tracing::warn!("refused a connection with a wrong token");
+        return Err(None);
+    }
+    let task = st
+        .scheduler
+        .pipeline()
+        .index_of(task_id)
+        .map_err(|e| Some(e.to_string()))?;
+    match worker_id {
+        None => {
+            st.unmanaged_clients += 1;
+            st.unmanaged_per_task[task as usize] += 1;
+        }
+        Some(id) => match st.workers.get(&id) {
+            Some(w) if w.flags.task == task && w.flags.alive => {}
+            _ => {
+                tracing::warn!("refused a connection claiming unknown worker {id}");
+                return Err(None);
+            }
+        },
+    }
+    Ok(task)
+}
+
+async fn handle_connection<H: RunHooks + 'static>(
+    shared: Shared<H>,
+    stream: Box<dyn protocol::Stream>,
+    conn_id: u64,
+) {
+    let mut conn = Framed::new(stream, protocol::codec());
+    let hello = tokio::time::timeout(HELLO_TIMEOUT, recv(&mut conn)).await;
+    let Ok(Some(ClientMessage::Hello {
+        token,
+        task_id,
+        worker_id,
+    })) = hello
+    else {
+        return; // no hello: close without a word
+    };
+    let task = match admit(&shared, &token, &task_id, worker_id) {
+        Ok(task) => task,
+        Err(Some(message)) => {
+            let _ = send(&mut conn, &ServerMessage::Error { message }).await;
+            return;
+        }
+        Err(None) => return,
+    };
+    let (measure, hang_up) = {
+        let st = shared.0.borrow();
+        let hang_up = worker_id
+            .and_then(|id| st.workers.get(&id))
+            .map(|w| w.hang_up.clone());
+        (st.config.tasks[task as usize].resource_tracking, hang_up)
+    };
+    if !send(&mut conn, &ServerMessage::Welcome { measure }).await {
+        return;
+    }
+    loop {
+        // a managed worker's connection ends with its process
+        let msg = match &hang_up {
+            Some(hang_up) => tokio::select! {
+                msg = recv(&mut conn) => msg,
+                () = hang_up.cancelled() => None,
+            },
+            None => recv(&mut conn).await,
+        };
+        let Some(msg) = msg else {
+            break;
+        };
+        let reply = match msg {
+            ClientMessage::AcquireBlock => acquire(&shared, task, worker_id, conn_id).await,
+            ClientMessage::ReleaseBlock { block } => {
+                release(&shared, task, worker_id, conn_id, block, None)
+            }
+            ClientMessage::BlockFailed { block, error } => {
+                release(&shared, task, worker_id, conn_id, block, Some(error))
+            }
+            ClientMessage::Disconnect => break,
+            ClientMessage::Hello { .. } => ServerMessage::Error {
+                message: "hello sent twice".into(),
+            },
+        };
+        // A reply waits for the next one when the client's next request is
+        // already here (a worker sends its release and its next acquire
+        // together): both replies then leave in one write. Anything in the
+        // buffer is the start of a request the client has sent, so the
+        // wait is never for the client.
+        let next_request_buffered = !conn.read_buffer().is_empty();
+        if !write_reply(&mut conn, &reply, !next_request_buffered).await {
+            break;
+        }
+    }
+    let _ = SinkExt::<tokio_util::bytes::Bytes>::flush(&mut conn).await;
+    // anything still out with this connection is lost
+    let mut st = shared.0.borrow_mut();
+    st.reclaim(
+        |o| o.conn == conn_id,
+        worker_id,
+        "the connection to its worker closed",
+    );
+    if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
+        w.flags.busy = false;
+        w.flags.waiting = false;
+    }
+    drop(st);
+    shared.1.notify_waiters();
+}
+
+async fn acquire<H: RunHooks>(
+    shared: &Shared<H>,
+    task: TaskIndex,
+    worker_id: Option<u32>,
+    conn_id: u64,
+) -> ServerMessage {
+    if let Some(id) = worker_id
+        && let Some(tl) = shared.0.borrow_mut().timelines.get_mut(&id)
+    {
+        tl.on_acquire(Instant::now());
+    }
+    loop {
+        let notified = shared.1.notified();
+        {
+            let mut guard = shared.0.borrow_mut();
+            let st = &mut *guard;
+            let retire = worker_id
+                .and_then(|id| st.workers.get(&id))
+                .is_some_and(|w| w.flags.retire);
+            if st.stopping || retire || st.scheduler.is_task_finished(task) {
+                if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
+                    w.flags.waiting = false;
+                    w.flags.dismissed = true;
+                    w.expected_exit
+                        .get_or_insert(crate::worker_timeline::WorkerExit::Clean);
+                }
+                if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {
+                    tl.on_dismiss(Instant::now());
+                }
+                return ServerMessage::NoMoreBlocks;
+            }
+            let hooks = &mut st.hooks;
+            let got = st.scheduler.acquire_block(task, |b| {
+                Ok::<bool, std::convert::Infallible>(match hooks.is_done(b) {
+                    Ok(done) => done,
+                    Err(e) => {
+                        tracing::warn!("check_function failed for block {}: {e}", b.spatial_id);
+                        false
+                    }
+                })
+            });
+            if let Ok(Some(block)) = got {
+                let timeout = st.config.tasks[task as usize].timeout;
+                let now = Instant::now();
+                st.outstanding.insert(
+                    block.key,
+                    Outstanding {
+                        conn: conn_id,
+                        worker: worker_id,
+                        deadline: timeout.map(|t| now + t),
+                        sent: now,
+                        sent_wall: wall_clock(),
+                    },
+                );
+                if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {
+                    tl.on_send(now);
+                }
+                if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
+                    w.flags.waiting = false;
+                    w.flags.busy = true;
+                    w.flags.blocks_taken += 1;
+                }
+                return ServerMessage::SendBlock { block };
+            }
+            if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
+                w.flags.waiting = true;
+            }
+        }
+        notified.await;
+    }
+}
+
+fn release<H>(
+    shared: &Shared<H>,
+    task: TaskIndex,
+    worker_id: Option<u32>,
+    conn_id: u64,
+    mut block: Block,
+    error: Option<String>,
+) -> ServerMessage {
+    let mut guard = shared.0.borrow_mut();
+    let st = &mut *guard;
+    let key = block.key;
+    let owned = key.task == task && st.outstanding.get(&key).is_some_and(|o| o.conn == conn_id);
+    let Some(out) = owned.then(|| st.outstanding.remove(&key)).flatten() else {
+        return ServerMessage::Error {
+            message: format!(
+                "block {} is not out with this worker (reclaimed after a timeout, or never sent)",
+                block.spatial_id
+            ),
+        };
+    };
+    let now = Instant::now();
+    let round_trip = now.saturating_duration_since(out.sent).as_secs_f64();
+    let measured = st.config.tasks[task as usize].resource_tracking;
+    if !measured {
+        block.stats = None; // only tasks with resource tracking report figures
+    }
+    let failed = block.status == BlockStatus::Failed;
+    let reported_ok = error.is_none() && !failed;
+    let verdict = policy::returned(error, failed, measured, block.stats.is_some());
+    if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
+        w.flags.busy = false;
+    }
+    if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {
+        tl.on_return(now, reported_ok);
+    }
+    let result = match verdict {
+        Returned::Done => {
+            st.recent_round_trips.push((task, round_trip));
+            st.ledger.complete(
+                &mut st.scheduler,
+                &block,
+                Some(round_trip),
+                worker_id,
+                out.sent_wall,
+            )
+        }
+        Returned::Failed(reason) => {
+            st.ledger.fail(&mut st.scheduler, key, worker_id, reason);
+            Ok(())
+        }
+        Returned::Unmeasured => {
+            // not done: a rerun must measure it; and the run stops
+            if st.broken.is_none() {
+                st.broken = Some(policy::unmeasured_message(
+                    block.spatial_id,
+                    &st.task_id(task),
+                ));
+            }
+            st.ledger.fail(
+                &mut st.scheduler,
+                key,
+                worker_id,
+                "came back without measurements".into(),
+            );
+            Ok(())
+        }
+    };
+    drop(guard);
+    shared.1.notify_waiters();
+    match result {
+        Ok(()) => ServerMessage::ReleaseAck,
+        Err(e) => ServerMessage::Error {
+            message: e.to_string(),
+        },
+    }
+}

@@ -1,0 +1,456 @@
+//! The distributed runtime's server: a listener in the calling process that
+//! hands blocks to worker processes, takes them back, replaces dead workers
+//! and ends the run cleanly on every path. [`run_server`] owns it.
+//!
+//! ## Threads and state
+//! The server runs on a single-threaded tokio runtime inside a `LocalSet`
+//! on the calling thread (the bindings release the GIL around it). All run
+//! state lives in one `RefCell` ([`state`]) shared by the connection tasks
+//! and the main loop: no locks, no cross-thread wake-ups, and the only
+//! calls back into the embedding program are the explicit [`RunHooks`] (a
+//! block's pre-check, a periodic tick).
+//!
+//! ## Who does what
+//! * [`connection`]: one task per worker connection; admits it, hands out
+//!   and takes back blocks.
+//! * [`policy`]: pure decisions (start a worker? retire one? abandon a
+//!   task? what does this exit, this returned block, count as?).
+//! * [`supervision`]: acts on processes (spawn, tee, kill, stop commands).
+//! * this module: the main loop, which every [`TICK`] sweeps timeouts,
+//!   abandons tasks whose workers died too often, starts workers where
+//!   policy says, calls the tick hook, and hands every worker exit (an
+//!   event from the process monitors) to policy and the run's state.
+//!
+//! ## Ending
+//! When every task is finished, waiting workers get `NoMoreBlocks` and exit;
+//! stragglers are killed after [`TEARDOWN_GRACE`]. When the tick hook
+//! stops the run (Ctrl-C in the driver), every worker's process group is
+//! killed at once, and the run ends after at most [`INTERRUPT_GRACE`].
+
+pub mod config;
+pub mod connection;
+pub mod policy;
+pub mod state;
+pub mod supervision;
+
+pub use self::config::{LogMode, ServerConfig, TaskRuntime, WorkerCommand};
+pub use self::connection::HELLO_TIMEOUT;
+pub use self::state::RunSnapshot;
+pub use crate::run_report::{FailureNote, RunOutcome};
+
+use self::connection::Listener;
+use self::policy::Staffing;
+use self::state::{Shared, State, WorkerSlot};
+use crate::block::{Block, TaskIndex};
+use crate::error::DaisyError;
+use crate::protocol;
+use crate::scheduler::Scheduler;
+use crate::worker_timeline::{WorkerExit, WorkerTimeline};
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::process::ExitStatus;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+/// How often the main loop sweeps timeouts, starts workers and calls the
+/// tick hook: short enough that Ctrl-C and a hung block are acted on well
+/// within a second, long enough to cost nothing.
+pub const TICK: Duration = Duration::from_millis(50);
+
+/// How long finished workers get to exit on their own before they are
+/// killed: a Python worker's interpreter shutdown with heavy libraries
+/// loaded takes up to a second or two; ten leaves room on a loaded node.
+pub const TEARDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How long an interrupted run waits for its killed workers to be reaped:
+/// SIGKILL is immediate, so this only covers the kernel and the monitors;
+/// the driver must exit promptly after Ctrl-C.
+pub const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+
+/// After killing the stragglers, how long to wait for their exits to be
+/// reaped, so their timelines record the exit before the report is made.
+const REAP_PAUSE: Duration = Duration::from_millis(100);
+
+/// A worker process ended: its id and exit status (None: unknown).
+type ExitEvent = (u32, Option<ExitStatus>);
+
+/// Calls from the server back into the embedding program. A hook stops the
+/// run by returning an error (by convention [`DaisyError::Stopped`], the
+/// hook keeping its own error for its caller).
+pub trait RunHooks {
+    /// Whether a ready block is already done and can be skipped (the
+    /// user's check function). An error is logged and the block runs.
+    fn is_done(&mut self, block: &Block) -> Result<bool, String>;
+    /// Called every [`TICK`]; an error stops the run (workers are killed).
+    fn tick(&mut self, snapshot: &RunSnapshot) -> Result<(), DaisyError>;
+    /// Called once the server listens, before any worker starts.
+    fn on_listening(&mut self, _addr: SocketAddr) -> Result<(), DaisyError> {
+        Ok(())
+    }
+}
+
+/// Run a scheduler's pipeline with workers until every task is finished
+/// (or a hook stops it, or a rule is broken: the outcome's `stopped` says
+/// which). Blocks the calling thread. Tracking stores and skip masks set on
+/// the scheduler are honoured and flushed at the end, and every tracked
+/// task's report is appended to its `runs.jsonl`. An error only when the
+/// server could not start (listen).
+pub fn run_server<H: RunHooks + 'static>(
+    scheduler: Scheduler,
+    config: ServerConfig,
+    hooks: H,
+) -> Result<RunOutcome, DaisyError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| DaisyError::Io(format!("daisy server: {e}")))?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, serve(scheduler, config, hooks))
+}
+
+async fn serve<H: RunHooks + 'static>(
+    scheduler: Scheduler,
+    config: ServerConfig,
+    hooks: H,
+) -> Result<RunOutcome, DaisyError> {
+    let io = |e: std::io::Error| DaisyError::Io(format!("daisy server: {e}"));
+    let listener = TcpListener::bind((config.host.as_str(), config.port))
+        .await
+        .map_err(io)?;
+    let addr = listener.local_addr().map_err(io)?;
+    let (exit_tx, mut exits) = mpsc::unbounded_channel::<ExitEvent>();
+    let shared: Shared<H> = Rc::new((
+        RefCell::new(State::new(scheduler, config, hooks, addr)),
+        Notify::new(),
+    ));
+    let listening = shared.0.borrow_mut().hooks.on_listening(addr);
+    if let Err(e) = listening {
+        let mut out = shared.0.borrow().outcome(true);
+        out.stopped = Some(e);
+        return Ok(out);
+    }
+    tracing::debug!("daisy server listening on {addr}");
+
+    let accept = connection::spawn_accept_loop(&shared, Listener::Tcp(listener));
+    // workers on this machine connect through the run's Unix-domain socket
+    let local = protocol::bind_local_socket(&protocol::local_socket_name(
+        &shared.0.borrow().config.token,
+    ))
+    .map(|unix| connection::spawn_accept_loop(&shared, Listener::Local(unix)));
+
+    let result = main_loop(&shared, &exit_tx, &mut exits).await;
+    accept.abort();
+    if let Some(local) = local {
+        local.abort();
+    }
+    if let Err(e) = shared.0.borrow().scheduler.flush_tracking() {
+        tracing::warn!("could not flush a tracking store: {e}");
+    }
+    teardown(&shared, &mut exits, result.is_err()).await;
+    let st = shared.0.borrow();
+    // a broken rule ends the run as it stands; a hook stopping it
+    // interrupts it
+    let interrupted = matches!(&result, Err(e) if !matches!(e, DaisyError::RunBroken(_)));
+    let mut out = st.outcome(interrupted);
+    out.stopped = result.err();
+    out.append_to_stores(&st.scheduler);
+    Ok(out)
+}
+
+/// `Ok` when every task finished; `Err` when a hook stopped the run or a
+/// rule was broken.
+async fn main_loop<H: RunHooks + 'static>(
+    shared: &Shared<H>,
+    exit_tx: &mpsc::UnboundedSender<ExitEvent>,
+    exits: &mut mpsc::UnboundedReceiver<ExitEvent>,
+) -> Result<(), DaisyError> {
+    let mut interval = tokio::time::interval(TICK);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            Some((id, status)) = exits.recv() => {
+                on_worker_exit(&mut shared.0.borrow_mut(), id, status);
+                shared.1.notify_waiters();
+                continue;
+            }
+        }
+        let snap = {
+            let mut st = shared.0.borrow_mut();
+            sweep_timeouts(&mut st);
+            abandon_crashing_tasks(&mut st);
+            staff(&mut st, exit_tx);
+            st.snapshot()
+        };
+        shared.1.notify_waiters();
+        // the hook runs without any borrow held: it may take the GIL
+        let tick = {
+            let mut st = shared.0.borrow_mut();
+            st.hooks.tick(&snap)
+        };
+        tick?;
+        if let Some(message) = shared.0.borrow_mut().broken.take() {
+            return Err(DaisyError::RunBroken(message));
+        }
+        if shared.0.borrow().scheduler.is_done() {
+            return Ok(());
+        }
+    }
+}
+
+/// Reclaim blocks past their deadline and kill their workers.
+fn sweep_timeouts<H>(st: &mut State<H>) {
+    let expired = policy::expired(
+        st.outstanding.iter().map(|(k, o)| (*k, o.deadline)),
+        Instant::now(),
+    );
+    for key in expired {
+        let Some(out) = st.outstanding.remove(&key) else {
+            continue;
+        };
+        let spatial_id = st.scheduler.graph().block(key).spatial_id;
+        tracing::warn!(
+            "block {spatial_id} of task {:?} timed out in worker {:?}; retrying it",
+            st.task_id(key.task),
+            out.worker
+        );
+        st.ledger.fail(
+            &mut st.scheduler,
+            key,
+            out.worker,
+            "timed out (the worker was killed)".into(),
+        );
+        if let Some(w) = out.worker.and_then(|id| st.workers.get_mut(&id)) {
+            w.expected_exit = Some(WorkerExit::Timeout);
+            w.flags.busy = false;
+            w.kill();
+        }
+    }
+}
+
+/// A task whose workers keep dying is abandoned with a message instead of
+/// being restarted forever.
+fn abandon_crashing_tasks<H>(st: &mut State<H>) {
+    for t in 0..st.scheduler.pipeline().len() as TaskIndex {
+        let rt = &st.config.tasks[t as usize];
+        if st.scheduler.is_task_finished(t) || rt.worker.is_none() {
+            continue; // done, or served by external clients
+        }
+        if let Some(reason) = policy::restart_limit(st.restarts[t as usize], rt.max_worker_restarts)
+        {
+            st.abandon(t, reason);
+        }
+    }
+}
+
+/// Start workers where policy says a task needs them; where the budget is
+/// spent, ask an idle worker of another task to leave.
+fn staff<H>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
+    if st.stopping {
+        return;
+    }
+    for t in 0..st.scheduler.pipeline().len() as TaskIndex {
+        if st.scheduler.is_task_finished(t) || st.config.tasks[t as usize].worker.is_none() {
+            continue;
+        }
+        let ready = st.scheduler.task_state(t).ready_count;
+        loop {
+            let rt = &st.config.tasks[t as usize];
+            let fits = policy::fits(&st.config.resources, &st.resources_in_use(), &rt.requires);
+            let needed = policy::staffing(
+                t,
+                ready,
+                rt.max_workers,
+                st.workers.values().map(|w| &w.flags),
+                fits,
+            );
+            match needed {
+                Staffing::Enough => break,
+                Staffing::NoRoom => {
+                    if let Some(id) = policy::retiree(st.flags(), t)
+                        && let Some(w) = st.workers.get_mut(&id)
+                    {
+                        w.flags.retire = true;
+                    }
+                    break;
+                }
+                Staffing::Start => {
+                    if let Err(e) = start_worker(st, t, exit_tx) {
+                        st.abandon(t, format!("could not start a worker: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Start one worker of `task` and watch for its exit.
+fn start_worker<H>(
+    st: &mut State<H>,
+    task: TaskIndex,
+    exit_tx: &mpsc::UnboundedSender<ExitEvent>,
+) -> std::io::Result<()> {
+    let Some(cmd) = st.config.tasks[task as usize].worker.as_ref() else {
+        return Ok(());
+    };
+    let id = st.next_worker_id;
+    let task_id = st.task_id(task);
+    let host = st
+        .config
+        .advertise_host
+        .clone()
+        .unwrap_or_else(|| st.addr.ip().to_string());
+    let launch = supervision::Launch {
+        task_id: &task_id,
+        worker_id: id,
+        context: supervision::context_json(
+            &host,
+            st.addr.port(),
+            &task_id,
+            id,
+            &st.config.token,
+            &st.config.log_dir,
+        ),
+        log_dir: &st.config.log_dir,
+        log_mode: st.config.log_mode,
+    };
+    let mut spawned = supervision::spawn(cmd, &launch)?;
+    st.next_worker_id += 1;
+    st.workers.insert(
+        id,
+        WorkerSlot {
+            flags: policy::WorkerFlags {
+                task,
+                alive: true,
+                ..policy::WorkerFlags::default()
+            },
+            pid: spawned.pid,
+            expected_exit: None,
+            stop: spawned.stop,
+            hang_up: CancellationToken::new(),
+        },
+    );
+    st.workers_started[task as usize] += 1;
+    st.timelines
+        .insert(id, WorkerTimeline::new(id, Instant::now()));
+    let exits = exit_tx.clone();
+    tokio::task::spawn_local(async move {
+        let status = spawned.child.wait().await;
+        let _ = exits.send((id, status.ok()));
+    });
+    Ok(())
+}
+
+/// A worker's process ended: policy says what the exit means; a block still
+/// out with it is lost, its connection is closed, and an unexpected exit
+/// counts as a restart of its task.
+fn on_worker_exit<H>(st: &mut State<H>, id: u32, status: Option<ExitStatus>) {
+    let Some(w) = st.workers.get_mut(&id) else {
+        return;
+    };
+    w.flags.alive = false;
+    w.flags.busy = false;
+    w.hang_up.cancel();
+    let (flags, expected) = (w.flags, w.expected_exit);
+    let task = flags.task;
+    let status_text = status
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| "unknown status".into());
+    let verdict = policy::classify_exit(
+        expected,
+        status.map(|s| s.success()),
+        &status_text,
+        &flags,
+        st.scheduler.is_task_finished(task),
+    );
+    st.reclaim(
+        |o| o.worker == Some(id),
+        Some(id),
+        &format!("worker {id} died ({status_text})"),
+    );
+    if let Some(tl) = st.timelines.get_mut(&id) {
+        tl.on_exit(Instant::now(), verdict.exit);
+    }
+    if let Some(why) = verdict.unexpected
+        && !st.stopping
+    {
+        st.restarts[task as usize] += 1;
+        tracing::warn!(
+            "worker {id} of task {:?} {why}; replacing it",
+            st.task_id(task)
+        );
+    }
+}
+
+/// End the run's workers: dismissed ones get [`TEARDOWN_GRACE`] to exit on
+/// their own; on an interrupted run every one is killed at once. Whatever
+/// is still alive at the deadline is killed.
+async fn teardown<H>(
+    shared: &Shared<H>,
+    exits: &mut mpsc::UnboundedReceiver<ExitEvent>,
+    interrupted: bool,
+) {
+    {
+        let mut guard = shared.0.borrow_mut();
+        let st = &mut *guard;
+        st.stopping = true;
+        let now = Instant::now();
+        for (id, w) in st.workers.iter_mut().filter(|(_, w)| w.flags.alive) {
+            if interrupted {
+                w.expected_exit = Some(WorkerExit::Interrupted);
+                w.kill();
+            } else if let Some(tl) = st.timelines.get_mut(id) {
+                // teardown of the workers still alive counts from here
+                tl.on_dismiss(now);
+            }
+            w.flags.retire = true;
+        }
+    }
+    shared.1.notify_waiters();
+    let grace = if interrupted {
+        INTERRUPT_GRACE
+    } else {
+        TEARDOWN_GRACE
+    };
+    let deadline = tokio::time::Instant::now() + grace;
+    let alive = |shared: &Shared<H>| {
+        shared
+            .0
+            .borrow()
+            .workers
+            .values()
+            .filter(|w| w.flags.alive)
+            .count()
+    };
+    while alive(shared) > 0 {
+        tokio::select! {
+            Some((id, status)) = exits.recv() => {
+                on_worker_exit(&mut shared.0.borrow_mut(), id, status);
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                tracing::warn!("killing {} worker(s) that did not exit", alive(shared));
+                for w in shared.0.borrow().workers.values().filter(|w| w.flags.alive) {
+                    w.kill();
+                }
+                // give the monitors a moment to reap them
+                let reaped = tokio::time::sleep(REAP_PAUSE);
+                tokio::pin!(reaped);
+                loop {
+                    tokio::select! {
+                        Some((id, status)) = exits.recv() => {
+                            on_worker_exit(&mut shared.0.borrow_mut(), id, status);
+                        }
+                        () = &mut reaped => break,
+                    }
+                }
+                break;
+            }
+        }
+    }
+    // cancel whatever remote work of the run may still be queued
+    supervision::run_stop_command(&shared.0.borrow().config.stop_all);
+}

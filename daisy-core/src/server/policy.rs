@@ -1,0 +1,399 @@
+//! The server's decisions, as pure functions of what the server knows:
+//! whether a task needs another worker and whether it fits the resource
+//! budget, which idle worker to retire for another task, which blocks are
+//! past their deadline, when a task's workers died too often, what a
+//! worker's exit means and what a returned block counts as.
+//!
+//! Policy decides and never acts: it starts, kills and counts nothing. The
+//! main loop (`server/mod.rs`) asks it and then acts through supervision
+//! (`server/supervision.rs`) and the run's state (`server/state.rs`); a
+//! worker's exit reaches policy as an event the main loop hands over, so
+//! neither side calls the other back.
+
+use crate::block::{BlockKey, TaskIndex};
+use crate::worker_timeline::WorkerExit;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// What policy needs to know of one worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerFlags {
+    /// The task it serves.
+    pub task: TaskIndex,
+    /// Its process is running.
+    pub alive: bool,
+    /// Holds a block now.
+    pub busy: bool,
+    /// In an acquire with nothing to give.
+    pub waiting: bool,
+    /// Told to leave at its next acquire (resources wanted elsewhere, or
+    /// its task was abandoned).
+    pub retire: bool,
+    /// Was told there are no more blocks (so a clean exit is expected).
+    pub dismissed: bool,
+    /// Blocks handed to it.
+    pub blocks_taken: u64,
+}
+
+/// Resources held by the live workers: each holds its task's `requires`.
+pub fn resources_in_use<'a>(
+    workers: impl Iterator<Item = &'a WorkerFlags>,
+    requires: impl Fn(TaskIndex) -> &'a BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    let mut used = BTreeMap::new();
+    for w in workers.filter(|w| w.alive) {
+        for (k, v) in requires(w.task) {
+            *used.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+    used
+}
+
+/// Whether one more worker needing `req` fits in `budget` next to `used`.
+/// A resource the budget does not name is unlimited.
+pub fn fits(
+    budget: &BTreeMap<String, u64>,
+    used: &BTreeMap<String, u64>,
+    req: &BTreeMap<String, u64>,
+) -> bool {
+    req.iter().all(|(k, v)| {
+        let have = budget.get(k).copied().unwrap_or(u64::MAX);
+        used.get(k).copied().unwrap_or(0).saturating_add(*v) <= have
+    })
+}
+
+/// What a task's workforce needs now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Staffing {
+    /// Its idle workers cover its ready blocks, or it has `max_workers`.
+    Enough,
+    /// Start one more worker.
+    Start,
+    /// It needs one more but the resource budget is spent: ask an idle
+    /// worker of another task to leave.
+    NoRoom,
+}
+
+/// Whether task `task` needs another worker: more ready blocks than idle
+/// workers, fewer than `max_workers` alive, within the budget.
+pub fn staffing<'a>(
+    task: TaskIndex,
+    ready: u64,
+    max_workers: u32,
+    workers: impl Iterator<Item = &'a WorkerFlags> + Clone,
+    fits_budget: bool,
+) -> Staffing {
+    let mine = workers.filter(|w| w.alive && w.task == task);
+    let alive = mine.clone().count() as u64;
+    let idle = mine.filter(|w| !w.busy && !w.retire).count() as u64;
+    if ready <= idle || alive >= u64::from(max_workers) {
+        Staffing::Enough
+    } else if fits_budget {
+        Staffing::Start
+    } else {
+        Staffing::NoRoom
+    }
+}
+
+/// A worker of another task than `needy` that waits for work and may be
+/// retired so its resources go to `needy`.
+pub fn retiree<'a>(
+    workers: impl Iterator<Item = (u32, &'a WorkerFlags)>,
+    needy: TaskIndex,
+) -> Option<u32> {
+    workers
+        .filter(|(_, w)| w.alive && w.task != needy && w.waiting && !w.retire)
+        .map(|(id, _)| id)
+        .next()
+}
+
+/// Blocks whose deadline has passed at `now`.
+pub fn expired(
+    deadlines: impl Iterator<Item = (BlockKey, Option<Instant>)>,
+    now: Instant,
+) -> Vec<BlockKey> {
+    deadlines
+        .filter(|(_, d)| d.is_some_and(|d| d <= now))
+        .map(|(k, _)| k)
+        .collect()
+}
+
+/// Why a task is abandoned after its workers stopped unexpectedly
+/// `restarts` times, or None while that is within `max_worker_restarts`.
+pub fn restart_limit(restarts: u32, max_worker_restarts: u32) -> Option<String> {
+    (restarts > max_worker_restarts).then(|| {
+        format!(
+            "its workers stopped unexpectedly {restarts} times \
+             (max_worker_restarts={max_worker_restarts}); see the worker logs"
+        )
+    })
+}
+
+/// What a worker's exit means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExitVerdict {
+    /// How the worker ended, for its timeline.
+    pub exit: WorkerExit,
+    /// Why the exit was unexpected (it counts as a restart), or None.
+    pub unexpected: Option<String>,
+}
+
+/// Classify a worker's exit. `expected` is set when the server killed or
+/// retired it on purpose; `status` is its exit status (None: unknown) and
+/// `status_text` its description.
+///
+/// A worker that leaves while its task still has work, without having been
+/// told there is none and without having taken a single block (a worker
+/// function that returns at once), counts like a crash: otherwise it would
+/// be replaced forever. One that did some work and left (to cap its memory,
+/// say) made progress and is simply replaced.
+pub fn classify_exit(
+    expected: Option<WorkerExit>,
+    success: Option<bool>,
+    status_text: &str,
+    flags: &WorkerFlags,
+    task_finished: bool,
+) -> ExitVerdict {
+    let unexpected = match expected {
+        Some(_) => None,
+        None if success != Some(true) => Some(format!("died ({status_text})")),
+        None if !flags.dismissed && flags.blocks_taken == 0 && !task_finished => {
+            Some("exited before the task was finished without taking a block".to_string())
+        }
+        None => None,
+    };
+    let exit = match (expected, &unexpected) {
+        (Some(kind), _) => kind,
+        (None, Some(_)) => WorkerExit::Error,
+        (None, None) => WorkerExit::Clean,
+    };
+    ExitVerdict { exit, unexpected }
+}
+
+/// What a block a worker sent back counts as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Returned {
+    /// Completed.
+    Done,
+    /// A failed attempt, with the reason.
+    Failed(String),
+    /// Reported done without the measurements its task requires: a broken
+    /// rule. The block is not done (a rerun must measure it) and the run
+    /// stops.
+    Unmeasured,
+}
+
+/// Judge a returned block: `error` is the worker's failure text, if any;
+/// `status_failed` whether the block's status says FAILED; `measured`
+/// whether the task has resource tracking; `has_stats` whether the block
+/// carries figures.
+pub fn returned(
+    error: Option<String>,
+    status_failed: bool,
+    measured: bool,
+    has_stats: bool,
+) -> Returned {
+    match error {
+        Some(e) => Returned::Failed(e),
+        None if status_failed => Returned::Failed("the block function set status FAILED".into()),
+        None if measured && !has_stats => Returned::Unmeasured,
+        None => Returned::Done,
+    }
+}
+
+/// The message that stops a run whose block came back unmeasured.
+pub fn unmeasured_message(spatial_id: u64, task_id: &str) -> String {
+    format!(
+        "block {spatial_id} of task {task_id:?} came back without measurements, but the task has \
+         resource_tracking=True; a hand-written client must measure each block (wrap it in \
+         daisy.profile_block(block), or use daisy.Client, which measures automatically)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn worker(task: TaskIndex) -> WorkerFlags {
+        WorkerFlags {
+            task,
+            alive: true,
+            ..WorkerFlags::default()
+        }
+    }
+
+    fn budget(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn a_resource_the_budget_does_not_name_is_unlimited() {
+        let used = budget(&[("cpu", 100)]);
+        assert!(fits(&budget(&[]), &used, &budget(&[("cpu", 1)])));
+        assert!(fits(&budget(&[("gpu", 2)]), &used, &budget(&[("cpu", 1)])));
+    }
+
+    #[test]
+    fn fits_counts_what_is_held() {
+        let b = budget(&[("gpu", 2)]);
+        assert!(fits(&b, &budget(&[("gpu", 1)]), &budget(&[("gpu", 1)])));
+        assert!(!fits(&b, &budget(&[("gpu", 2)]), &budget(&[("gpu", 1)])));
+        assert!(!fits(&b, &budget(&[]), &budget(&[("gpu", 3)])));
+        assert!(
+            !fits(&b, &budget(&[("gpu", u64::MAX)]), &budget(&[("gpu", 1)])),
+            "no overflow"
+        );
+    }
+
+    #[test]
+    fn only_live_workers_hold_resources() {
+        let req = [budget(&[("gpu", 1)]), budget(&[("cpu", 4)])];
+        let mut dead = worker(0);
+        dead.alive = false;
+        let workers = [worker(0), worker(0), worker(1), dead];
+        let used = resources_in_use(workers.iter(), |t| &req[t as usize]);
+        assert_eq!(used, budget(&[("gpu", 2), ("cpu", 4)]));
+    }
+
+    #[test]
+    fn staffing_starts_workers_for_ready_blocks_up_to_the_cap() {
+        let none: [WorkerFlags; 0] = [];
+        assert_eq!(staffing(0, 3, 2, none.iter(), true), Staffing::Start);
+        assert_eq!(staffing(0, 0, 2, none.iter(), true), Staffing::Enough);
+        let two = [worker(0), worker(0)];
+        assert_eq!(
+            staffing(0, 5, 2, two.iter(), true),
+            Staffing::Enough,
+            "at max_workers"
+        );
+        assert_eq!(
+            staffing(0, 2, 4, two.iter(), true),
+            Staffing::Enough,
+            "two idle workers cover two ready blocks"
+        );
+        let mut busy = [worker(0), worker(0)];
+        busy[0].busy = true;
+        assert_eq!(staffing(0, 2, 4, busy.iter(), true), Staffing::Start);
+        assert_eq!(staffing(0, 2, 4, busy.iter(), false), Staffing::NoRoom);
+        let other = [worker(1), worker(1)];
+        assert_eq!(
+            staffing(0, 1, 1, other.iter(), true),
+            Staffing::Start,
+            "another task's workers do not count"
+        );
+    }
+
+    #[test]
+    fn a_retiring_worker_is_not_idle() {
+        let mut w = [worker(0)];
+        w[0].retire = true;
+        assert_eq!(staffing(0, 1, 4, w.iter(), true), Staffing::Start);
+    }
+
+    #[test]
+    fn the_retiree_waits_for_work_in_another_task() {
+        let mut a = worker(0);
+        a.waiting = true;
+        let mut b = worker(1);
+        b.waiting = true;
+        let mut c = worker(1);
+        c.waiting = true;
+        c.retire = true;
+        let busy = worker(1);
+        let ws = [(0, &a), (1, &busy), (2, &c), (3, &b)];
+        assert_eq!(retiree(ws.into_iter(), 0), Some(3));
+        assert_eq!(retiree([(0, &a)].into_iter(), 0), None, "not its own task");
+    }
+
+    #[test]
+    fn expired_takes_only_past_deadlines() {
+        let now = Instant::now();
+        let key = |index| BlockKey { task: 0, index };
+        let got = expired(
+            [
+                (key(0), Some(now - Duration::from_secs(1))),
+                (key(1), Some(now + Duration::from_secs(1))),
+                (key(2), None),
+                (key(3), Some(now)),
+            ]
+            .into_iter(),
+            now,
+        );
+        assert_eq!(got, vec![key(0), key(3)]);
+    }
+
+    #[test]
+    fn a_task_is_abandoned_only_past_its_restart_cap() {
+        assert_eq!(restart_limit(10, 10), None);
+        let why = restart_limit(11, 10).unwrap();
+        assert!(why.contains("11 times") && why.contains("max_worker_restarts=10"));
+        assert!(restart_limit(1, 0).is_some());
+    }
+
+    #[test]
+    fn exits_the_server_caused_are_what_it_expected() {
+        let w = worker(0);
+        let v = classify_exit(
+            Some(WorkerExit::Timeout),
+            Some(false),
+            "signal 9",
+            &w,
+            false,
+        );
+        assert_eq!(v.exit, WorkerExit::Timeout);
+        assert_eq!(v.unexpected, None);
+    }
+
+    #[test]
+    fn a_failing_exit_is_an_error() {
+        let w = worker(0);
+        let v = classify_exit(None, Some(false), "exit status: 1", &w, true);
+        assert_eq!(v.exit, WorkerExit::Error);
+        assert!(v.unexpected.unwrap().contains("exit status: 1"));
+        let v = classify_exit(None, None, "unknown status", &w, true);
+        assert_eq!(v.exit, WorkerExit::Error);
+    }
+
+    #[test]
+    fn leaving_early_without_a_block_counts_as_a_crash() {
+        let w = worker(0);
+        let v = classify_exit(None, Some(true), "exit status: 0", &w, false);
+        assert_eq!(v.exit, WorkerExit::Error);
+        assert!(v.unexpected.unwrap().contains("without taking a block"));
+        // dismissed, or did some work, or the task is finished: clean
+        let dismissed = WorkerFlags {
+            dismissed: true,
+            ..w
+        };
+        let worked = WorkerFlags {
+            blocks_taken: 3,
+            ..w
+        };
+        for (flags, finished) in [(&dismissed, false), (&worked, false), (&w, true)] {
+            let v = classify_exit(None, Some(true), "exit status: 0", flags, finished);
+            assert_eq!(
+                v,
+                ExitVerdict {
+                    exit: WorkerExit::Clean,
+                    unexpected: None
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_returned_block_is_judged_by_error_status_and_figures() {
+        assert_eq!(returned(None, false, false, false), Returned::Done);
+        assert_eq!(returned(None, false, true, true), Returned::Done);
+        assert_eq!(returned(None, false, true, false), Returned::Unmeasured);
+        assert_eq!(
+            returned(Some("boom".into()), false, true, false),
+            Returned::Failed("boom".into()),
+            "a failure needs no figures"
+        );
+        assert!(
+            matches!(returned(None, true, true, false), Returned::Failed(r) if r.contains("FAILED"))
+        );
+    }
+}

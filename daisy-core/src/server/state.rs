@@ -1,0 +1,238 @@
+//! Everything one run knows while it goes: the scheduler, the blocks out
+//! with workers, the workers, their timelines and the run's ledger, in one
+//! [`State`] shared (single-threaded, in a `RefCell`) by the connection
+//! tasks and the main loop.
+//!
+//! ## One block, one owner
+//! A block handed out is recorded in `outstanding` with the connection and
+//! worker it went to, when, and its deadline. Whoever removes it from there
+//! first accounts for it, exactly once: the worker's release or failure
+//! report, the connection closing or the worker dying ([`State::reclaim`]),
+//! or the timeout sweep. A late report for a block that is no longer
+//! outstanding is refused.
+
+use super::config::ServerConfig;
+use super::policy::{self, WorkerFlags};
+use super::supervision;
+use crate::block::{BlockKey, TaskIndex};
+use crate::run_report::{RunLedger, RunOutcome};
+use crate::scheduler::Scheduler;
+use crate::task_state::TaskState;
+use crate::worker_timeline::{WorkerExit, WorkerSummary, WorkerTimeline};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Instant;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Where a run stands, for the tick hook (progress display).
+#[derive(Clone, Debug)]
+pub struct RunSnapshot {
+    /// Task states in pipeline order.
+    pub states: Vec<TaskState>,
+    /// Live managed workers per task.
+    pub workers: Vec<u32>,
+    /// Unexpected worker deaths per task so far.
+    pub restarts: Vec<u32>,
+    /// Round trips (task, seconds) of the blocks completed since the last
+    /// tick, for live metrics.
+    pub round_trips: Vec<(TaskIndex, f64)>,
+}
+
+/// One managed worker.
+#[derive(Debug)]
+pub struct WorkerSlot {
+    /// What policy knows of it.
+    pub flags: WorkerFlags,
+    /// Its process id.
+    pub pid: Option<u32>,
+    /// Set when the server killed or retired it on purpose.
+    pub expected_exit: Option<WorkerExit>,
+    /// Its command's stop command, expanded (cancels remote work).
+    pub stop: Vec<String>,
+    /// Signalled when the worker's process is gone: its connection is then
+    /// closed, so a remote half still running (a Dask task behind a local
+    /// handle) learns it was dropped and stops (see `client`).
+    pub hang_up: CancellationToken,
+}
+
+impl WorkerSlot {
+    /// Kill the worker's process group and cancel its remote part.
+    pub fn kill(&self) {
+        supervision::kill(self.pid, &self.stop);
+    }
+}
+
+/// A block out with a worker.
+#[derive(Debug)]
+pub struct Outstanding {
+    /// The connection it went out on.
+    pub conn: u64,
+    /// The managed worker holding it (None: an unmanaged client).
+    pub worker: Option<u32>,
+    /// When it is reclaimed (the task's timeout).
+    pub deadline: Option<Instant>,
+    /// When it was sent.
+    pub sent: Instant,
+    /// When it was sent, seconds since the UNIX epoch.
+    pub sent_wall: f64,
+}
+
+/// The run's state.
+pub struct State<H> {
+    /// The blocks and their dependencies.
+    pub scheduler: Scheduler,
+    /// The run's settings.
+    pub config: ServerConfig,
+    /// The embedding program's hooks.
+    pub hooks: H,
+    /// Where the server listens.
+    pub addr: SocketAddr,
+    /// Blocks out with workers.
+    pub outstanding: HashMap<BlockKey, Outstanding>,
+    /// Every managed worker of the run, by id.
+    pub workers: BTreeMap<u32, WorkerSlot>,
+    /// The id the next worker gets.
+    pub next_worker_id: u32,
+    /// Unexpected worker deaths per task.
+    pub restarts: Vec<u32>,
+    /// Workers started per task.
+    pub workers_started: Vec<u32>,
+    /// Clients that connected without a worker id, in all.
+    pub unmanaged_clients: u32,
+    /// The same, per task.
+    pub unmanaged_per_task: Vec<u64>,
+    /// The id the next connection gets.
+    pub next_conn: u64,
+    /// The run is ending: no more blocks, no more workers.
+    pub stopping: bool,
+    /// Every managed worker's timeline, by id.
+    pub timelines: BTreeMap<u32, WorkerTimeline>,
+    /// The run's accounting.
+    pub ledger: RunLedger,
+    /// A broken rule that stops the run at the next tick.
+    pub broken: Option<String>,
+    /// Completed round trips since the last tick (drained by `snapshot`).
+    pub recent_round_trips: Vec<(TaskIndex, f64)>,
+}
+
+/// The state and the notification that wakes acquires waiting for a block
+/// (sent whenever blocks or workers change).
+pub type Shared<H> = Rc<(RefCell<State<H>>, Notify)>;
+
+impl<H> State<H> {
+    /// A fresh run over `scheduler`.
+    pub fn new(scheduler: Scheduler, config: ServerConfig, hooks: H, addr: SocketAddr) -> Self {
+        let n = scheduler.pipeline().len();
+        Self {
+            scheduler,
+            config,
+            hooks,
+            addr,
+            outstanding: HashMap::new(),
+            workers: BTreeMap::new(),
+            next_worker_id: 0,
+            restarts: vec![0; n],
+            workers_started: vec![0; n],
+            unmanaged_clients: 0,
+            unmanaged_per_task: vec![0; n],
+            next_conn: 0,
+            stopping: false,
+            timelines: BTreeMap::new(),
+            ledger: RunLedger::new(n),
+            broken: None,
+            recent_round_trips: Vec::new(),
+        }
+    }
+
+    /// The task id of task `t`.
+    pub fn task_id(&self, t: TaskIndex) -> String {
+        self.scheduler.pipeline().spec(t).task_id.clone()
+    }
+
+    /// Every block out that matches `lost` counts as a failed attempt (its
+    /// worker died or its connection closed): removed from `outstanding`
+    /// here, so it is accounted for exactly once.
+    pub fn reclaim(&mut self, lost: impl Fn(&Outstanding) -> bool, worker: Option<u32>, why: &str) {
+        let keys: Vec<BlockKey> = self
+            .outstanding
+            .iter()
+            .filter(|(_, o)| lost(o))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            self.outstanding.remove(&key);
+            self.ledger
+                .fail(&mut self.scheduler, key, worker, why.to_string());
+        }
+    }
+
+    /// Give up `task` (and orphan its downstream tasks): blocks of
+    /// abandoned tasks still out will be refused, and their workers leave
+    /// at their next request.
+    pub fn abandon(&mut self, task: TaskIndex, reason: String) {
+        tracing::error!("abandoning task {:?}: {reason}", self.task_id(task));
+        self.ledger.abandon(&mut self.scheduler, task, reason);
+        let scheduler = &self.scheduler;
+        self.outstanding
+            .retain(|k, _| !scheduler.is_abandoned(k.task));
+        for w in self.workers.values_mut() {
+            if w.flags.alive && scheduler.is_abandoned(w.flags.task) {
+                w.flags.retire = true;
+            }
+        }
+    }
+
+    /// The workers' flags, by id.
+    pub fn flags(&self) -> impl Iterator<Item = (u32, &WorkerFlags)> + Clone {
+        self.workers.iter().map(|(id, w)| (*id, &w.flags))
+    }
+
+    /// Where the run stands, for the tick hook; drains the recent round
+    /// trips.
+    pub fn snapshot(&mut self) -> RunSnapshot {
+        let n = self.scheduler.pipeline().len();
+        let mut workers = vec![0u32; n];
+        for w in self.workers.values().filter(|w| w.flags.alive) {
+            workers[w.flags.task as usize] += 1;
+        }
+        RunSnapshot {
+            states: (0..n as TaskIndex)
+                .map(|t| self.scheduler.task_state(t).clone())
+                .collect(),
+            workers,
+            restarts: self.restarts.clone(),
+            round_trips: std::mem::take(&mut self.recent_round_trips),
+        }
+    }
+
+    /// The run's outcome now, its workers folded per task.
+    pub fn outcome(&self, interrupted: bool) -> RunOutcome {
+        self.ledger.outcome(
+            &self.scheduler,
+            interrupted,
+            |t| WorkerSummary {
+                spawner: self.config.tasks[t as usize].spawner.clone(),
+                ..WorkerSummary::fold(
+                    self.timelines
+                        .iter()
+                        .filter(|(id, _)| self.workers.get(id).is_some_and(|w| w.flags.task == t))
+                        .map(|(_, tl)| tl),
+                    self.unmanaged_per_task[t as usize],
+                )
+            },
+            self.unmanaged_clients,
+            self.workers_started.clone(),
+        )
+    }
+
+    /// The resources the live workers hold.
+    pub fn resources_in_use(&self) -> BTreeMap<String, u64> {
+        let tasks = &self.config.tasks;
+        policy::resources_in_use(self.workers.values().map(|w| &w.flags), |t| {
+            &tasks[t as usize].requires
+        })
+    }
+}
