@@ -177,12 +177,18 @@ def test_spec_example_twelve_sleeping_blocks_on_three_workers(kind, tracking, tm
     assert b.count == 12 and b.skipped == 0 and b.failures == 0 and b.has_stats
     for name in ("round_trip", "wall", "cpu", "peak_rss", "io_read", "io_write", "overhead"):
         assert getattr(b, name).n == 12, name
-    assert 0.05 <= b.wall.mean < 0.07, b.wall
-    assert b.wall.min >= 0.05 and b.wall.std < 0.01, b.wall
+    # what the figures mean, not how fast this machine is (that is
+    # benchmarks/test_profiling_bench.py's): each wall is the block's 50 ms
+    # sleep (the upper bound, 10 times that, only catches a wall that is not
+    # the block's own), the overhead is the rest of the round trip, and a
+    # sleep costs next to no CPU
+    assert 0.05 <= b.wall.min <= b.wall.mean <= b.wall.max < 0.5, b.wall
+    assert 0 <= b.wall.std <= b.wall.max - b.wall.min, b.wall
     assert abs(b.wall.total - 12 * b.wall.mean) < 1e-6
     assert b.round_trip.mean >= b.wall.mean and b.round_trip.min >= 0.05
-    assert b.overhead.min > 0 and b.overhead.mean < 0.05, b.overhead
-    assert b.cpu.mean < 0.02, b.cpu  # a sleep costs next to no CPU
+    assert b.overhead.min > 0, b.overhead
+    assert abs(b.overhead.mean - (b.round_trip.mean - b.wall.mean)) < 1e-9, b.overhead
+    assert b.cpu.mean < b.wall.mean / 2, (b.cpu, b.wall)
     assert b.peak_rss.min > 0
     for rec in r.block_records():
         assert rec.done and rec.stats is not None
@@ -390,7 +396,7 @@ def test_peak_rss_cpu_and_io_are_per_block(mp, tracking, tmp_path, rec_dir):
     assert stats["small"].peak_rss_bytes < stats["memory"].peak_rss_bytes, stats
     # CPU: process-wide user + system time
     assert stats["cpu"].cpu_seconds >= 0.15, stats["cpu"]
-    assert stats["small"].cpu_seconds < 0.1, stats["small"]
+    assert stats["small"].cpu_seconds < stats["cpu"].cpu_seconds / 2, stats  # it slept
     # IO: bytes through read/write syscalls
     assert stats["io"].io_write_bytes >= 5 * MiB, stats["io"]
     assert stats["io"].io_read_bytes >= 5 * MiB, stats["io"]
@@ -428,9 +434,13 @@ def test_profile_block_on_a_bare_block_first_measurement_wins():
     nested = daisy.Block(roi((0,), (10,)), roi((0,), (10,)), roi((0,), (10,)))
     with daisy.profile_block(nested):
         time.sleep(0.1)
+        inner_start = time.perf_counter()
         with daisy.profile_block(nested):
             time.sleep(0.02)
-    assert 0.02 <= nested.stats.wall_seconds < 0.1  # the inner scope wins
+        inner = time.perf_counter() - inner_start
+    # the inner scope wins: its measurement fits in the inner scope's time,
+    # which leaves out the outer scope's 0.1 s
+    assert 0.02 <= nested.stats.wall_seconds <= inner, (nested.stats, inner)
 
 
 def _io_in_forked_child(path: str, conn) -> None:
@@ -484,9 +494,10 @@ def test_profile_block_narrows_the_measured_region(mp, tracking):
     assert run([task], mp)
     r = task.report()
     assert r.blocks.wall.n == 2
-    assert 0.05 <= r.blocks.wall.min and r.blocks.wall.max < 0.15, r.blocks.wall
+    # the 0.2 s setup is not measured: with it, a wall would be 0.25 s or more
+    assert 0.05 <= r.blocks.wall.min and r.blocks.wall.max < 0.25, r.blocks.wall
     for rec in r.block_records():
-        assert 0.05 <= rec.stats.wall_seconds < 0.15, rec
+        assert 0.05 <= rec.stats.wall_seconds < 0.25, rec
     if mp:
         # the server's round trip still sees the whole block
         assert r.blocks.round_trip.min >= 0.25, r.blocks.round_trip
