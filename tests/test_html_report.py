@@ -123,9 +123,10 @@ def test_a_run_of_100k_blocks_stays_small_and_opens_quickly(tmp_path):
     assert out.stat().st_size < 20 * 2**20
     driver = chrome()
     try:
-        seconds = load(driver, out)
+        # load() fails a report that takes more than 30 s to render; how fast
+        # it opens is measured by benchmarks/test_report_bench.py
+        load(driver, out)
         assert timeline_bars(driver) == [100_000]
-        assert seconds < 3.0, f"took {seconds:.2f} s to open"
         assert severe_console_messages(driver) == []
     finally:
         driver.quit()
