@@ -36,6 +36,7 @@
 
 use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
 use crate::block_id::cantor_number;
+use crate::error::DaisyError;
 use crate::geometry::{Coord, GridIndexer, Roi};
 use crate::task_spec::{Fit, TaskSpec};
 
@@ -166,6 +167,25 @@ pub struct BlockGrid {
 }
 
 impl BlockGrid {
+    /// Refuse a task whose block grid is too large for 64-bit block ids:
+    /// checked when a task spec is built from user input and again when a
+    /// pipeline is assembled, so no grid with overflowing ids is ever made.
+    pub fn check_ids(spec: &TaskSpec) -> Result<(), DaisyError> {
+        let grid = Self::new(0, spec);
+        if grid.num_blocks() > 0 && grid.max_spatial_id().is_none() {
+            return Err(DaisyError::invalid(
+                "total_roi",
+                format!(
+                    "task {:?}: {} blocks per axis is too many for 64-bit block ids; use a \
+                     larger write_roi or split the task",
+                    spec.task_id,
+                    grid.grid_shape()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The layout of `spec`, which is task `task` of its pipeline.
     pub fn new(task: TaskIndex, spec: &TaskSpec) -> Self {
         let dims = spec.total_roi.dims();
@@ -497,6 +517,28 @@ impl BlockGrid {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grids_beyond_64_bit_ids_are_refused() {
+        let big = 1i64 << 34;
+        let unit = Roi::from_slices(&[0, 0], &[1, 1]).unwrap();
+        let spec = TaskSpec::new(
+            "huge",
+            Roi::from_slices(&[0, 0], &[big, big]).unwrap(),
+            unit,
+            unit,
+            Fit::Valid,
+            true,
+            0,
+            vec![],
+        )
+        .unwrap();
+        let e = BlockGrid::check_ids(&spec).unwrap_err();
+        assert!(e.to_string().starts_with("total_roi:"), "{e}");
+        assert!(e.to_string().contains("64-bit block ids"), "{e}");
+        let e = crate::pipeline::Pipeline::new(vec![spec]).unwrap_err();
+        assert!(e.to_string().contains("64-bit block ids"), "{e}");
+    }
 
     fn roi(o: &[i64], s: &[i64]) -> Roi {
         Roi::from_slices(o, s).unwrap()

@@ -8,7 +8,6 @@ pub mod block;
 pub mod block_grid;
 pub mod block_id;
 pub mod block_profile;
-pub mod block_tracking;
 pub mod client;
 pub mod dependency_graph;
 pub mod error;
@@ -23,6 +22,7 @@ pub mod serial;
 pub mod server;
 pub mod task_spec;
 pub mod task_state;
+pub mod tracking_store;
 pub mod worker_timeline;
 
 pub use block::{Block, BlockKey, BlockStatus, TaskIndex};

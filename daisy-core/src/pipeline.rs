@@ -50,6 +50,7 @@ impl Pipeline {
                     }
                 }
                 None => {
+                    crate::block_grid::BlockGrid::check_ids(&spec)?;
                     seen.insert(spec.task_id.clone(), unique.len());
                     unique.push(spec);
                 }

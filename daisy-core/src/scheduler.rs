@@ -30,11 +30,11 @@
 //! transitive downstream block, across tasks, is orphaned exactly once.
 
 use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
-use crate::block_tracking::TaskTracking;
 use crate::dependency_graph::{DependencyGraph, RootCursor};
 use crate::error::DaisyError;
 use crate::pipeline::Pipeline;
 use crate::task_state::TaskState;
+use crate::tracking_store::TrackingStore;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 /// Scheduling state of one task.
@@ -49,7 +49,7 @@ struct TaskRun {
     max_retries: u32,
     abandoned: bool,
     /// The task's tracking store, when it has one.
-    tracking: Option<TaskTracking>,
+    tracking: Option<TrackingStore>,
     /// Per-run skip mask over the placement grid (nonzero: skip).
     skip_mask: Option<Vec<u8>>,
 }
@@ -113,17 +113,17 @@ impl Scheduler {
 
     /// Give a task its tracking store: done blocks are skipped before
     /// dispatch, completions are marked, failed attempts counted.
-    pub fn set_tracking(&mut self, task: TaskIndex, tracking: TaskTracking) {
+    pub fn set_tracking(&mut self, task: TaskIndex, tracking: TrackingStore) {
         self.tasks[task as usize].tracking = Some(tracking);
     }
 
     /// The tracking store of a task, if it has one.
-    pub fn tracking(&self, task: TaskIndex) -> Option<&TaskTracking> {
+    pub fn tracking(&self, task: TaskIndex) -> Option<&TrackingStore> {
         self.tasks[task as usize].tracking.as_ref()
     }
 
     /// The tracking store of a task, for recording measurements.
-    pub fn tracking_mut(&mut self, task: TaskIndex) -> Option<&mut TaskTracking> {
+    pub fn tracking_mut(&mut self, task: TaskIndex) -> Option<&mut TrackingStore> {
         self.tasks[task as usize].tracking.as_mut()
     }
 
@@ -254,14 +254,14 @@ impl Scheduler {
         self.next_root(task)
     }
 
-    /// Hand out the next ready block of `task`, asking `is_done` first
+    /// Hand out the next ready block of `task`, asking `already_done` first
     /// whether it can be skipped. `None` if the task has no ready block now
     /// (it may have later, or be finished: see [`TaskState::is_done`]).
-    /// An error from `is_done` leaves the block ready and is returned.
+    /// An error from `already_done` leaves the block ready and is returned.
     pub fn acquire_block<E>(
         &mut self,
         task: TaskIndex,
-        mut is_done: impl FnMut(&Block) -> Result<bool, E>,
+        mut already_done: impl FnMut(&Block) -> Result<bool, E>,
     ) -> Result<Option<Block>, E> {
         if self.tasks[task as usize].abandoned {
             return Ok(None);
@@ -274,7 +274,10 @@ impl Scheduler {
             // cheapest first: the done marker (one memory read), the mask
             // (one byte), then the caller's check (a Python call in daisy)
             let run = &self.tasks[task as usize];
-            let marked = run.tracking.as_ref().is_some_and(|t| t.is_done(&block));
+            let marked = run
+                .tracking
+                .as_ref()
+                .is_some_and(|t| t.is_marked_done(&block));
             let masked = !marked
                 && run
                     .skip_mask
@@ -283,7 +286,7 @@ impl Scheduler {
             let checked = if marked || masked {
                 false
             } else {
-                match is_done(&block) {
+                match already_done(&block) {
                     Ok(done) => done,
                     Err(e) => {
                         self.tasks[task as usize].retry.push_front(index);
@@ -579,7 +582,7 @@ mod tests {
         let run = |mask: Option<Vec<u8>>, fail_id: Option<u64>| {
             let mut s = chain(0);
             let spec = s.pipeline().spec(0).clone();
-            s.set_tracking(0, TaskTracking::open(&path, &spec, false).unwrap());
+            s.set_tracking(0, TrackingStore::open(&path, &spec, false).unwrap());
             if let Some(m) = mask {
                 s.set_skip_mask(0, m).unwrap();
             }
@@ -623,14 +626,14 @@ mod tests {
         assert_eq!(st.skipped_count, n);
         assert!(st.all_completed());
         let s = chain(0);
-        let t = TaskTracking::open(&path, s.pipeline().spec(0), false).unwrap();
+        let t = TrackingStore::open(&path, s.pipeline().spec(0), false).unwrap();
         let first = s.graph().grid(0).block(0);
         let zero = (0..n)
             .map(|i| s.graph().grid(0).block(i))
             .find(|b| b.spatial_id == 0)
             .unwrap();
         assert_eq!(t.failures(&zero), 1);
-        assert!(t.is_done(&first));
+        assert!(t.is_marked_done(&first));
         assert!(chain(0).set_skip_mask(0, vec![0; 3]).is_err());
         std::fs::remove_dir_all(&path).unwrap();
     }

@@ -28,7 +28,7 @@ use crate::worker_timeline::WorkerSummary;
 pub trait SerialHooks {
     /// Whether a ready block is already done and can be skipped (the
     /// task's check function).
-    fn is_done(&mut self, block: &Block) -> Result<bool, DaisyError>;
+    fn already_done(&mut self, block: &Block) -> Result<bool, DaisyError>;
     /// Run the block's function; returns the status the function left. A
     /// measurement taken inside (`profile_block`) is attached to
     /// `block.stats`.
@@ -76,7 +76,7 @@ fn sweep(
     loop {
         let mut progressed = false;
         for task in 0..n {
-            while let Some(mut block) = scheduler.acquire_block(task, |b| hooks.is_done(b))? {
+            while let Some(mut block) = scheduler.acquire_block(task, |b| hooks.already_done(b))? {
                 progressed = true;
                 let sent_at = wall_clock();
                 let measured = measure.get(task as usize).copied().unwrap_or(false);
@@ -138,7 +138,7 @@ mod tests {
         P: FnMut(&mut Block) -> Result<BlockStatus, DaisyError>,
         C: FnMut(&Block) -> Result<bool, DaisyError>,
     {
-        fn is_done(&mut self, _: &Block) -> Result<bool, DaisyError> {
+        fn already_done(&mut self, _: &Block) -> Result<bool, DaisyError> {
             Ok(false)
         }
         fn process(&mut self, block: &mut Block) -> Result<BlockStatus, DaisyError> {

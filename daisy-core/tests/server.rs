@@ -16,7 +16,7 @@ struct Hooks {
 }
 
 impl RunHooks for Hooks {
-    fn is_done(&mut self, _block: &Block) -> Result<bool, String> {
+    fn already_done(&mut self, _block: &Block) -> Result<bool, String> {
         Ok(false)
     }
     fn tick(&mut self, _snapshot: &RunSnapshot) -> Result<(), DaisyError> {

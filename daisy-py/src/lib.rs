@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 mod convert;
 mod errors;
 mod py_block;
+mod py_block_stats;
 mod py_client;
 mod py_logging;
 mod py_profile;
@@ -34,7 +35,7 @@ fn cantor_number(position: Vec<i64>) -> PyResult<u64> {
 #[pyfunction]
 fn reset_tracking(path: std::path::PathBuf) -> PyResult<()> {
     use errors::IntoPyResult;
-    daisy_core::block_tracking::TaskTracking::reset(&path).py()
+    daisy_core::tracking_store::TrackingStore::reset(&path).py()
 }
 
 #[pymodule]
@@ -46,7 +47,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_scheduler::PyScheduler>()?;
     m.add_class::<py_scheduler::PyDependencyGraph>()?;
     m.add_class::<py_client::PyClient>()?;
-    m.add_class::<py_profile::PyBlockStats>()?;
+    m.add_class::<py_block_stats::PyBlockStats>()?;
     m.add_class::<py_profile::ProfileBlock>()?;
     m.add_class::<py_tracking::PyTrackingStore>()?;
     m.add_class::<py_server::PyTaskConfig>()?;

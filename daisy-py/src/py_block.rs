@@ -11,6 +11,7 @@
 //! this boundary.
 
 use crate::convert::{roi_from_py, roi_to_py};
+use crate::py_block_stats::PyBlockStats;
 use daisy_core::block_id::cantor_number_signed;
 use daisy_core::block_profile::BlockStats;
 use daisy_core::{Block, BlockKey, BlockStatus, Coord, Roi};
@@ -256,7 +257,7 @@ impl PyBlock {
     /// What the block cost (a `daisy.BlockStats`), once measured; None
     /// before, or without resource tracking.
     #[getter]
-    fn stats(&self) -> Option<crate::py_profile::PyBlockStats> {
+    fn stats(&self) -> Option<PyBlockStats> {
         self.stats.map(Into::into)
     }
 

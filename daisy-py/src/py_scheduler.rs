@@ -12,10 +12,10 @@ use crate::errors::{IntoPyResult, StopCause, stopped_run};
 use crate::py_block::PyBlock;
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
-use daisy_core::block_tracking::TaskTracking;
 use daisy_core::dependency_graph::DependencyGraph;
 use daisy_core::run_report::RunOutcome;
 use daisy_core::serial::SerialHooks;
+use daisy_core::tracking_store::TrackingStore;
 use daisy_core::{Block, BlockKey, BlockStatus, DaisyError, Pipeline, Scheduler, TaskIndex};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -59,7 +59,7 @@ pub fn build_scheduler(
         if let Some(path) = &store.tracking_path {
             scheduler.set_tracking(
                 t,
-                TaskTracking::open(path, spec, store.resource_tracking).py()?,
+                TrackingStore::open(path, spec, store.resource_tracking).py()?,
             );
         }
         if let Some(mask) = &store.skip_mask {
@@ -133,7 +133,7 @@ impl PySerialHooks<'_, '_> {
 }
 
 impl SerialHooks for PySerialHooks<'_, '_> {
-    fn is_done(&mut self, block: &Block) -> Result<bool, DaisyError> {
+    fn already_done(&mut self, block: &Block) -> Result<bool, DaisyError> {
         PyScheduler::call_check(self.py, self.checks, self.task_ids, block)
             .map_err(|e| self.stop.stop(e))
     }

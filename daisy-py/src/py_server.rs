@@ -157,7 +157,7 @@ fn states_list(py: Python<'_>, snap: &RunSnapshot) -> PyResult<Py<PyList>> {
 }
 
 impl RunHooks for PyHooks {
-    fn is_done(&mut self, block: &Block) -> Result<bool, String> {
+    fn already_done(&mut self, block: &Block) -> Result<bool, String> {
         let Some(check) = &self.checks[block.key.task as usize] else {
             return Ok(false);
         };

@@ -46,6 +46,7 @@ impl PyTaskSpec {
             upstream,
         )
         .py()?;
+        BlockGrid::check_ids(&spec).py()?;
         Ok(Self { spec })
     }
 

@@ -6,10 +6,10 @@
 use crate::convert::coord_from_py;
 use crate::errors::IntoPyResult;
 use crate::py_block::PyBlock;
-use crate::py_profile::PyBlockStats;
+use crate::py_block_stats::PyBlockStats;
 use crate::py_task_spec::PyTaskSpec;
 use daisy_core::block_grid::BlockGrid;
-use daisy_core::block_tracking::{TaskTracking, TrackingRecord};
+use daisy_core::tracking_store::{TrackingRecord, TrackingStore};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyDict, PyList};
@@ -30,7 +30,7 @@ fn record_dict(py: Python<'_>, spatial_id: u64, r: &TrackingRecord) -> PyResult<
 /// A task's tracking store, for reading block records.
 #[pyclass(name = "TrackingStore", module = "daisy._daisy")]
 pub struct PyTrackingStore {
-    inner: TaskTracking,
+    inner: TrackingStore,
     grid: BlockGrid,
 }
 
@@ -40,15 +40,15 @@ impl PyTrackingStore {
     /// another layout raises `daisy.LayoutMismatch`).
     #[new]
     fn new(spec: PyRef<'_, PyTaskSpec>, path: PathBuf) -> PyResult<Self> {
-        if !TaskTracking::exists(&path) {
+        if !TrackingStore::exists(&path) {
             return Err(PyValueError::new_err(format!(
                 "tracking_path: no tracking store at {}",
                 path.display()
             )));
         }
-        let with_stats = TaskTracking::has_stats_on_disk(&path);
+        let resource_tracking = TrackingStore::has_stats_arrays(&path);
         Ok(Self {
-            inner: TaskTracking::open(&path, &spec.spec, with_stats).py()?,
+            inner: TrackingStore::open(&path, &spec.spec, resource_tracking).py()?,
             grid: BlockGrid::new(0, &spec.spec),
         })
     }

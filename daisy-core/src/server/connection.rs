@@ -254,7 +254,7 @@ async fn acquire<H: RunHooks>(
             }
             let hooks = &mut st.hooks;
             let got = st.scheduler.acquire_block(task, |b| {
-                Ok::<bool, std::convert::Infallible>(match hooks.is_done(b) {
+                Ok::<bool, std::convert::Infallible>(match hooks.already_done(b) {
                     Ok(done) => done,
                     Err(e) => {
                         tracing::warn!("check_function failed for block {}: {e}", b.spatial_id);

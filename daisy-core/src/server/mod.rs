@@ -83,7 +83,7 @@ type ExitEvent = (u32, Option<ExitStatus>);
 pub trait RunHooks {
     /// Whether a ready block is already done and can be skipped (the
     /// user's check function). An error is logged and the block runs.
-    fn is_done(&mut self, block: &Block) -> Result<bool, String>;
+    fn already_done(&mut self, block: &Block) -> Result<bool, String>;
     /// Called every [`TICK`]; an error stops the run (workers are killed).
     fn tick(&mut self, snapshot: &RunSnapshot) -> Result<(), DaisyError>;
     /// Called once the server listens, before any worker starts.

@@ -1,6 +1,11 @@
-//! The per-task tracking store: which blocks are done and how often each
-//! failed, persisted as a Zarr v3 group of memory-mapped arrays.
-//! [`TaskTracking`] owns it; DONE_MARKERS.md describes it for users.
+//! The per-task tracking store: which blocks are done (their done markers)
+//! and how often each failed, and with resource tracking what each cost,
+//! persisted as a Zarr v3 group of memory-mapped arrays. [`TrackingStore`]
+//! owns it; DONE_MARKERS.md describes it for users.
+//!
+//! Its parts: [`zarr_array`] (one single-chunk memory-mapped array),
+//! [`layout`] (the layout hash and growth check); this module assembles
+//! them into a task's store, opens, migrates and resets it.
 //!
 //! ## Layout
 //! ```text
@@ -32,72 +37,29 @@
 //!
 //! ## Crash consistency
 //! Marks are stores into shared file mappings: a killed driver loses nothing
-//! the kernel has (only a power cut can lose unflushed pages; [`TaskTracking::flush`]
+//! the kernel has (only a power cut can lose unflushed pages; [`TrackingStore::flush`]
 //! runs at the end of every run). A migration writes the new arrays next to
 //! the old ones and renames them into place before the group metadata is
 //! rewritten, so an interrupted migration leaves the old store intact.
 
+pub mod layout;
+pub mod zarr_array;
+
+use self::layout::{Layout, growth_shift, mismatch};
+use self::zarr_array::{
+    ArrayKind, ElementType, MappedArray, chunk_path, filled, io_err, map_array, write_array,
+    write_atomic,
+};
 use crate::block::Block;
 use crate::block_grid::BlockGrid;
 use crate::block_profile::BlockStats;
 use crate::error::DaisyError;
-use crate::geometry::{Coord, GridIndexer, Roi};
-use crate::task_spec::{Fit, TaskSpec};
-use memmap2::MmapMut;
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
+use crate::geometry::{Coord, GridIndexer};
+use crate::task_spec::TaskSpec;
+use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
-use zarrs_metadata::v3::{ArrayMetadataV3, GroupMetadataV3, MetadataV3, NodeMetadataV3};
-
-/// Version of the layout description; part of the hash's domain.
-const LAYOUT_VERSION: u64 = 2;
-
-/// An element type of a tracking array.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ElementType {
-    /// `uint8`
-    U8,
-    /// `uint32`
-    U32,
-    /// `uint64`
-    U64,
-    /// `float32`
-    F32,
-    /// `float64`
-    F64,
-}
-
-impl ElementType {
-    fn size(self) -> usize {
-        match self {
-            ElementType::U8 => 1,
-            ElementType::U32 | ElementType::F32 => 4,
-            ElementType::U64 | ElementType::F64 => 8,
-        }
-    }
-
-    fn zarr_name(self) -> &'static str {
-        match self {
-            ElementType::U8 => "uint8",
-            ElementType::U32 => "uint32",
-            ElementType::U64 => "uint64",
-            ElementType::F32 => "float32",
-            ElementType::F64 => "float64",
-        }
-    }
-}
-
-/// What one tracking array holds.
-#[derive(Clone, Copy, Debug)]
-pub struct ArrayKind {
-    /// Directory name inside the group.
-    pub name: &'static str,
-    /// Element type.
-    pub dtype: ElementType,
-    /// Value of cells never written, as little-endian bytes.
-    pub fill: [u8; 8],
-}
+use zarrs_metadata::v3::{GroupMetadataV3, NodeMetadataV3};
 
 /// `done`: 1 once the block completed.
 pub const DONE: ArrayKind = ArrayKind {
@@ -123,9 +85,9 @@ const fn stat(name: &'static str, dtype: ElementType, fill: [u8; 8]) -> ArrayKin
     ArrayKind { name, dtype, fill }
 }
 
-/// The arrays added by resource tracking, in the order [`TaskTracking`]
-/// keeps them. Cells of blocks that never executed hold the fill value
-/// (NaN for measurements and times, 2^32-1 for "no worker").
+/// The arrays added by resource tracking, in the order of
+/// [`StatsArrays::open`]. Cells of blocks that never executed hold the fill
+/// value (NaN for measurements and times, 2^32-1 for "no worker").
 pub const STATS: [ArrayKind; 10] = [
     stat("wall_seconds", ElementType::F32, NAN32),
     stat("cpu_seconds", ElementType::F32, NAN32),
@@ -160,111 +122,101 @@ pub struct TrackingRecord {
     pub returned_at: Option<f64>,
 }
 
-struct MappedArray {
-    kind: ArrayKind,
-    map: Option<MmapMut>,
+/// "No worker" in the `worker_id` array (serial runs, unmanaged clients).
+const NO_WORKER: u32 = u32::MAX;
+
+/// The resource-tracking arrays, one named field per figure.
+struct StatsArrays {
+    wall_seconds: MappedArray,
+    cpu_seconds: MappedArray,
+    peak_rss_bytes: MappedArray,
+    io_read_bytes: MappedArray,
+    io_write_bytes: MappedArray,
+    gpu_util_pct: MappedArray,
+    gpu_mem_bytes: MappedArray,
+    worker_id: MappedArray,
+    sent_at: MappedArray,
+    returned_at: MappedArray,
 }
 
-impl MappedArray {
-    fn bytes_mut(&mut self, index: u64) -> Option<&mut [u8]> {
-        let size = self.kind.dtype.size();
-        let start = index as usize * size;
-        self.map.as_mut()?.get_mut(start..start + size)
-    }
-
-    fn bytes(&self, index: u64) -> Option<&[u8]> {
-        let size = self.kind.dtype.size();
-        let start = index as usize * size;
-        self.map.as_ref()?.get(start..start + size)
-    }
-
-    fn put(&mut self, index: u64, value: &[u8]) {
-        if let Some(b) = self.bytes_mut(index) {
-            b.copy_from_slice(&value[..b.len()]);
-        }
-    }
-
-    fn get8(&self, index: u64) -> Option<[u8; 8]> {
-        let b = self.bytes(index)?;
-        let mut out = [0u8; 8];
-        out[..b.len()].copy_from_slice(b);
-        Some(out)
-    }
-}
-
-/// The structural parameters of a task's block grid, as stored in
-/// `daisy_layout`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Layout {
-    total: Roi,
-    read: Roi,
-    write: Roi,
-    fit: Fit,
-}
-
-impl Layout {
-    fn of(spec: &TaskSpec) -> Self {
-        Self {
-            total: spec.total_roi,
-            read: spec.read_roi,
-            write: spec.write_roi,
-            fit: spec.fit,
-        }
-    }
-
-    fn to_json(&self) -> Value {
-        let c = |c: Coord| json!(c.as_slice());
-        json!({
-            "version": LAYOUT_VERSION,
-            "total_offset": c(self.total.offset()),
-            "total_shape": c(self.total.shape()),
-            "read_offset": c(self.read.offset()),
-            "read_shape": c(self.read.shape()),
-            "write_offset": c(self.write.offset()),
-            "write_shape": c(self.write.shape()),
-            "fit": self.fit.as_str(),
+impl StatsArrays {
+    /// Open (creating where missing) the [`STATS`] arrays of a store.
+    fn open(store: &Path, shape: &Coord) -> Result<Self, DaisyError> {
+        let [w, c, rss, ior, iow, gu, gm, wid, sent, ret] =
+            STATS.map(|k| map_array(store, k, shape));
+        Ok(Self {
+            wall_seconds: w?,
+            cpu_seconds: c?,
+            peak_rss_bytes: rss?,
+            io_read_bytes: ior?,
+            io_write_bytes: iow?,
+            gpu_util_pct: gu?,
+            gpu_mem_bytes: gm?,
+            worker_id: wid?,
+            sent_at: sent?,
+            returned_at: ret?,
         })
     }
 
-    fn from_json(v: &Value) -> Option<Self> {
-        if v.get("version")?.as_u64()? != LAYOUT_VERSION {
-            return None;
-        }
-        let coord = |key: &str| -> Option<Coord> {
-            let items: Option<Vec<i64>> =
-                v.get(key)?.as_array()?.iter().map(Value::as_i64).collect();
-            Coord::new(&items?).ok()
+    fn all(&self) -> [&MappedArray; 10] {
+        [
+            &self.wall_seconds,
+            &self.cpu_seconds,
+            &self.peak_rss_bytes,
+            &self.io_read_bytes,
+            &self.io_write_bytes,
+            &self.gpu_util_pct,
+            &self.gpu_mem_bytes,
+            &self.worker_id,
+            &self.sent_at,
+            &self.returned_at,
+        ]
+    }
+
+    /// Write one block's figures: ten stores into the mappings, no
+    /// allocation.
+    fn record(&mut self, cell: u64, stats: &BlockStats, worker: Option<u32>, sent: f64, ret: f64) {
+        self.wall_seconds.set(cell, stats.wall_seconds as f32);
+        self.cpu_seconds.set(cell, stats.cpu_seconds as f32);
+        self.peak_rss_bytes.set(cell, stats.peak_rss_bytes);
+        self.io_read_bytes.set(cell, stats.io_read_bytes);
+        self.io_write_bytes.set(cell, stats.io_write_bytes);
+        self.gpu_util_pct.set(cell, stats.gpu_util_pct);
+        self.gpu_mem_bytes.set(cell, stats.gpu_mem_bytes);
+        self.worker_id.set(cell, worker.unwrap_or(NO_WORKER));
+        self.sent_at.set(cell, sent);
+        self.returned_at.set(cell, ret);
+    }
+
+    /// A block's figures, worker and stamps (done and failures left
+    /// unset); None for a block never measured (its wall time is the NaN
+    /// fill).
+    fn read(&self, cell: u64) -> Option<TrackingRecord> {
+        let wall = self.wall_seconds.get::<f32>(cell).filter(|w| !w.is_nan())?;
+        let stats = BlockStats {
+            wall_seconds: f64::from(wall),
+            cpu_seconds: f64::from(self.cpu_seconds.get::<f32>(cell).unwrap_or(0.0)),
+            peak_rss_bytes: self.peak_rss_bytes.get(cell).unwrap_or(0),
+            io_read_bytes: self.io_read_bytes.get(cell).unwrap_or(0),
+            io_write_bytes: self.io_write_bytes.get(cell).unwrap_or(0),
+            gpu_util_pct: self.gpu_util_pct.get(cell).unwrap_or(f32::NAN),
+            gpu_mem_bytes: self.gpu_mem_bytes.get(cell).unwrap_or(0),
         };
-        let roi = |o: &str, s: &str| Roi::new(coord(o)?, coord(s)?).ok();
-        Some(Self {
-            total: roi("total_offset", "total_shape")?,
-            read: roi("read_offset", "read_shape")?,
-            write: roi("write_offset", "write_shape")?,
-            fit: v.get("fit")?.as_str()?.parse().ok()?,
+        let worker = self.worker_id.get::<u32>(cell).filter(|&w| w != NO_WORKER);
+        let stamp = |a: &MappedArray| a.get::<f64>(cell).filter(|t| !t.is_nan());
+        Some(TrackingRecord {
+            done: false,
+            failures: 0,
+            stats: Some(stats),
+            worker_id: worker,
+            sent_at: stamp(&self.sent_at),
+            returned_at: stamp(&self.returned_at),
         })
-    }
-
-    /// SHA-256 over the canonical text of the layout.
-    fn hash(&self) -> String {
-        let text = format!(
-            "daisy-tracking-v{LAYOUT_VERSION}\ntotal {} {}\nread {} {}\nwrite {} {}\nfit {}\n",
-            self.total.offset(),
-            self.total.shape(),
-            self.read.offset(),
-            self.read.shape(),
-            self.write.offset(),
-            self.write.shape(),
-            self.fit
-        );
-        Sha256::digest(text.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
     }
 }
 
 /// The tracking store of one task, open for reading and writing.
-pub struct TaskTracking {
+pub struct TrackingStore {
     path: PathBuf,
     /// Cells of the array grid (anchored at `total_roi`).
     cells: GridIndexer,
@@ -272,21 +224,8 @@ pub struct TaskTracking {
     anchor_shift: Coord,
     done: MappedArray,
     failures: MappedArray,
-    /// The [`STATS`] arrays, when resource tracking is on.
-    stats: Vec<MappedArray>,
-}
-
-fn io_err(path: &Path, e: std::io::Error) -> DaisyError {
-    DaisyError::Io(format!("{}: {e}", path.display()))
-}
-
-fn mismatch(path: &Path, expected: &str, found: &str, reason: &str) -> DaisyError {
-    DaisyError::LayoutMismatch {
-        store: path.display().to_string(),
-        expected: expected.to_string(),
-        found: found.to_string(),
-        reason: reason.to_string(),
-    }
+    /// The resource-tracking arrays, when resource tracking is on.
+    stats: Option<StatsArrays>,
 }
 
 /// Shape of the array grid and the shift of the placement grid in it.
@@ -303,124 +242,6 @@ fn array_grid(spec: &TaskSpec) -> (Coord, Coord) {
         grid.grid_shape().add(&shift)
     };
     (shape, shift)
-}
-
-fn chunk_path(dir: &Path, dims: usize) -> PathBuf {
-    let mut p = dir.join("c");
-    for _ in 0..dims {
-        p = p.join("0");
-    }
-    p
-}
-
-fn array_metadata(kind: &ArrayKind, shape: &Coord) -> Result<String, DaisyError> {
-    let shape_u: Vec<u64> = shape.as_slice().iter().map(|&s| s.max(0) as u64).collect();
-    let chunk: Vec<u64> = shape_u.iter().map(|&s| s.max(1)).collect();
-    let grid = MetadataV3::new_with_serializable_configuration(
-        "regular".to_string(),
-        &json!({ "chunk_shape": chunk }),
-    )
-    .map_err(|e| DaisyError::Io(e.to_string()))?;
-    let codec = MetadataV3::new_with_serializable_configuration(
-        "bytes".to_string(),
-        &json!({ "endian": "little" }),
-    )
-    .map_err(|e| DaisyError::Io(e.to_string()))?;
-    let fill = match kind.dtype {
-        ElementType::F32 | ElementType::F64 => {
-            let v = if kind.dtype == ElementType::F32 {
-                f32::from_le_bytes(kind.fill[..4].try_into().unwrap_or_default()) as f64
-            } else {
-                f64::from_le_bytes(kind.fill)
-            };
-            if v.is_nan() {
-                zarrs_metadata::v3::FillValueMetadataV3::from("NaN")
-            } else {
-                zarrs_metadata::v3::FillValueMetadataV3::from(v)
-            }
-        }
-        _ => zarrs_metadata::v3::FillValueMetadataV3::from(u64::from_le_bytes(kind.fill)),
-    };
-    let meta = ArrayMetadataV3::new(
-        shape_u,
-        grid,
-        MetadataV3::new(kind.dtype.zarr_name()),
-        fill,
-        vec![codec],
-    );
-    serde_json::to_string_pretty(&meta).map_err(|e| DaisyError::Io(e.to_string()))
-}
-
-/// Write `bytes` to `path` atomically (temporary file, then rename).
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DaisyError> {
-    let tmp = path.with_extension("daisy-tmp");
-    fs::write(&tmp, bytes).map_err(|e| io_err(&tmp, e))?;
-    fs::rename(&tmp, path).map_err(|e| io_err(path, e))
-}
-
-/// Create (or replace) one array: metadata and a chunk of `contents`.
-fn write_array(
-    store: &Path,
-    kind: &ArrayKind,
-    shape: &Coord,
-    contents: &[u8],
-) -> Result<(), DaisyError> {
-    let dir = store.join(kind.name);
-    let chunk = chunk_path(&dir, shape.dims());
-    if let Some(parent) = chunk.parent() {
-        fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
-    }
-    if !contents.is_empty() {
-        write_atomic(&chunk, contents)?;
-    }
-    write_atomic(
-        &dir.join("zarr.json"),
-        array_metadata(kind, shape)?.as_bytes(),
-    )
-}
-
-fn filled(kind: &ArrayKind, n: u64) -> Vec<u8> {
-    let size = kind.dtype.size();
-    let mut v = Vec::with_capacity(n as usize * size);
-    for _ in 0..n {
-        v.extend_from_slice(&kind.fill[..size]);
-    }
-    v
-}
-
-fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedArray, DaisyError> {
-    let n = shape.product();
-    if n == 0 {
-        return Ok(MappedArray { kind, map: None });
-    }
-    let dir = store.join(kind.name);
-    let chunk = chunk_path(&dir, shape.dims());
-    if !dir.join("zarr.json").is_file() || !chunk.is_file() {
-        write_array(store, &kind, shape, &filled(&kind, n))?;
-    }
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&chunk)
-        .map_err(|e| io_err(&chunk, e))?;
-    let expected = n * kind.dtype.size() as u64;
-    let len = file.metadata().map_err(|e| io_err(&chunk, e))?.len();
-    if len != expected {
-        return Err(DaisyError::Io(format!(
-            "{}: chunk holds {len} bytes, expected {expected}; the store is damaged: delete it \
-             (rm -rf {}) to start fresh",
-            chunk.display(),
-            store.display()
-        )));
-    }
-    // SAFETY: the file is daisy's own chunk, opened read-write; only this
-    // process maps it for writing (one server per run), and every access
-    // goes through bounds-checked slices of the mapping.
-    let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| io_err(&chunk, e))?;
-    Ok(MappedArray {
-        kind,
-        map: Some(map),
-    })
 }
 
 fn read_group(store: &Path) -> Result<Option<Value>, DaisyError> {
@@ -463,21 +284,21 @@ fn read_group(store: &Path) -> Result<Option<Value>, DaisyError> {
     }
 }
 
-impl std::fmt::Debug for TaskTracking {
+impl std::fmt::Debug for TrackingStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskTracking")
+        f.debug_struct("TrackingStore")
             .field("path", &self.path)
             .field("shape", &self.cells.shape())
             .finish()
     }
 }
 
-impl TaskTracking {
+impl TrackingStore {
     /// Open the store at `path` for `spec`, creating it if it does not
     /// exist and migrating it if the task's total ROI grew. With
-    /// `with_stats`, the resource-tracking arrays are opened (and created
+    /// `resource_tracking`, the statistics arrays are opened (and created
     /// where missing).
-    pub fn open(path: &Path, spec: &TaskSpec, with_stats: bool) -> Result<Self, DaisyError> {
+    pub fn open(path: &Path, spec: &TaskSpec, resource_tracking: bool) -> Result<Self, DaisyError> {
         let layout = Layout::of(spec);
         let hash = layout.hash();
         let (shape, shift) = array_grid(spec);
@@ -520,20 +341,12 @@ impl TaskTracking {
             anchor_shift: shift,
             done: map_array(path, DONE, &shape)?,
             failures: map_array(path, FAILURES, &shape)?,
-            stats: if with_stats {
-                STATS
-                    .iter()
-                    .map(|k| map_array(path, *k, &shape))
-                    .collect::<Result<_, _>>()?
+            stats: if resource_tracking {
+                Some(StatsArrays::open(path, &shape)?)
             } else {
-                Vec::new()
+                None
             },
         })
-    }
-
-    /// Whether the resource-tracking arrays are open.
-    pub fn has_stats(&self) -> bool {
-        !self.stats.is_empty()
     }
 
     /// Record an executed block's measurement, worker and time stamps
@@ -546,24 +359,9 @@ impl TaskTracking {
         sent_at: f64,
         returned_at: f64,
     ) {
-        if self.stats.is_empty() {
-            return;
-        }
         let cell = self.cell(block);
-        let values: [Vec<u8>; 10] = [
-            (stats.wall_seconds as f32).to_le_bytes().to_vec(),
-            (stats.cpu_seconds as f32).to_le_bytes().to_vec(),
-            stats.peak_rss_bytes.to_le_bytes().to_vec(),
-            stats.io_read_bytes.to_le_bytes().to_vec(),
-            stats.io_write_bytes.to_le_bytes().to_vec(),
-            stats.gpu_util_pct.to_le_bytes().to_vec(),
-            stats.gpu_mem_bytes.to_le_bytes().to_vec(),
-            worker_id.unwrap_or(u32::MAX).to_le_bytes().to_vec(),
-            sent_at.to_le_bytes().to_vec(),
-            returned_at.to_le_bytes().to_vec(),
-        ];
-        for (array, value) in self.stats.iter_mut().zip(values.iter()) {
-            array.put(cell, value);
+        if let Some(arrays) = self.stats.as_mut() {
+            arrays.record(cell, stats, worker_id, sent_at, returned_at);
         }
     }
 
@@ -586,11 +384,8 @@ impl TaskTracking {
     pub fn recorded_cells(&self) -> Vec<Coord> {
         (0..self.cells.len())
             .filter(|&i| {
-                self.done.bytes(i).is_some_and(|b| b[0] != 0)
-                    || self
-                        .failures
-                        .bytes(i)
-                        .is_some_and(|b| b.iter().any(|&x| x != 0))
+                self.done.get::<u8>(i).is_some_and(|d| d != 0)
+                    || self.failures.get::<u32>(i).is_some_and(|f| f != 0)
             })
             .map(|i| self.cells.unflat(i))
             .collect()
@@ -602,48 +397,27 @@ impl TaskTracking {
     }
 
     /// True if the store at `path` has the resource-tracking arrays.
-    pub fn has_stats_on_disk(path: &Path) -> bool {
+    pub fn has_stats_arrays(path: &Path) -> bool {
         path.join(STATS[0].name).join("zarr.json").is_file()
     }
 
     fn record_at_index(&self, cell: u64) -> TrackingRecord {
-        let f32_at = |i: usize| {
-            self.stats[i]
-                .get8(cell)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        let unmeasured = TrackingRecord {
+            done: false,
+            failures: 0,
+            stats: None,
+            worker_id: None,
+            sent_at: None,
+            returned_at: None,
         };
-        let u64_at = |i: usize| self.stats[i].get8(cell).map(u64::from_le_bytes);
-        let f64_at = |i: usize| self.stats[i].get8(cell).map(f64::from_le_bytes);
-        let (mut stats, mut worker_id, mut sent_at, mut returned_at) = (None, None, None, None);
-        if !self.stats.is_empty()
-            && let Some(wall) = f32_at(0).filter(|w| !w.is_nan())
-        {
-            stats = Some(BlockStats {
-                wall_seconds: wall as f64,
-                cpu_seconds: f32_at(1).unwrap_or(0.0) as f64,
-                peak_rss_bytes: u64_at(2).unwrap_or(0),
-                io_read_bytes: u64_at(3).unwrap_or(0),
-                io_write_bytes: u64_at(4).unwrap_or(0),
-                gpu_util_pct: f32_at(5).unwrap_or(f32::NAN),
-                gpu_mem_bytes: u64_at(6).unwrap_or(0),
-            });
-            worker_id = self.stats[7]
-                .get8(cell)
-                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .filter(|&w| w != u32::MAX);
-            sent_at = f64_at(8).filter(|t| !t.is_nan());
-            returned_at = f64_at(9).filter(|t| !t.is_nan());
-        }
         TrackingRecord {
-            done: self.done.bytes(cell).is_some_and(|b| b[0] != 0),
-            failures: self
-                .failures
-                .bytes(cell)
-                .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            stats,
-            worker_id,
-            sent_at,
-            returned_at,
+            done: self.done.get::<u8>(cell).is_some_and(|d| d != 0),
+            failures: self.failures.get(cell).unwrap_or(0),
+            ..self
+                .stats
+                .as_ref()
+                .and_then(|a| a.read(cell))
+                .unwrap_or(unmeasured)
         }
     }
 
@@ -663,55 +437,41 @@ impl TaskTracking {
         self.cells.flat(&block.position.add(&self.anchor_shift))
     }
 
-    /// True if the block is marked done. One memory read.
+    /// True if the block carries a done marker. One memory read.
     #[inline]
-    pub fn is_done(&self, block: &Block) -> bool {
-        self.done.bytes(self.cell(block)).is_some_and(|b| b[0] != 0)
+    pub fn is_marked_done(&self, block: &Block) -> bool {
+        self.done
+            .get::<u8>(self.cell(block))
+            .is_some_and(|d| d != 0)
     }
 
-    /// Mark a block done.
+    /// Set a block's done marker.
     #[inline]
     pub fn mark_done(&mut self, block: &Block) {
-        let cell = self.cell(block);
-        if let Some(b) = self.done.bytes_mut(cell) {
-            b[0] = 1;
-        }
+        self.done.set(self.cell(block), 1u8);
     }
 
     /// Count a failed attempt of a block.
     #[inline]
     pub fn add_failure(&mut self, block: &Block) {
         let cell = self.cell(block);
-        if let Some(b) = self.failures.bytes_mut(cell) {
-            let n = u32::from_le_bytes([b[0], b[1], b[2], b[3]]).saturating_add(1);
-            b.copy_from_slice(&n.to_le_bytes());
-        }
+        let n = self.failures.get::<u32>(cell).unwrap_or(0);
+        self.failures.set(cell, n.saturating_add(1));
     }
 
     /// Failed attempts recorded for a block.
     pub fn failures(&self, block: &Block) -> u32 {
-        self.failures
-            .bytes(self.cell(block))
-            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    /// Number of blocks marked done.
-    pub fn count_done(&self) -> u64 {
-        self.done
-            .map
-            .as_ref()
-            .map_or(0, |m| m.iter().filter(|&&b| b != 0).count() as u64)
+        self.failures.get(self.cell(block)).unwrap_or(0)
     }
 
     /// Write dirty pages to disk.
     pub fn flush(&self) -> Result<(), DaisyError> {
+        let stats = self.stats.as_ref().map(StatsArrays::all);
         for a in [&self.done, &self.failures]
             .into_iter()
-            .chain(self.stats.iter())
+            .chain(stats.into_iter().flatten())
         {
-            if let Some(m) = &a.map {
-                m.flush().map_err(|e| io_err(&self.path, e))?;
-            }
+            a.flush(&self.path)?;
         }
         Ok(())
     }
@@ -739,24 +499,6 @@ fn write_group(path: &Path, layout: &Layout) -> Result<(), DaisyError> {
     let meta = GroupMetadataV3::new().with_attributes(attrs);
     let text = serde_json::to_string_pretty(&meta).map_err(|e| DaisyError::Io(e.to_string()))?;
     write_atomic(&path.join("zarr.json"), text.as_bytes())
-}
-
-/// The per-axis shift (in blocks) from an old grid to a new one when the
-/// new layout only grew the total ROI; None otherwise.
-fn growth_shift(old: &Layout, new: &Layout) -> Option<Coord> {
-    let same_block = old.write.shape() == new.write.shape()
-        && old.read.shape() == new.read.shape()
-        && old.read.offset().sub(&old.write.offset()) == new.read.offset().sub(&new.write.offset())
-        && old.fit == new.fit
-        && old.total.dims() == new.total.dims();
-    if !same_block || !new.total.contains_roi(&old.total) {
-        return None;
-    }
-    let stride = new.write.shape();
-    let delta = old.total.offset().sub(&new.total.offset());
-    (0..delta.dims())
-        .all(|d| delta[d] % stride[d] == 0)
-        .then(|| delta.div_floor(&stride))
 }
 
 fn migrate(
@@ -835,6 +577,8 @@ fn migrate(
 mod tests {
     use super::*;
     use crate::block_grid::BlockGrid;
+    use crate::geometry::Roi;
+    use crate::task_spec::Fit;
 
     fn roi(o: &[i64], s: &[i64]) -> Roi {
         Roi::from_slices(o, s).unwrap()
@@ -870,7 +614,7 @@ mod tests {
         let s = spec(roi(&[0, 0, 0], &[20, 20, 24]), Fit::Valid);
         let grid = BlockGrid::new(0, &s);
         {
-            let mut t = TaskTracking::open(&path, &s, false).unwrap();
+            let mut t = TrackingStore::open(&path, &s, false).unwrap();
             for i in (0..grid.num_blocks()).step_by(3) {
                 t.mark_done(&grid.block(i));
             }
@@ -878,9 +622,9 @@ mod tests {
             t.add_failure(&grid.block(1));
             t.flush().unwrap();
         }
-        let t = TaskTracking::open(&path, &s, false).unwrap();
+        let t = TrackingStore::open(&path, &s, false).unwrap();
         for i in 0..grid.num_blocks() {
-            assert_eq!(t.is_done(&grid.block(i)), i % 3 == 0);
+            assert_eq!(t.is_marked_done(&grid.block(i)), i % 3 == 0);
         }
         assert_eq!(t.failures(&grid.block(1)), 2);
         assert!(path.join("done/c/0/0/0").is_file());
@@ -907,11 +651,11 @@ mod tests {
             gpu_mem_bytes: 0,
         };
         {
-            let mut t = TaskTracking::open(&path, &s, true).unwrap();
+            let mut t = TrackingStore::open(&path, &s, true).unwrap();
             t.mark_done(&grid.block(0));
             t.record_stats(&grid.block(0), &st, Some(3), 100.0, 100.5);
         }
-        let t = TaskTracking::open(&path, &s, true).unwrap();
+        let t = TrackingStore::open(&path, &s, true).unwrap();
         let r = t.record(&grid.block(0));
         assert!(r.done);
         let got = r.stats.unwrap();
@@ -938,7 +682,7 @@ mod tests {
     fn another_layout_is_refused_with_both_hashes() {
         let path = tmp("mismatch");
         let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
-        TaskTracking::open(&path, &s, false).unwrap();
+        TrackingStore::open(&path, &s, false).unwrap();
         let other = TaskSpec::new(
             "t",
             roi(&[0, 0, 0], &[20, 20, 20]),
@@ -950,14 +694,14 @@ mod tests {
             vec![],
         )
         .unwrap();
-        let err = TaskTracking::open(&path, &other, false).err().unwrap();
+        let err = TrackingStore::open(&path, &other, false).err().unwrap();
         let text = err.to_string();
         assert!(text.contains(&Layout::of(&s).hash()), "{text}");
         assert!(text.contains(&Layout::of(&other).hash()), "{text}");
         assert!(text.contains("rm -rf"), "{text}");
         // shrinking is refused too
         let smaller = spec(roi(&[0, 0, 0], &[16, 20, 20]), Fit::Valid);
-        assert!(TaskTracking::open(&path, &smaller, false).is_err());
+        assert!(TrackingStore::open(&path, &smaller, false).is_err());
         fs::remove_dir_all(&path).unwrap();
     }
 
@@ -968,7 +712,7 @@ mod tests {
         fs::write(path.join("notes.txt"), "hello").unwrap();
         let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
         assert!(matches!(
-            TaskTracking::open(&path, &s, false),
+            TrackingStore::open(&path, &s, false),
             Err(DaisyError::LayoutMismatch { .. })
         ));
         fs::remove_file(path.join("notes.txt")).unwrap();
@@ -980,7 +724,7 @@ mod tests {
                "codecs": [{"name": "bytes"}]}"#,
         )
         .unwrap();
-        let err = TaskTracking::open(&path, &s, false).err().unwrap();
+        let err = TrackingStore::open(&path, &s, false).err().unwrap();
         assert!(err.to_string().contains("bare Zarr array"), "{err}");
         fs::remove_dir_all(&path).unwrap();
     }
@@ -991,7 +735,7 @@ mod tests {
         let small = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
         let old_grid = BlockGrid::new(0, &small);
         let done_offsets: Vec<Coord> = {
-            let mut t = TaskTracking::open(&path, &small, true).unwrap();
+            let mut t = TrackingStore::open(&path, &small, true).unwrap();
             (0..old_grid.num_blocks())
                 .filter(|i| i % 2 == 0)
                 .map(|i| {
@@ -1003,19 +747,24 @@ mod tests {
         };
         // grown along two axes, one of them towards negative coordinates
         let big = spec(roi(&[0, -8, 0], &[20, 36, 32]), Fit::Valid);
-        let t = TaskTracking::open(&path, &big, true).unwrap();
+        let t = TrackingStore::open(&path, &big, true).unwrap();
         let new_grid = BlockGrid::new(0, &big);
         let mut kept = 0;
         for i in 0..new_grid.num_blocks() {
             let b = new_grid.block(i);
             let was_done = done_offsets.contains(&b.write_roi.offset());
-            assert_eq!(t.is_done(&b), was_done, "block at {}", b.write_roi.offset());
+            assert_eq!(
+                t.is_marked_done(&b),
+                was_done,
+                "block at {}",
+                b.write_roi.offset()
+            );
             kept += was_done as usize;
         }
         assert_eq!(kept, done_offsets.len());
         // reopening with the grown layout is a plain open now
         drop(t);
-        TaskTracking::open(&path, &big, true).unwrap();
+        TrackingStore::open(&path, &big, true).unwrap();
         fs::remove_dir_all(&path).unwrap();
     }
 
@@ -1025,20 +774,20 @@ mod tests {
         let small = spec(roi(&[0, 0, 0], &[18, 20, 20]), Fit::Shrink);
         let old_grid = BlockGrid::new(0, &small);
         {
-            let mut t = TaskTracking::open(&path, &small, true).unwrap();
+            let mut t = TrackingStore::open(&path, &small, true).unwrap();
             for i in 0..old_grid.num_blocks() {
                 t.mark_done(&old_grid.block(i));
             }
         }
         let big = spec(roi(&[0, 0, 0], &[30, 20, 20]), Fit::Shrink);
-        let t = TaskTracking::open(&path, &big, true).unwrap();
+        let t = TrackingStore::open(&path, &big, true).unwrap();
         let new_grid = BlockGrid::new(0, &big);
         for i in 0..new_grid.num_blocks() {
             let b = new_grid.block(i);
             // old total write ROI along axis 0 was [2, 16): blocks starting
             // at 2, 6, 10 were whole, the one at 14 was cut to [14, 16)
             let whole_before = b.write_roi.offset()[0] < 14;
-            assert_eq!(t.is_done(&b), whole_before, "{}", b.write_roi);
+            assert_eq!(t.is_marked_done(&b), whole_before, "{}", b.write_roi);
         }
         fs::remove_dir_all(&path).unwrap();
     }
@@ -1047,13 +796,13 @@ mod tests {
     fn reset_deletes_only_a_store() {
         let path = tmp("reset");
         let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
-        TaskTracking::open(&path, &s, false).unwrap();
-        TaskTracking::reset(&path).unwrap();
+        TrackingStore::open(&path, &s, false).unwrap();
+        TrackingStore::reset(&path).unwrap();
         assert!(!path.exists());
-        TaskTracking::reset(&path).unwrap();
+        TrackingStore::reset(&path).unwrap();
         fs::create_dir_all(&path).unwrap();
         fs::write(path.join("precious.txt"), "x").unwrap();
-        assert!(TaskTracking::reset(&path).is_err());
+        assert!(TrackingStore::reset(&path).is_err());
         assert!(path.join("precious.txt").exists());
         fs::remove_dir_all(&path).unwrap();
     }

@@ -1,0 +1,307 @@
+//! One single-chunk, uncompressed, little-endian Zarr v3 array, memory-mapped
+//! for writes: [`MappedArray`], and the functions that write its metadata and
+//! chunk. The tracking store (`tracking_store`) is a group of these.
+//!
+//! With one chunk and only the `bytes` codec, the chunk file *is* the
+//! array: element `i` lies at byte `i * size`, so reading or writing one
+//! element is one load or store into the mapping, no syscall and no
+//! allocation, and any Zarr v3 reader (zarr-python) opens the array, also
+//! while a run writes it. Every element access is bounds-checked: an index
+//! outside the mapping reads as absent and writes nothing.
+
+use crate::error::DaisyError;
+use crate::geometry::Coord;
+use memmap2::MmapMut;
+use serde_json::json;
+use std::fs;
+use std::path::{Path, PathBuf};
+use zarrs_metadata::v3::{ArrayMetadataV3, MetadataV3};
+
+/// An I/O error on `path`, as the core reports it.
+pub fn io_err(path: &Path, e: std::io::Error) -> DaisyError {
+    DaisyError::Io(format!("{}: {e}", path.display()))
+}
+
+/// An element type of a tracking array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElementType {
+    /// `uint8`
+    U8,
+    /// `uint32`
+    U32,
+    /// `uint64`
+    U64,
+    /// `float32`
+    F32,
+    /// `float64`
+    F64,
+}
+
+impl ElementType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            ElementType::U8 => 1,
+            ElementType::U32 | ElementType::F32 => 4,
+            ElementType::U64 | ElementType::F64 => 8,
+        }
+    }
+
+    /// The Zarr v3 `data_type` name.
+    pub fn zarr_name(self) -> &'static str {
+        match self {
+            ElementType::U8 => "uint8",
+            ElementType::U32 => "uint32",
+            ElementType::U64 => "uint64",
+            ElementType::F32 => "float32",
+            ElementType::F64 => "float64",
+        }
+    }
+}
+
+/// What one tracking array holds.
+#[derive(Clone, Copy, Debug)]
+pub struct ArrayKind {
+    /// Directory name inside the group.
+    pub name: &'static str,
+    /// Element type.
+    pub dtype: ElementType,
+    /// Value of cells never written, as little-endian bytes.
+    pub fill: [u8; 8],
+}
+
+/// One array of a store, mapped (no mapping for an empty array).
+pub struct MappedArray {
+    kind: ArrayKind,
+    map: Option<MmapMut>,
+}
+
+/// A fixed-size little-endian element a [`MappedArray`] holds.
+pub trait Element: Copy {
+    /// Its size in bytes.
+    const SIZE: usize;
+    /// Decode from exactly `SIZE` bytes.
+    fn read(bytes: &[u8]) -> Self;
+    /// Encode into exactly `SIZE` bytes.
+    fn write(self, bytes: &mut [u8]);
+}
+
+macro_rules! element {
+    ($($t:ty),*) => {$(
+        impl Element for $t {
+            const SIZE: usize = std::mem::size_of::<$t>();
+            fn read(bytes: &[u8]) -> Self {
+                let mut b = [0u8; std::mem::size_of::<$t>()];
+                b.copy_from_slice(bytes);
+                <$t>::from_le_bytes(b)
+            }
+            fn write(self, bytes: &mut [u8]) {
+                bytes.copy_from_slice(&self.to_le_bytes());
+            }
+        }
+    )*};
+}
+
+element!(u8, u32, u64, f32, f64);
+
+impl MappedArray {
+    /// What the array holds.
+    pub fn kind(&self) -> &ArrayKind {
+        &self.kind
+    }
+
+    fn slot(&self, index: u64, size: usize) -> Option<std::ops::Range<usize>> {
+        (size == self.kind.dtype.size()).then_some(())?;
+        let start = usize::try_from(index).ok()?.checked_mul(size)?;
+        Some(start..start.checked_add(size)?)
+    }
+
+    /// Element `index`; None outside the array (or for a wrong type).
+    #[inline]
+    pub fn get<T: Element>(&self, index: u64) -> Option<T> {
+        let range = self.slot(index, T::SIZE)?;
+        self.map.as_ref()?.get(range).map(T::read)
+    }
+
+    /// Set element `index`; nothing outside the array (or for a wrong
+    /// type). One store into the mapping.
+    #[inline]
+    pub fn set<T: Element>(&mut self, index: u64, value: T) {
+        if let Some(range) = self.slot(index, T::SIZE)
+            && let Some(bytes) = self.map.as_mut().and_then(|m| m.get_mut(range))
+        {
+            value.write(bytes);
+        }
+    }
+
+    /// The whole chunk, little-endian (empty for an empty array).
+    pub fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+
+    /// Write dirty pages to disk.
+    pub fn flush(&self, path: &Path) -> Result<(), DaisyError> {
+        match &self.map {
+            Some(m) => m.flush().map_err(|e| io_err(path, e)),
+            None => Ok(()),
+        }
+    }
+}
+
+pub fn chunk_path(dir: &Path, dims: usize) -> PathBuf {
+    let mut p = dir.join("c");
+    for _ in 0..dims {
+        p = p.join("0");
+    }
+    p
+}
+
+fn array_metadata(kind: &ArrayKind, shape: &Coord) -> Result<String, DaisyError> {
+    let shape_u: Vec<u64> = shape.as_slice().iter().map(|&s| s.max(0) as u64).collect();
+    let chunk: Vec<u64> = shape_u.iter().map(|&s| s.max(1)).collect();
+    let grid = MetadataV3::new_with_serializable_configuration(
+        "regular".to_string(),
+        &json!({ "chunk_shape": chunk }),
+    )
+    .map_err(|e| DaisyError::Io(e.to_string()))?;
+    let codec = MetadataV3::new_with_serializable_configuration(
+        "bytes".to_string(),
+        &json!({ "endian": "little" }),
+    )
+    .map_err(|e| DaisyError::Io(e.to_string()))?;
+    let fill = match kind.dtype {
+        ElementType::F32 | ElementType::F64 => {
+            let v = if kind.dtype == ElementType::F32 {
+                f32::from_le_bytes(kind.fill[..4].try_into().unwrap_or_default()) as f64
+            } else {
+                f64::from_le_bytes(kind.fill)
+            };
+            if v.is_nan() {
+                zarrs_metadata::v3::FillValueMetadataV3::from("NaN")
+            } else {
+                zarrs_metadata::v3::FillValueMetadataV3::from(v)
+            }
+        }
+        _ => zarrs_metadata::v3::FillValueMetadataV3::from(u64::from_le_bytes(kind.fill)),
+    };
+    let meta = ArrayMetadataV3::new(
+        shape_u,
+        grid,
+        MetadataV3::new(kind.dtype.zarr_name()),
+        fill,
+        vec![codec],
+    );
+    serde_json::to_string_pretty(&meta).map_err(|e| DaisyError::Io(e.to_string()))
+}
+
+/// Write `bytes` to `path` atomically (temporary file, then rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DaisyError> {
+    let tmp = path.with_extension("daisy-tmp");
+    fs::write(&tmp, bytes).map_err(|e| io_err(&tmp, e))?;
+    fs::rename(&tmp, path).map_err(|e| io_err(path, e))
+}
+
+/// Create (or replace) one array: metadata and a chunk of `contents`.
+pub fn write_array(
+    store: &Path,
+    kind: &ArrayKind,
+    shape: &Coord,
+    contents: &[u8],
+) -> Result<(), DaisyError> {
+    let dir = store.join(kind.name);
+    let chunk = chunk_path(&dir, shape.dims());
+    if let Some(parent) = chunk.parent() {
+        fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
+    }
+    if !contents.is_empty() {
+        write_atomic(&chunk, contents)?;
+    }
+    write_atomic(
+        &dir.join("zarr.json"),
+        array_metadata(kind, shape)?.as_bytes(),
+    )
+}
+
+pub fn filled(kind: &ArrayKind, n: u64) -> Vec<u8> {
+    let size = kind.dtype.size();
+    let mut v = Vec::with_capacity(n as usize * size);
+    for _ in 0..n {
+        v.extend_from_slice(&kind.fill[..size]);
+    }
+    v
+}
+
+pub fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedArray, DaisyError> {
+    let n = shape.product();
+    if n == 0 {
+        return Ok(MappedArray { kind, map: None });
+    }
+    let dir = store.join(kind.name);
+    let chunk = chunk_path(&dir, shape.dims());
+    if !dir.join("zarr.json").is_file() || !chunk.is_file() {
+        write_array(store, &kind, shape, &filled(&kind, n))?;
+    }
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&chunk)
+        .map_err(|e| io_err(&chunk, e))?;
+    let expected = n * kind.dtype.size() as u64;
+    let len = file.metadata().map_err(|e| io_err(&chunk, e))?.len();
+    if len != expected {
+        return Err(DaisyError::Io(format!(
+            "{}: chunk holds {len} bytes, expected {expected}; the store is damaged: delete it \
+             (rm -rf {}) to start fresh",
+            chunk.display(),
+            store.display()
+        )));
+    }
+    // SAFETY: the file is daisy's own chunk, opened read-write; only this
+    // process maps it for writing (one server per run), and every access
+    // goes through bounds-checked slices of the mapping.
+    let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| io_err(&chunk, e))?;
+    Ok(MappedArray {
+        kind,
+        map: Some(map),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KIND: ArrayKind = ArrayKind {
+        name: "counts",
+        dtype: ElementType::U32,
+        fill: [7, 0, 0, 0, 0, 0, 0, 0],
+    };
+
+    #[test]
+    fn an_array_is_created_filled_and_written_through_its_mapping() {
+        let dir = std::env::temp_dir().join(format!("daisy-zarr-array-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let shape = Coord::new(&[2, 3]).unwrap();
+        {
+            let mut a = map_array(&dir, KIND, &shape).unwrap();
+            assert_eq!(a.get::<u32>(5), Some(7), "fill value");
+            assert_eq!(a.get::<u32>(6), None, "outside");
+            assert_eq!(a.get::<u64>(0), None, "wrong type");
+            a.set(4u64, 99u32);
+            a.set(6u64, 1u32); // outside: ignored
+            a.set(0u64, 1u64); // wrong type: ignored
+            a.flush(&dir).unwrap();
+        }
+        let chunk = fs::read(chunk_path(&dir.join("counts"), 2)).unwrap();
+        assert_eq!(chunk.len(), 24);
+        assert_eq!(&chunk[16..20], &99u32.to_le_bytes());
+        assert_eq!(&chunk[0..4], &7u32.to_le_bytes());
+        let meta: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(dir.join("counts/zarr.json")).unwrap())
+                .unwrap();
+        assert_eq!(meta["shape"], json!([2, 3]));
+        assert_eq!(meta["data_type"], "uint32");
+        assert_eq!(meta["fill_value"], 7);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
