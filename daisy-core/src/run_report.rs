@@ -129,6 +129,11 @@ pub struct TaskReport {
     pub blocks: BlockSummary,
     /// Per-worker figures.
     pub workers: WorkerSummary,
+    /// How much of the workers' lives went into blocks (see
+    /// [`utilisation`]); None without workers (a serial run, or only
+    /// unmanaged clients). Absent from lines written before daisy 2.1.
+    #[serde(default)]
+    pub utilisation: Option<f64>,
 }
 
 impl TaskReport {
@@ -143,6 +148,38 @@ impl TaskReport {
         // one write call per line, so concurrent appends never interleave
         f.write_all(format!("{line}\n").as_bytes())
     }
+}
+
+/// Block seconds over the worker-seconds that were available: the share of
+/// the workers' lives (startup, idle, compute, final wait, teardown) that
+/// went into blocks. The block seconds are the workers' own measurement
+/// (`blocks.wall`) where the task has resource tracking, else the server's
+/// round trips. None without workers, as Dask's utilisation check has no
+/// denominator without threads.
+pub fn utilisation(blocks: &BlockSummary, workers: &WorkerSummary) -> Option<f64> {
+    if workers.count == 0 {
+        return None;
+    }
+    let available: f64 = workers
+        .by_id
+        .iter()
+        .map(|r| {
+            r.startup.unwrap_or(0.0)
+                + r.idle.sum
+                + r.compute.sum
+                + r.final_wait.unwrap_or(0.0)
+                + r.teardown.unwrap_or(0.0)
+        })
+        .sum();
+    if available <= 0.0 {
+        return None;
+    }
+    let busy = if blocks.has_stats {
+        blocks.wall.sum
+    } else {
+        workers.compute.sum
+    };
+    Some(busy / available)
 }
 
 /// How a run ended for one task (`outcome` in the report).
@@ -351,14 +388,17 @@ impl RunLedger {
         let reports = (0..n)
             .map(|t| {
                 let state = scheduler.task_state(t);
+                let blocks = self.aggregates[t as usize].summary(state);
+                let workers = workers(t);
                 TaskReport {
                     task_id: scheduler.pipeline().spec(t).task_id.clone(),
                     started_at: self.started_at,
                     finished_at,
                     tracked: scheduler.tracking(t).is_some(),
                     outcome: Outcome::of(state, interrupted, scheduler.is_abandoned(t)),
-                    blocks: self.aggregates[t as usize].summary(state),
-                    workers: workers(t),
+                    utilisation: utilisation(&blocks, &workers),
+                    blocks,
+                    workers,
                 }
             })
             .collect();
@@ -414,6 +454,7 @@ mod tests {
             outcome: Outcome::Completed,
             blocks: agg.summary(&state),
             workers: WorkerSummary::default(),
+            utilisation: None,
         };
         assert_eq!(report.blocks.count, 12);
         assert!((report.blocks.overhead.mean - 0.0005).abs() < 1e-9);
@@ -430,11 +471,55 @@ mod tests {
             "tracked",
             "blocks",
             "workers",
+            "outcome",
+            "utilisation",
         ] {
             assert!(v.get(key).is_some(), "{key}");
         }
         assert_eq!(v["blocks"]["round_trip"]["n"], 12);
         assert!(v["blocks"]["wall"]["sum"].as_f64().unwrap() > 0.5);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn utilisation_is_block_seconds_over_worker_seconds() {
+        use crate::worker_timeline::WorkerRecord;
+        let record = |startup: f64, idle: f64, compute: f64, teardown: f64| WorkerRecord {
+            worker_id: 0,
+            startup: Some(startup),
+            blocks_ok: 1,
+            blocks_failed: 0,
+            idle: StatSummary {
+                n: 1,
+                sum: idle,
+                ..StatSummary::default()
+            },
+            compute: StatSummary {
+                n: 1,
+                sum: compute,
+                ..StatSummary::default()
+            },
+            final_wait: Some(0.0),
+            teardown: Some(teardown),
+            exit: None,
+        };
+        let workers = WorkerSummary {
+            count: 2,
+            compute: StatSummary {
+                n: 2,
+                sum: 6.0,
+                ..StatSummary::default()
+            },
+            by_id: vec![record(1.0, 0.5, 3.0, 0.5), record(1.0, 0.5, 3.0, 0.5)],
+            ..WorkerSummary::default()
+        };
+        let mut blocks = BlockSummary::default();
+        let u = utilisation(&blocks, &workers).unwrap();
+        assert!((u - 6.0 / 10.0).abs() < 1e-12, "round trips: {u}");
+        blocks.has_stats = true;
+        blocks.wall.sum = 5.0;
+        let u = utilisation(&blocks, &workers).unwrap();
+        assert!((u - 5.0 / 10.0).abs() < 1e-12, "the workers' own wall: {u}");
+        assert_eq!(utilisation(&blocks, &WorkerSummary::default()), None);
     }
 }

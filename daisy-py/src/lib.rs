@@ -55,6 +55,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_server::run_distributed, m)?)?;
     m.add_function(wrap_pyfunction!(cantor_number, m)?)?;
     m.add_function(wrap_pyfunction!(reset_tracking, m)?)?;
+    m.add_function(wrap_pyfunction!(py_tracking::read_tracking_array, m)?)?;
     m.add(
         "LayoutMismatch",
         m.py().get_type::<errors::LayoutMismatch>(),

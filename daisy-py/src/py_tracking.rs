@@ -90,3 +90,22 @@ impl PyTrackingStore {
         self.inner.shape().as_slice().to_vec()
     }
 }
+
+/// Read one array of the tracking store at `path` whole, without a task:
+/// `(zarr data type, shape, little-endian chunk bytes)`, or None when the
+/// store has no such array. For the CLI and the HTML report.
+#[pyfunction]
+pub fn read_tracking_array(
+    py: Python<'_>,
+    path: PathBuf,
+    name: &str,
+) -> PyResult<Option<(&'static str, Vec<u64>, Py<pyo3::types::PyBytes>)>> {
+    let array = TrackingStore::read_array(&path, name).py()?;
+    Ok(array.map(|a| {
+        (
+            a.kind.dtype.zarr_name(),
+            a.shape,
+            pyo3::types::PyBytes::new(py, &a.bytes).unbind(),
+        )
+    }))
+}

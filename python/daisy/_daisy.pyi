@@ -20,6 +20,7 @@ __all__ = [
     "RunConfig",
     "cantor_number",
     "reset_tracking",
+    "read_tracking_array",
     "BlockStats",
     "profile_block",
     "TrackingStore",
@@ -218,6 +219,7 @@ class RunConfig:
         stop_all: Sequence[str] = ...,
     ) -> RunConfig: ...
 
+def read_tracking_array(path: str, name: str) -> tuple[str, list[int], bytes] | None: ...
 def run_distributed(
     specs: Sequence[TaskSpec],
     tasks: Sequence[TaskConfig],

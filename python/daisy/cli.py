@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from daisy.run_history import find_runs_files, stat_array, store_of, utilisation
+from daisy.run_history import find_runs_files, stat_array, store_of
 from daisy.run_report import RUNS_FILE, TaskReport, read_runs
 
 #: per-task summary columns of ``daisy report --format json|csv``
@@ -85,7 +85,7 @@ def summary_row(report: TaskReport, run: int, store: Path | None) -> dict[str, A
         "io_read_bytes": int(b.io_read.total) if b.io_read else None,
         "io_write_bytes": int(b.io_write.total) if b.io_write else None,
         "workers": report.workers.count,
-        "utilisation": utilisation(report),
+        "utilisation": report.utilisation,
     }
 
 

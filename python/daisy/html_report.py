@@ -22,14 +22,13 @@ the file stays small and opens quickly whatever the run's size.
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from daisy.run_history import find_runs_files, stat_array, store_of, utilisation
+from daisy.run_history import find_runs_files, grid_shape, stat_array, store_of
 from daisy.run_report import TaskReport, format_seconds, read_runs
 
 #: most blocks drawn in a timeline; larger runs show an even sample
@@ -88,9 +87,9 @@ def _store_arrays(store: Path | None) -> dict[str, np.ndarray]:
         a = stat_array(store, name)
         if a is not None:
             out[name] = a
-    meta = store / "done" / "zarr.json"
-    if meta.is_file():
-        out["shape"] = np.array(json.loads(meta.read_text())["shape"])
+    shape = grid_shape(store)
+    if shape is not None:
+        out["shape"] = np.array(shape)
     return out
 
 
@@ -176,10 +175,11 @@ def _trend(bk: Any, report: TaskReport, arrays: dict[str, np.ndarray]) -> Any:
         x = np.arange(y.size)
         shown = np.linspace(0, y.size - 1, min(y.size, MAX_TREND_POINTS)).astype(np.int64)
         fig.scatter(x[shown], y[shown], size=3, alpha=0.6)
-        if y.size >= 2:
-            slope, intercept = np.polyfit(x, y, 1)
-            ends = np.array([0, y.size - 1])
-            fig.line(ends, slope * ends + intercept, line_width=2, color="firebrick")
+        b = report.blocks
+        if b.wall.n >= 2:
+            # the core's trend, drawn from its slope and mean
+            ends = [0, b.wall.n - 1]
+            fig.line(ends, [b.trend_ms(x) for x in ends], line_width=2, color="firebrick")
     fig.xaxis.axis_label = "completion order"
     fig.yaxis.axis_label = "ms"
     return fig
@@ -241,7 +241,7 @@ def _failures(bk: Any, arrays: dict[str, np.ndarray]) -> Any:
 
 def _task_section(bk: Any, report: TaskReport, store: Path | None) -> list[Any]:
     arrays = _store_arrays(store)
-    u = utilisation(report)
+    u = report.utilisation
     head = (
         f"<h2>{html.escape(report.task_id)}</h2>"
         f"<p>{report.blocks.count} blocks ({report.blocks.skipped} skipped), "

@@ -5,18 +5,19 @@ Every run appends one `daisy.TaskReport` per task to the task's
 ``runs.jsonl`` (see `daisy.run_report`), in its tracking store or next to
 its worker logs; a task with ``resource_tracking=True`` also leaves its
 per-block statistics as arrays of its tracking store. This module locates
-those files under a path, reads the store's arrays, and derives the
-figures that need both.
+those files under a path and reads the store's arrays (through the core's
+tracking-store binding). Every figure is the core's: nothing is computed
+here.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from daisy.run_report import RUNS_FILE, TaskReport
+from daisy._daisy import read_tracking_array
+from daisy.run_report import RUNS_FILE
 
 
 def find_runs_files(path: Path) -> list[Path]:
@@ -38,32 +39,17 @@ def store_of(runs_file: Path) -> Path | None:
 
 
 def stat_array(store: Path, name: str) -> np.ndarray | None:
-    """A store's stats array as a flat numpy array (the single chunk is the
-    raw little-endian array), or None when the store has none."""
-    meta_path = store / name / "zarr.json"
-    if not meta_path.is_file():
+    """A store's array as a flat numpy array, read whole through the
+    tracking-store binding (the core owns the layout), or None when the
+    store has no such array."""
+    read = read_tracking_array(str(store), name)
+    if read is None:
         return None
-    meta = json.loads(meta_path.read_text())
-    dtype = np.dtype(meta["data_type"]).newbyteorder("<")
-    chunk = store / name / "c"
-    for _ in meta["shape"]:
-        chunk = chunk / "0"
-    if not chunk.is_file():
-        return None
-    return np.fromfile(chunk, dtype=dtype)
+    dtype, _shape, data = read
+    return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<"))
 
 
-def utilisation(report: TaskReport) -> float | None:
-    """Block compute seconds over the worker-seconds that were available:
-    how much of the workers' lives went into blocks. None without workers."""
-    w = report.workers
-    if not w.count:
-        return None
-    available = 0.0
-    for r in w.by_id.values():
-        available += (r.startup or 0.0) + r.idle.total + r.compute.total
-        available += (r.final_wait or 0.0) + (r.teardown or 0.0)
-    if available <= 0:
-        return None
-    busy = report.blocks.wall.total if report.blocks.has_stats else w.compute.total
-    return busy / available
+def grid_shape(store: Path) -> tuple[int, ...] | None:
+    """The shape of a store's arrays (its block grid), or None without one."""
+    read = read_tracking_array(str(store), "done")
+    return None if read is None else tuple(read[1])

@@ -66,7 +66,7 @@ def read_last_run(path: str | os.PathLike[str]) -> TaskReport | None:
         for line in f:
             if line.strip():
                 last = line
-    return None if last is None else TaskReport.from_dict(json.loads(last))
+    return None if last is None else TaskReport.from_dict(json.loads(last), strict=True)
 
 
 def read_runs(path: str | os.PathLike[str]) -> list[TaskReport]:
@@ -75,7 +75,7 @@ def read_runs(path: str | os.PathLike[str]) -> list[TaskReport]:
     if not path.is_file():
         return []
     with open(path, encoding="utf-8") as f:
-        return [TaskReport.from_dict(json.loads(line)) for line in f if line.strip()]
+        return [TaskReport.from_dict(json.loads(line), strict=True) for line in f if line.strip()]
 
 
 def append_run(path: str | os.PathLike[str], report: TaskReport) -> None:
@@ -122,6 +122,33 @@ def format_seconds(x: float | None) -> str:
 
 # -- the report objects --------------------------------------------------------
 
+#: keys the core added to the report after its first release, with the value
+#: a line written before them reads as
+ADDED_LATER: dict[str, Any] = {"spawner": "", "utilisation": None}
+
+
+def _fields(d: Any, defaults: dict[str, Any], what: str, strict: bool) -> dict[str, Any]:
+    """``d``'s values for the keys of ``defaults``. Strict (what daisy
+    itself parses: the core's report JSON, ``runs.jsonl``): the core writes
+    every key, so a missing one means the line was not written by the core
+    (or the core and this parser drifted apart) and is an error naming it,
+    except the keys in `ADDED_LATER`. Lenient (a dict a user wrote): a
+    missing key takes its default."""
+    if not isinstance(d, dict):
+        raise ValueError(f"run report: {what} is {type(d).__name__}, expected an object")
+    out = {}
+    for k, default in defaults.items():
+        if k in d:
+            out[k] = d[k]
+        elif not strict or k in ADDED_LATER:
+            out[k] = ADDED_LATER.get(k, default)
+        else:
+            raise ValueError(
+                f"run report: {what} has no {k!r} (it has {sorted(d)}); the line was not "
+                "written by daisy's core, or is damaged"
+            )
+    return out
+
 
 @dataclass(frozen=True)
 class Stat:
@@ -136,17 +163,20 @@ class Stat:
     total: float = 0.0
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> Stat:
-        """From the report JSON (``sum`` is the total)."""
-        if not d:
+    def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> Stat:
+        """From the report JSON (``sum`` is the total); None (nothing
+        measured) is the empty Stat. ``strict``: every key must be there."""
+        if d is None:
             return cls()
+        zero = {"n": 0, "mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0, "sum": 0.0}
+        f = _fields(d, zero, "a statistic", strict)
         return cls(
-            n=int(d.get("n", 0)),
-            mean=float(d.get("mean", 0.0)),
-            std=float(d.get("std", 0.0)),
-            min=float(d.get("min", 0.0)),
-            max=float(d.get("max", 0.0)),
-            total=float(d.get("sum", d.get("total", 0.0))),
+            n=int(f["n"]),
+            mean=float(f["mean"]),
+            std=float(f["std"]),
+            min=float(f["min"]),
+            max=float(f["max"]),
+            total=float(f["sum"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -204,17 +234,26 @@ class BlockSummary:
     _STATS = ("round_trip", "wall", "cpu", "peak_rss", "io_read", "io_write", "overhead")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> BlockSummary:
-        """From the report JSON."""
-        d = d or {}
+    def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> BlockSummary:
+        """From the report JSON. ``strict``: every key must be there."""
+        defaults: dict[str, Any] = {"count": 0, "skipped": 0, "failures": 0}
+        defaults.update(has_stats=False, trend_slope_ms=0.0)
+        defaults.update(dict.fromkeys(cls._STATS))
+        f = _fields({} if d is None and not strict else d, defaults, "blocks", strict)
         return cls(
-            count=int(d.get("count", 0)),
-            skipped=int(d.get("skipped", 0)),
-            failures=int(d.get("failures", 0)),
-            has_stats=bool(d.get("has_stats", False)),
-            trend_slope_ms=float(d.get("trend_slope_ms", 0.0)),
-            **{k: Stat.from_dict(d.get(k)) for k in cls._STATS},
+            count=int(f["count"]),
+            skipped=int(f["skipped"]),
+            failures=int(f["failures"]),
+            has_stats=bool(f["has_stats"]),
+            trend_slope_ms=float(f["trend_slope_ms"]),
+            **{k: Stat.from_dict(f[k], strict) for k in cls._STATS},
         )
+
+    def trend_ms(self, x: float) -> float:
+        """The core's least-squares line of block wall time (ms) against
+        completion order, at block ``x``: it passes through the mean, so
+        the core's slope and mean wall time fix it (nothing is refitted)."""
+        return self.wall.mean * 1e3 + self.trend_slope_ms * (x - (self.wall.n - 1) / 2)
 
     def to_dict(self) -> dict[str, Any]:
         """The report JSON."""
@@ -247,18 +286,22 @@ class WorkerRecord:
     exit: str | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> WorkerRecord:
-        """From the report JSON."""
+    def from_dict(cls, d: dict[str, Any], strict: bool = False) -> WorkerRecord:
+        """From the report JSON. ``strict``: every key must be there."""
+        defaults: dict[str, Any] = {"worker_id": None, "startup": None, "blocks_ok": 0}
+        defaults.update(blocks_failed=0, idle=None, compute=None)
+        defaults.update(final_wait=None, teardown=None, exit=None)
+        f = _fields(d, defaults, "a worker record", strict)
         return cls(
-            worker_id=int(d["worker_id"]),
-            startup=d.get("startup"),
-            blocks_ok=int(d.get("blocks_ok", 0)),
-            blocks_failed=int(d.get("blocks_failed", 0)),
-            idle=Stat.from_dict(d.get("idle")),
-            compute=Stat.from_dict(d.get("compute")),
-            final_wait=d.get("final_wait"),
-            teardown=d.get("teardown"),
-            exit=d.get("exit"),
+            worker_id=int(f["worker_id"]),
+            startup=f["startup"],
+            blocks_ok=int(f["blocks_ok"]),
+            blocks_failed=int(f["blocks_failed"]),
+            idle=Stat.from_dict(f["idle"], strict),
+            compute=Stat.from_dict(f["compute"], strict),
+            final_wait=f["final_wait"],
+            teardown=f["teardown"],
+            exit=f["exit"],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -300,20 +343,22 @@ class WorkerSummary:
     spawner: str = ""
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> WorkerSummary:
-        """From the report JSON."""
-        d = d or {}
-        records = [WorkerRecord.from_dict(r) for r in d.get("by_id", [])]
+    def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> WorkerSummary:
+        """From the report JSON. ``strict``: every key must be there."""
+        defaults: dict[str, Any] = {"count": 0, "unmanaged_clients": 0, "exits": {}, "by_id": []}
+        defaults.update(dict.fromkeys(("startup", "idle", "compute", "teardown")), spawner="")
+        f = _fields({} if d is None and not strict else d, defaults, "workers", strict)
+        records = [WorkerRecord.from_dict(r, strict) for r in f["by_id"]]
         return cls(
-            count=int(d.get("count", 0)),
-            unmanaged_clients=int(d.get("unmanaged_clients", 0)),
-            startup=Stat.from_dict(d.get("startup")),
-            idle=Stat.from_dict(d.get("idle")),
-            compute=Stat.from_dict(d.get("compute")),
-            teardown=Stat.from_dict(d.get("teardown")),
-            exits={str(k): int(v) for k, v in (d.get("exits") or {}).items()},
+            count=int(f["count"]),
+            unmanaged_clients=int(f["unmanaged_clients"]),
+            startup=Stat.from_dict(f["startup"], strict),
+            idle=Stat.from_dict(f["idle"], strict),
+            compute=Stat.from_dict(f["compute"], strict),
+            teardown=Stat.from_dict(f["teardown"], strict),
+            exits={str(k): int(v) for k, v in f["exits"].items()},
             by_id={r.worker_id: r for r in records},
-            spawner=str(d.get("spawner", "")),
+            spawner=str(f["spawner"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -390,8 +435,12 @@ class TaskReport:
         finished_at: float = 0.0,
         tracked: bool = False,
         outcome: str = "completed",
+        utilisation: float | None = None,
     ) -> None:
         self.task_id = task_id
+        #: the share of the workers' lives that went into blocks (computed
+        #: by the core); None without workers
+        self.utilisation = utilisation
         self.blocks = blocks
         self.workers = workers
         self.started_at = started_at
@@ -401,16 +450,25 @@ class TaskReport:
         self._task: Task | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TaskReport:
-        """From the report JSON."""
+    def from_dict(cls, d: dict[str, Any], strict: bool = False) -> TaskReport:
+        """From the report JSON. ``strict`` (how daisy reads what its core
+        wrote): every key must be there, so the core and this parser cannot
+        drift apart silently; otherwise a missing key takes its default."""
+        defaults: dict[str, Any] = {"task_id": None, "blocks": None, "workers": None}
+        defaults.update(started_at=0.0, finished_at=0.0, tracked=False)
+        defaults.update(outcome="completed", utilisation=None)
+        f = _fields(d, defaults, "a task report", strict)
+        if f["task_id"] is None:
+            raise ValueError("run report: a task report has no 'task_id'")
         return cls(
-            task_id=d["task_id"],
-            blocks=BlockSummary.from_dict(d.get("blocks")),
-            workers=WorkerSummary.from_dict(d.get("workers")),
-            started_at=float(d.get("started_at", 0.0)),
-            finished_at=float(d.get("finished_at", 0.0)),
-            tracked=bool(d.get("tracked", False)),
-            outcome=str(d.get("outcome", "completed")),
+            task_id=str(f["task_id"]),
+            blocks=BlockSummary.from_dict(f["blocks"], strict),
+            workers=WorkerSummary.from_dict(f["workers"], strict),
+            started_at=float(f["started_at"]),
+            finished_at=float(f["finished_at"]),
+            tracked=bool(f["tracked"]),
+            outcome=str(f["outcome"]),
+            utilisation=None if f["utilisation"] is None else float(f["utilisation"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -423,6 +481,7 @@ class TaskReport:
             "outcome": self.outcome,
             "blocks": self.blocks.to_dict(),
             "workers": self.workers.to_dict(),
+            "utilisation": self.utilisation,
         }
 
     @property
@@ -554,14 +613,16 @@ class RunReport:
         self.tasks = tasks
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> RunReport:
-        """From ``{task_id: task report JSON}``."""
-        return cls({tid: TaskReport.from_dict(t) for tid, t in (d or {}).items()})
+    def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> RunReport:
+        """From ``{task_id: task report JSON}``; ``strict`` as in
+        `TaskReport.from_dict`."""
+        return cls({tid: TaskReport.from_dict(t, strict) for tid, t in (d or {}).items()})
 
     @classmethod
     def from_json(cls, text: str) -> RunReport:
-        """From the JSON text of `to_dict`."""
-        return cls.from_dict(json.loads(text))
+        """From the JSON text of `to_dict` or of the core's report, strictly
+        (every key the core writes must be there)."""
+        return cls.from_dict(json.loads(text), strict=True)
 
     def to_dict(self) -> dict[str, Any]:
         """``{task_id: task report JSON}``."""

@@ -47,8 +47,8 @@ pub mod zarr_array;
 
 use self::layout::{Layout, growth_shift, mismatch};
 use self::zarr_array::{
-    ArrayKind, ElementType, MappedArray, chunk_path, filled, io_err, map_array, write_array,
-    write_atomic,
+    ArrayKind, ElementType, MappedArray, StoredArray, chunk_path, filled, io_err, map_array,
+    read_array, write_array, write_atomic,
 };
 use crate::block::Block;
 use crate::block_grid::BlockGrid;
@@ -394,6 +394,31 @@ impl TrackingStore {
     /// True if a store (a daisy tracking group) exists at `path`.
     pub fn exists(path: &Path) -> bool {
         path.join("zarr.json").is_file()
+    }
+
+    /// Read one array of the store at `path` whole (`done`, `failures` or
+    /// one of the [`STATS`] arrays), without opening the store for a task:
+    /// for readers outside a run. None when the store has no such array.
+    pub fn read_array(path: &Path, name: &str) -> Result<Option<StoredArray>, DaisyError> {
+        let kind = [DONE, FAILURES]
+            .into_iter()
+            .chain(STATS)
+            .find(|k| k.name == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = [DONE, FAILURES]
+                    .iter()
+                    .chain(STATS.iter())
+                    .map(|k| k.name)
+                    .collect();
+                DaisyError::invalid(
+                    "name",
+                    format!(
+                        "no tracking array {name:?}; the arrays are {}",
+                        names.join(", ")
+                    ),
+                )
+            })?;
+        read_array(path, kind)
     }
 
     /// True if the store at `path` has the resource-tracking arrays.

@@ -60,7 +60,7 @@ impl ElementType {
 }
 
 /// What one tracking array holds.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArrayKind {
     /// Directory name inside the group.
     pub name: &'static str,
@@ -231,6 +231,8 @@ pub fn filled(kind: &ArrayKind, n: u64) -> Vec<u8> {
     v
 }
 
+/// Map one array of `store`, creating it filled where it is missing; a
+/// chunk of the wrong size is a damaged store.
 pub fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedArray, DaisyError> {
     let n = shape.product();
     if n == 0 {
@@ -264,6 +266,69 @@ pub fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedA
         kind,
         map: Some(map),
     })
+}
+
+/// An array read back whole, for readers outside a run (the CLI, the HTML
+/// report): its shape and its chunk, little-endian elements of its kind.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredArray {
+    /// What the array holds.
+    pub kind: ArrayKind,
+    /// Its shape, from its metadata.
+    pub shape: Vec<u64>,
+    /// The chunk: every element, C order, little-endian.
+    pub bytes: Vec<u8>,
+}
+
+/// Read one array of `store` whole; None when the store has no such array
+/// (or its chunk was never written). Metadata of another type or a chunk
+/// of the wrong size is an error naming the file.
+pub fn read_array(store: &Path, kind: ArrayKind) -> Result<Option<StoredArray>, DaisyError> {
+    let dir = store.join(kind.name);
+    let meta_path = dir.join("zarr.json");
+    if !meta_path.is_file() {
+        return Ok(None);
+    }
+    let text = fs::read_to_string(&meta_path).map_err(|e| io_err(&meta_path, e))?;
+    let damaged = |what: &str| {
+        DaisyError::Io(format!(
+            "{}: {what}; the tracking store is damaged",
+            meta_path.display()
+        ))
+    };
+    let meta: serde_json::Value = serde_json::from_str(&text).map_err(|_| damaged("not JSON"))?;
+    if meta["data_type"].as_str() != Some(kind.dtype.zarr_name()) {
+        return Err(damaged(&format!(
+            "data_type is {}, expected {}",
+            meta["data_type"],
+            kind.dtype.zarr_name()
+        )));
+    }
+    let shape: Vec<u64> = meta["shape"]
+        .as_array()
+        .and_then(|a| a.iter().map(serde_json::Value::as_u64).collect())
+        .ok_or_else(|| damaged("no shape"))?;
+    let n: u64 = shape.iter().product();
+    if n == 0 {
+        return Ok(Some(StoredArray {
+            kind,
+            shape,
+            bytes: Vec::new(),
+        }));
+    }
+    let chunk = chunk_path(&dir, shape.len());
+    if !chunk.is_file() {
+        return Ok(None);
+    }
+    let bytes = fs::read(&chunk).map_err(|e| io_err(&chunk, e))?;
+    if bytes.len() as u64 != n * kind.dtype.size() as u64 {
+        return Err(damaged(&format!(
+            "its chunk holds {} bytes, expected {}",
+            bytes.len(),
+            n * kind.dtype.size() as u64
+        )));
+    }
+    Ok(Some(StoredArray { kind, shape, bytes }))
 }
 
 #[cfg(test)]
@@ -302,6 +367,20 @@ mod tests {
         assert_eq!(meta["shape"], json!([2, 3]));
         assert_eq!(meta["data_type"], "uint32");
         assert_eq!(meta["fill_value"], 7);
+        let read = read_array(&dir, KIND).unwrap().unwrap();
+        assert_eq!(read.shape, vec![2, 3]);
+        assert_eq!(read.bytes, chunk);
+        let other = ArrayKind {
+            name: "counts",
+            dtype: ElementType::F64,
+            fill: [0; 8],
+        };
+        assert!(read_array(&dir, other).is_err(), "another type is refused");
+        let absent = ArrayKind {
+            name: "absent",
+            ..KIND
+        };
+        assert_eq!(read_array(&dir, absent).unwrap(), None);
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,0 +1,138 @@
+"""One report schema: the core writes the report, Python parses exactly
+what it writes, and every figure a reader shows (utilisation, the trend
+line, the store's arrays) is the core's.
+
+These run real pipelines (serially and on worker processes) and compare
+the raw ``runs.jsonl`` line the core appended with what Python makes of it,
+so a key renamed on either side fails here instead of reading as a silent
+default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from conftest import line_task, run_tasks
+
+import daisy
+from daisy._daisy import read_tracking_array
+from daisy.run_history import stat_array
+from daisy.run_report import ADDED_LATER, TaskReport
+
+
+def key_paths(value: Any, prefix: str = "") -> set[str]:
+    """Every key path of a JSON value (lists contribute their items' keys)."""
+    out: set[str] = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.add(prefix + k)
+            out |= key_paths(v, prefix + k + ".")
+    elif isinstance(value, list):
+        for item in value:
+            out |= key_paths(item, prefix + "[].")
+    return out
+
+
+def last_line(tracking: Path, task_id: str) -> dict[str, Any]:
+    lines = (tracking / task_id / "runs.jsonl").read_text().splitlines()
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("mp", [False, True], ids=["serial", "workers"])
+def test_python_reads_back_exactly_what_the_core_wrote(tracking: Path, mp: bool) -> None:
+    task = line_task("schema", 6, resource_tracking=True, max_workers=2)
+    run_tasks([task], mp=mp)
+    raw = last_line(tracking, "schema")
+    parsed = TaskReport.from_dict(raw, strict=True)
+    # the same keys on both sides, at every depth, and the same values
+    assert key_paths(parsed.to_dict()) == key_paths(raw)
+    assert parsed.to_dict() == raw
+    assert raw["outcome"] == "completed"
+
+
+def test_a_key_missing_from_a_core_line_is_an_error_naming_it(tracking: Path) -> None:
+    run_tasks([line_task("strict", 3)], mp=False)
+    raw = last_line(tracking, "strict")
+    del raw["blocks"]["wall"]["sum"]
+    with pytest.raises(ValueError, match="'sum'"):
+        TaskReport.from_dict(raw, strict=True)
+    # runs.jsonl is read strictly too
+    path = tracking / "strict" / "runs.jsonl"
+    path.write_text(json.dumps(raw) + "\n")
+    with pytest.raises(ValueError, match="'sum'"):
+        daisy.run_report.read_runs(path)
+    # a dict a user wrote by hand is read leniently: the spec's behaviour
+    lenient = TaskReport.from_dict(raw)
+    assert lenient.blocks.wall.total == 0.0
+
+
+def test_only_keys_the_core_added_later_may_be_missing(tracking: Path) -> None:
+    run_tasks([line_task("older", 3)], mp=False)
+    raw = last_line(tracking, "older")
+    for key in ADDED_LATER:
+        raw.pop(key, None)
+        raw["workers"].pop(key, None)
+    old = TaskReport.from_dict(raw, strict=True)
+    assert old.utilisation is None and old.workers.spawner == ""
+
+
+def test_utilisation_is_the_cores(tracking: Path) -> None:
+    task = line_task("busy", 8, max_workers=2)
+    run_tasks([task], mp=True)
+    raw = last_line(tracking, "busy")
+    u = raw["utilisation"]
+    assert isinstance(u, float) and 0.0 < u <= 1.0
+    w = raw["workers"]
+    available = sum(
+        (r["startup"] or 0.0)
+        + r["idle"]["sum"]
+        + r["compute"]["sum"]
+        + (r["final_wait"] or 0.0)
+        + (r["teardown"] or 0.0)
+        for r in w["by_id"]
+    )
+    assert u == pytest.approx(w["compute"]["sum"] / available)
+    assert task.report() is not None and task.report().utilisation == u
+    # a serial run has no workers: nothing to say
+    serial = line_task("alone", 3)
+    run_tasks([serial], mp=False)
+    assert last_line(tracking, "alone")["utilisation"] is None
+
+
+def test_the_trend_line_is_the_cores_least_squares_line() -> None:
+    walls = np.array([10.0, 12.0, 11.0, 15.0, 14.0, 18.0])  # ms
+    slope = float(np.polyfit(np.arange(walls.size), walls, 1)[0])
+    stat = {
+        "n": walls.size,
+        "mean": walls.mean() / 1e3,
+        "std": 0.0,
+        "min": 0.0,
+        "max": 0.0,
+        "sum": walls.sum() / 1e3,
+    }
+    blocks = daisy.BlockSummary.from_dict({"wall": stat, "trend_slope_ms": slope})
+    fit = np.polyfit(np.arange(walls.size), walls, 1)
+    for x in (0, walls.size - 1, 2.5):
+        assert blocks.trend_ms(x) == pytest.approx(fit[0] * x + fit[1])
+
+
+def test_store_arrays_come_through_the_binding_as_zarr_reads_them(tracking: Path) -> None:
+    task = line_task("arrays", 5, resource_tracking=True)
+    run_tasks([task], mp=False)
+    store = tracking / "arrays"
+    group = zarr.open_group(str(store), mode="r")
+    for name in ("done", "failures", "wall_seconds", "worker_id", "sent_at"):
+        ours = stat_array(store, name)
+        theirs = np.asarray(group[name][...]).ravel()
+        assert ours is not None and ours.dtype == theirs.dtype, name
+        np.testing.assert_array_equal(ours, theirs)
+    dtype, shape, data = read_tracking_array(str(store), "done") or ("", [], b"")
+    assert (dtype, shape, len(data)) == ("uint8", [5], 5)
+    assert read_tracking_array(str(store), "gpu_mem_bytes") is not None
+    with pytest.raises(ValueError, match='no tracking array "nonsense"'):
+        read_tracking_array(str(store), "nonsense")
+    assert stat_array(tracking / "nowhere", "done") is None
