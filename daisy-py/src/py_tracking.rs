@@ -91,6 +91,9 @@ impl PyTrackingStore {
     }
 }
 
+/// A stored array as Python gets it: Zarr data type, shape, chunk bytes.
+type ArrayParts = (&'static str, Vec<u64>, Py<pyo3::types::PyBytes>);
+
 /// Read one array of the tracking store at `path` whole, without a task:
 /// `(zarr data type, shape, little-endian chunk bytes)`, or None when the
 /// store has no such array. For the CLI and the HTML report.
@@ -99,7 +102,7 @@ pub fn read_tracking_array(
     py: Python<'_>,
     path: PathBuf,
     name: &str,
-) -> PyResult<Option<(&'static str, Vec<u64>, Py<pyo3::types::PyBytes>)>> {
+) -> PyResult<Option<ArrayParts>> {
     let array = TrackingStore::read_array(&path, name).py()?;
     Ok(array.map(|a| {
         (
