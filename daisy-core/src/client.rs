@@ -19,8 +19,19 @@
 //! A managed worker's client (one with a worker id) also keeps a
 //! [`HangUpWatch`] on its connection: while it holds a block, the server
 //! closing the connection ends the process (see `hang_up`).
+//!
+//! ## Measuring blocks
+//! When the task has resource tracking (the server says so in its welcome)
+//! and the client was asked to measure ([`Client::measure_blocks`]), every
+//! block is measured from its acquire to its release by the core's
+//! [`BlockProfiler`]: the start snapshot is taken while the acquire is in
+//! flight (it overlaps the server's round trip instead of adding to it),
+//! the wall clock restarts when the block arrives, and the figures settle
+//! on the block at its release unless a narrower measurement
+//! (`profile_block`) is already attached.
 
 use crate::block::Block;
+use crate::block_profile::BlockProfiler;
 use crate::error::DaisyError;
 use crate::hang_up::HangUpWatch;
 use crate::protocol::{self, ClientMessage, ServerMessage};
@@ -43,6 +54,9 @@ pub struct Client {
     pending_acks: usize,
     /// Whether the task wants its blocks measured.
     measure: bool,
+    /// Measures every block from acquire to release (None: this client
+    /// does not measure).
+    profiler: Option<BlockProfiler>,
 }
 
 impl Client {
@@ -95,6 +109,7 @@ impl Client {
             conn: Framed::new(stream, protocol::codec()),
             pending_acks: 0,
             measure: false,
+            profiler: None,
         };
         match client.request(&ClientMessage::Hello {
             token: token.to_string(),
@@ -178,43 +193,63 @@ impl Client {
         self.measure
     }
 
-    /// The next block, or `None` when the task has no more for this worker.
-    pub fn acquire_block(&mut self) -> Result<Option<Block>, DaisyError> {
-        self.acquire_block_with(|| ())
+    /// Measure every block from now on, if the task wants measurements
+    /// (`on`: daisy's own clients; a stand-in for a hand-written client
+    /// passes false). Returns whether blocks are measured.
+    pub fn measure_blocks(&mut self, on: bool) -> bool {
+        self.profiler = (on && self.measure).then(BlockProfiler::new);
+        self.profiler.is_some()
     }
 
-    /// Like [`Client::acquire_block`], running `while_waiting` after the
-    /// request is sent and before the reply is read: work that overlaps
-    /// the server's round trip instead of adding to it (the profiler's
-    /// start-of-block snapshot).
-    pub fn acquire_block_with(
-        &mut self,
-        while_waiting: impl FnOnce(),
-    ) -> Result<Option<Block>, DaisyError> {
+    /// Settle this client's measurement on a block it is about to report
+    /// (the reports do it themselves; a caller that keeps its own copy of
+    /// the block calls it first to see the figures). Idempotent.
+    pub fn settle(&mut self, block: &mut Block) {
+        if let Some(p) = self.profiler.as_mut() {
+            p.stop_into(&mut block.stats);
+        }
+    }
+
+    /// The next block, or `None` when the task has no more for this worker.
+    pub fn acquire_block(&mut self) -> Result<Option<Block>, DaisyError> {
         self.send(&ClientMessage::AcquireBlock)?;
-        while_waiting();
+        // the start snapshot is taken while the server answers
+        if let Some(p) = self.profiler.as_mut() {
+            p.start();
+        }
         self.drain_acks()?;
-        match self.receive()? {
+        let reply = self.receive();
+        let block = match reply? {
             ServerMessage::SendBlock { block } => {
                 if let Some(watch) = &self.watch {
                     watch.took_block();
                 }
-                Ok(Some(block))
+                Some(block)
             }
-            ServerMessage::NoMoreBlocks => Ok(None),
-            ServerMessage::Error { message } => Err(DaisyError::Refused(message)),
-            other => Err(DaisyError::Protocol(format!("unexpected reply {other:?}"))),
+            ServerMessage::NoMoreBlocks => None,
+            ServerMessage::Error { message } => return Err(DaisyError::Refused(message)),
+            other => {
+                return Err(DaisyError::Protocol(format!("unexpected reply {other:?}")));
+            }
+        };
+        if let Some(p) = self.profiler.as_mut() {
+            if block.is_some() {
+                p.restart_wall(); // the wait for the block is not its time
+            } else {
+                let _ = p.stop(); // nothing to measure
+            }
         }
+        Ok(block)
     }
 
     /// Report a block (done, or failed with `error`) and ask for the next
     /// one in a single write: what a worker does between two blocks.
     pub fn release_and_acquire(
         &mut self,
-        block: Block,
+        mut block: Block,
         error: Option<String>,
-        while_waiting: impl FnOnce(),
     ) -> Result<Option<Block>, DaisyError> {
+        self.settle(&mut block);
         let report = match error {
             None => ClientMessage::ReleaseBlock { block },
             Some(error) => ClientMessage::BlockFailed {
@@ -231,12 +266,13 @@ impl Client {
             ))
             .map_err(DaisyError::connection)?;
         self.reported_block();
-        self.acquire_block_with(while_waiting)
+        self.acquire_block()
     }
 
     /// Report a block done (or failed, if its status says so). Sent at
     /// once; acknowledged with the next request.
-    pub fn release_block(&mut self, block: Block) -> Result<(), DaisyError> {
+    pub fn release_block(&mut self, mut block: Block) -> Result<(), DaisyError> {
+        self.settle(&mut block);
         self.send(&ClientMessage::ReleaseBlock { block })?;
         self.reported_block();
         Ok(())
@@ -244,7 +280,8 @@ impl Client {
 
     /// Report a block failed with an error text. Sent at once;
     /// acknowledged with the next request.
-    pub fn block_failed(&mut self, block: Block, error: String) -> Result<(), DaisyError> {
+    pub fn block_failed(&mut self, mut block: Block, error: String) -> Result<(), DaisyError> {
+        self.settle(&mut block);
         self.send(&ClientMessage::BlockFailed {
             block,
             error: protocol::cap_error_text(error),

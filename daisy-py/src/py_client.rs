@@ -5,28 +5,8 @@
 use crate::errors::{IntoPyResult, to_pyerr};
 use crate::py_block::PyBlock;
 use daisy_core::DaisyError;
-use daisy_core::block_profile::BlockProfiler;
 use daisy_core::client::Client;
 use pyo3::prelude::*;
-
-/// Start a block's measurement (while its request is in flight).
-fn start(profiler: &mut Option<BlockProfiler>) {
-    if let Some(p) = profiler.as_mut() {
-        p.start();
-    }
-}
-
-/// After the reply: the block's wall time starts now; without a block the
-/// started measurement is dropped.
-fn finish_start(profiler: &mut Option<BlockProfiler>, got_block: bool) {
-    if let Some(p) = profiler.as_mut() {
-        if got_block {
-            p.restart_wall();
-        } else {
-            let _ = p.stop();
-        }
-    }
-}
 
 /// The error of a call on a client that was disconnected.
 fn disconnected() -> PyErr {
@@ -40,18 +20,16 @@ fn disconnected() -> PyErr {
 pub struct PyClient {
     inner: Option<Client>,
     task_id: String,
-    /// Measures every block from acquire to release (None: a client that
-    /// does not measure, as a hand-written protocol client would not).
-    profiler: Option<BlockProfiler>,
 }
 
 impl PyClient {
-    /// The core block, with this client's measurement settled on it.
+    /// The core block, with the client's measurement settled on it (and on
+    /// the Python block, where user code can read it).
     fn measured(&mut self, mut block: PyRefMut<'_, PyBlock>) -> PyResult<daisy_core::Block> {
-        if let Some(profiler) = self.profiler.as_mut() {
-            profiler.stop_into(&mut block.stats);
-        }
-        block.to_core()
+        let mut core = block.to_core()?;
+        self.client()?.settle(&mut core);
+        block.stats = core.stats;
+        Ok(core)
     }
 
     fn client(&mut self) -> PyResult<&mut Client> {
@@ -74,29 +52,23 @@ impl PyClient {
         worker_id: Option<u32>,
         measure: bool,
     ) -> PyResult<Self> {
-        let inner = py
+        let mut inner = py
             .detach(|| Client::connect(&host, port, &token, &task_id, worker_id))
             .py()?;
         // measure when the task asks for it (resource tracking), unless
         // this client was told not to (a stand-in for a hand-written one)
-        let profiler = (measure && inner.wants_measurements()).then(BlockProfiler::new);
+        inner.measure_blocks(measure);
         Ok(Self {
             inner: Some(inner),
             task_id,
-            profiler,
         })
     }
 
     /// The next block (None when the task has no more for this worker).
     fn acquire_block(&mut self, py: Python<'_>) -> PyResult<Option<PyBlock>> {
         let task_id = self.task_id.clone();
-        let (inner, profiler) = (&mut self.inner, &mut self.profiler);
-        let client = inner.as_mut().ok_or_else(disconnected)?;
-        // the start snapshot is taken while the server answers
-        let block = py
-            .detach(|| client.acquire_block_with(|| start(profiler)))
-            .py()?;
-        finish_start(&mut self.profiler, block.is_some());
+        let client = self.client()?;
+        let block = py.detach(|| client.acquire_block()).py()?;
         Ok(block.map(|b| PyBlock::from_core(&b, &task_id)))
     }
 
@@ -111,12 +83,8 @@ impl PyClient {
     ) -> PyResult<Option<PyBlock>> {
         let core = self.measured(block)?;
         let task_id = self.task_id.clone();
-        let (inner, profiler) = (&mut self.inner, &mut self.profiler);
-        let client = inner.as_mut().ok_or_else(disconnected)?;
-        let next = py
-            .detach(|| client.release_and_acquire(core, error, || start(profiler)))
-            .py()?;
-        finish_start(&mut self.profiler, next.is_some());
+        let client = self.client()?;
+        let next = py.detach(|| client.release_and_acquire(core, error)).py()?;
         Ok(next.map(|b| PyBlock::from_core(&b, &task_id)))
     }
 

@@ -12,7 +12,6 @@ from funlib.geometry import Coordinate, Roi
 from daisy import (
     _v1_names,
     block,
-    block_tracking,
     blocks,
     cl_monitor,
     client,
@@ -35,16 +34,12 @@ from daisy import (
     spawners,
     task,
     task_state,
+    tracking_store,
     worker,
     worker_pool,
 )
 from daisy._daisy import BlockStats, LayoutMismatch, __version__, profile_block
 from daisy.block import Block, BlockStatus
-from daisy.block_tracking import (
-    get_tracking_basedir,
-    set_done_marker_basedir,
-    set_tracking_basedir,
-)
 from daisy.blocks import expand_roi_to_grid, expand_write_roi_to_grid
 from daisy.client import Client
 from daisy.context import Context
@@ -68,6 +63,11 @@ from daisy.server import Server
 from daisy.spawners import DaskSpawner, LocalSpawner, SlurmSpawner, Spawner
 from daisy.task import Task
 from daisy.task_state import TaskState
+from daisy.tracking_store import (
+    get_tracking_basedir,
+    set_done_marker_basedir,
+    set_tracking_basedir,
+)
 from daisy.worker import Worker
 from daisy.worker_pool import WorkerPool
 
@@ -104,7 +104,6 @@ __all__ = [
     "WorkerSummary",
     "__version__",
     "block",
-    "block_tracking",
     "cl_monitor",
     "blocks",
     "client",
@@ -136,6 +135,7 @@ __all__ = [
     "server_observer",
     "task",
     "task_state",
+    "tracking_store",
     "worker",
     "worker_pool",
 ]

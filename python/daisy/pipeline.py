@@ -9,18 +9,49 @@ with one id is a ``ValueError`` right there, not at run time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from daisy._daisy import DependencyGraph, TaskSpec
-from daisy.task import Task
+
+
+class Composable:
+    """A task as a pipeline sees it, and its ``+`` / ``|`` operators:
+    `daisy.Task` is one. Defined here, so the module of tasks imports the
+    module of pipelines and not the other way round."""
+
+    task_id: str
+
+    @property
+    def _spec(self) -> TaskSpec:
+        """The core's view of the task."""
+        raise NotImplementedError
+
+    @property
+    def upstream(self) -> Sequence[Composable]:
+        """The tasks this one brings along as upstream tasks."""
+        raise NotImplementedError
+
+    def __add__(self, other: Any) -> Pipeline:
+        return Pipeline.of(self) + Pipeline.of(other)
+
+    def __radd__(self, other: Any) -> Pipeline:
+        return Pipeline.of(other) + Pipeline.of(self)
+
+    def __or__(self, other: Any) -> Pipeline:
+        return Pipeline.of(self) | Pipeline.of(other)
+
+    def __ror__(self, other: Any) -> Pipeline:
+        return Pipeline.of(other) | Pipeline.of(self)
 
 
 class Pipeline:
     """A validated set of tasks with their dependencies."""
 
-    def __init__(self, tasks: Iterable[Task] = (), edges: Iterable[tuple[str, str]] = ()) -> None:
-        self._tasks: dict[str, Task] = {}
+    def __init__(
+        self, tasks: Iterable[Composable] = (), edges: Iterable[tuple[str, str]] = ()
+    ) -> None:
+        self._tasks: dict[str, Composable] = {}
         self._edges: set[tuple[str, str]] = set()  # (upstream id, downstream id)
         # tasks given directly, as opposed to brought along as upstream tasks
         self._explicit: set[str] = set()
@@ -41,7 +72,7 @@ class Pipeline:
         """A pipeline from a Task, a Pipeline or an iterable of those."""
         if isinstance(tasks, Pipeline):
             return tasks
-        if isinstance(tasks, Task):
+        if isinstance(tasks, Composable):
             return cls([tasks])
         if isinstance(tasks, str | bytes) or not isinstance(tasks, Iterable):
             raise TypeError(
@@ -53,8 +84,8 @@ class Pipeline:
             p = p | cls.of(t)
         return p
 
-    def _add(self, task: Task) -> None:
-        if not isinstance(task, Task):
+    def _add(self, task: Composable) -> None:
+        if not isinstance(task, Composable):
             raise TypeError(f"tasks: expected daisy.Task objects, got {type(task).__name__}")
         seen = self._tasks.get(task.task_id)
         if seen is task:
@@ -65,7 +96,7 @@ class Pipeline:
                 "task of a pipeline its own task_id"
             )
         self._tasks[task.task_id] = task
-        for up in task.upstream_tasks:
+        for up in task.upstream:
             self._add(up)
             self._edges.add((up.task_id, task.task_id))
 
@@ -74,7 +105,7 @@ class Pipeline:
             DependencyGraph(self.specs())
 
     @property
-    def tasks(self) -> list[Task]:
+    def tasks(self) -> list[Any]:
         """The tasks, in the order they were added."""
         return list(self._tasks.values())
 

@@ -25,13 +25,30 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from daisy._daisy import BlockStats
-    from daisy.task import Task
+
+
+class ReportedTask(Protocol):
+    """What a report needs of its task (a `daisy.Task` is one): where its
+    reports and store are, and its block records. A protocol, so the
+    module that defines tasks imports this one and not the other way
+    round."""
+
+    _last_report: TaskReport | None
+
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def tracking_path(self) -> Path | None: ...
+    def block_record(self, block: Any) -> BlockRecord | None: ...
+    def block_records(self) -> list[BlockRecord]: ...
+
 
 RUNS_FILE = "runs.jsonl"
 
@@ -42,7 +59,7 @@ QUEUED_SPAWNERS = ("slurm", "dask")
 # -- where reports live -------------------------------------------------------
 
 
-def runs_file_for(task: Task) -> Path | None:
+def runs_file_for(task: ReportedTask) -> Path | None:
     """The ``runs.jsonl`` a task's reports go to: in its tracking store,
     else next to its worker logs when file logging is on, else None."""
     store = task.tracking_path
@@ -447,7 +464,7 @@ class TaskReport:
         self.finished_at = finished_at
         self.tracked = tracked
         self.outcome = outcome
-        self._task: Task | None = None
+        self._task: ReportedTask | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], strict: bool = False) -> TaskReport:
@@ -493,7 +510,7 @@ class TaskReport:
         """The record of one worker."""
         return self.workers.by_id[int(worker_id)]
 
-    def _attached_task(self, what: str) -> Task:
+    def _attached_task(self, what: str) -> ReportedTask:
         if self._task is None:
             raise RuntimeError(
                 f"TaskReport({self.task_id!r}).{what}: no task attached; per-block lookup reads "
@@ -662,7 +679,7 @@ class RunReport:
             or t.blocks.has_stats
         }
 
-    def attach(self, tasks: list[Task]) -> None:
+    def attach(self, tasks: Sequence[ReportedTask]) -> None:
         """Give each task report its `Task` (for `TaskReport.block`), keep
         it on the task (for `Task.report` when nothing is on disk) and
         append the report of each task without a tracking store to the

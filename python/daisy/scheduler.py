@@ -10,9 +10,9 @@ from typing import Any
 from daisy import _v1_names
 from daisy._daisy import Block, TaskState
 from daisy._daisy import Scheduler as _NativeScheduler
-from daisy.block_tracking import measured_task_ids, skip_masks, tracking_paths
 from daisy.pipeline import Pipeline
 from daisy.task import Task
+from daisy.tracking_store import measured_task_ids, skip_masks, tracking_paths
 
 
 class Scheduler:

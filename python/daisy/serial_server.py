@@ -9,10 +9,10 @@ from typing import Any
 
 from daisy import _v1_names
 from daisy._daisy import TaskState
-from daisy.block_tracking import log_skips
 from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.server_observer import ServerObservee, StateEvents
+from daisy.tracking_store import log_skips
 
 
 class SerialServer(ServerObservee):

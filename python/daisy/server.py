@@ -28,7 +28,6 @@ import cloudpickle
 from daisy import _v1_names
 from daisy import logging as daisy_logging
 from daisy._daisy import RunConfig, TaskConfig, TaskState, run_distributed
-from daisy.block_tracking import log_skips, measured_task_ids
 from daisy.context import Context
 from daisy.pipeline import Pipeline
 from daisy.progress import ProgressObserver, default_observers
@@ -36,6 +35,7 @@ from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.server_observer import ServerObservee, StateEvents
 from daisy.spawners import advertised_host
+from daisy.tracking_store import log_skips, measured_task_ids
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class Server(ServerObservee):
         listen_host, advertise = self.host, None
         if remote and not self._host_given:
             listen_host, advertise = "0.0.0.0", advertised_host()
-        stop_all = next((c for c in (s.stop_all(run_tag) for s in remote) if c), [])
+        stop_all: list[str] = next((c for c in (s.stop_all(run_tag) for s in remote) if c), [])
         specs = pipeline.specs()
         order = [s.task_id for s in specs]
         observers: list[ProgressObserver] = default_observers(order, progress)

@@ -20,8 +20,9 @@ from funlib.geometry import Roi
 
 from daisy import _v1_names
 from daisy._daisy import Block, TaskSpec, TrackingStore, reset_tracking
-from daisy.block_tracking import resolve_tracking_path
+from daisy.pipeline import Composable
 from daisy.run_report import BlockRecord, TaskReport, read_last_run, runs_file_for
+from daisy.tracking_store import resolve_tracking_path
 
 _FITS = ("valid", "overhang", "shrink")
 
@@ -85,7 +86,7 @@ def _check_int(value: Any, name: str, minimum: int) -> int:
     return int(value)
 
 
-class Task:
+class Task(Composable):
     """A task: a total ROI tiled into blocks, and what to do with each.
 
     Args:
@@ -455,25 +456,10 @@ class Task:
         """The upstream tasks (daisy 1.x)."""
         return list(self.upstream_tasks)
 
-    def __add__(self, other: Any) -> Any:
-        from daisy.pipeline import Pipeline
-
-        return Pipeline.of(self) + other
-
-    def __radd__(self, other: Any) -> Any:
-        from daisy.pipeline import Pipeline
-
-        return other + Pipeline.of(self)
-
-    def __or__(self, other: Any) -> Any:
-        from daisy.pipeline import Pipeline
-
-        return Pipeline.of(self) | other
-
-    def __ror__(self, other: Any) -> Any:
-        from daisy.pipeline import Pipeline
-
-        return other | Pipeline.of(self)
+    @property
+    def upstream(self) -> list[Task]:
+        """The upstream tasks, as a pipeline brings them along."""
+        return list(self.upstream_tasks)
 
     def __repr__(self) -> str:
         return (

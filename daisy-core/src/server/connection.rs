@@ -8,9 +8,9 @@
 //! connection, never the server. Whatever is still out with a connection
 //! when it closes is lost and retried (see `State::reclaim`).
 
+use super::hooks::RunHooks;
 use super::policy::{self, Returned};
 use super::state::{Outstanding, Shared};
-use super::{RunHooks, TICK};
 use crate::block::{Block, BlockStatus, TaskIndex};
 use crate::protocol::{self, ClientMessage, ServerMessage};
 use crate::run_report::wall_clock;
@@ -23,6 +23,11 @@ use tokio_util::codec::Framed;
 /// worker on a loaded node, short enough that a silent peer does not hold a
 /// connection for the whole run.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the accept loop waits after a failed accept (out of file
+/// descriptors, say) before trying again: long enough not to spin, short
+/// enough that a worker's connect (which retries for 30 s) gets through.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 type Conn = Framed<Box<dyn protocol::Stream>, tokio_util::codec::LengthDelimitedCodec>;
 
@@ -96,7 +101,7 @@ pub fn spawn_accept_loop<H: RunHooks + 'static>(
                 }
                 Err(e) => {
                     tracing::warn!("daisy server: accept failed: {e}");
-                    tokio::time::sleep(TICK).await;
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                 }
             }
         }

@@ -29,25 +29,26 @@
 
 pub mod config;
 pub mod connection;
+pub mod hooks;
 pub mod policy;
 pub mod state;
 pub mod supervision;
 
 pub use self::config::{LogMode, ServerConfig, TaskRuntime, WorkerCommand};
 pub use self::connection::HELLO_TIMEOUT;
+pub use self::hooks::RunHooks;
 pub use self::state::RunSnapshot;
 pub use crate::run_report::{FailureNote, RunOutcome};
 
 use self::connection::Listener;
 use self::policy::Staffing;
 use self::state::{Shared, State, WorkerSlot};
-use crate::block::{Block, TaskIndex};
+use crate::block::TaskIndex;
 use crate::error::DaisyError;
 use crate::protocol;
 use crate::scheduler::Scheduler;
 use crate::worker_timeline::{WorkerExit, WorkerTimeline};
 use std::cell::RefCell;
-use std::net::SocketAddr;
 use std::process::ExitStatus;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -76,21 +77,6 @@ const REAP_PAUSE: Duration = Duration::from_millis(100);
 
 /// A worker process ended: its id and exit status (None: unknown).
 type ExitEvent = (u32, Option<ExitStatus>);
-
-/// Calls from the server back into the embedding program. A hook stops the
-/// run by returning an error (by convention [`DaisyError::Stopped`], the
-/// hook keeping its own error for its caller).
-pub trait RunHooks {
-    /// Whether a ready block is already done and can be skipped (the
-    /// user's check function). An error is logged and the block runs.
-    fn already_done(&mut self, block: &Block) -> Result<bool, String>;
-    /// Called every [`TICK`]; an error stops the run (workers are killed).
-    fn tick(&mut self, snapshot: &RunSnapshot) -> Result<(), DaisyError>;
-    /// Called once the server listens, before any worker starts.
-    fn on_listening(&mut self, _addr: SocketAddr) -> Result<(), DaisyError> {
-        Ok(())
-    }
-}
 
 /// Run a scheduler's pipeline with workers until every task is finished
 /// (or a hook stops it, or a rule is broken: the outcome's `stopped` says

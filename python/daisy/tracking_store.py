@@ -16,13 +16,30 @@ import os
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from daisy._daisy import TaskState
-    from daisy.task import Task
 
-logger = logging.getLogger("daisy.block_tracking")
+
+class TrackedTask(Protocol):
+    """What this module reads of a task (a `daisy.Task` is one); a protocol,
+    so the module that defines tasks can import this one and not the other
+    way round."""
+
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def tracking_path(self) -> Path | None: ...
+    @property
+    def resource_tracking(self) -> bool: ...
+    @property
+    def _skip_mask(self) -> bytes | None: ...
+    @property
+    def _pre_check(self) -> Any: ...
+
+
+logger = logging.getLogger("daisy.tracking_store")
 
 _basedir: Path | None = None
 
@@ -64,7 +81,7 @@ def resolve_tracking_path(task_id: str, explicit: Any) -> Path | None:
     return None
 
 
-def tracking_paths(tasks: Iterable[Task]) -> dict[str, str]:
+def tracking_paths(tasks: Iterable[TrackedTask]) -> dict[str, str]:
     """Task id to store directory, for the tracked tasks among ``tasks``."""
     out = {}
     for t in tasks:
@@ -74,7 +91,7 @@ def tracking_paths(tasks: Iterable[Task]) -> dict[str, str]:
     return out
 
 
-def measured_task_ids(tasks: Iterable[Task]) -> list[str]:
+def measured_task_ids(tasks: Iterable[TrackedTask]) -> list[str]:
     """Ids of the tasks with ``resource_tracking=True``; such a task without
     a tracking store is a configuration error, raised here at run start."""
     out = []
@@ -91,13 +108,13 @@ def measured_task_ids(tasks: Iterable[Task]) -> list[str]:
     return out
 
 
-def skip_masks(tasks: Iterable[Task]) -> dict[str, bytes]:
+def skip_masks(tasks: Iterable[TrackedTask]) -> dict[str, bytes]:
     """Task id to skip mask (one byte per block, C order), for the tasks
     that have one."""
     return {t.task_id: t._skip_mask for t in tasks if t._skip_mask is not None}
 
 
-def log_skips(tasks: Iterable[Task], states: Mapping[str, TaskState]) -> None:
+def log_skips(tasks: Iterable[TrackedTask], states: Mapping[str, TaskState]) -> None:
     """One INFO record per task that skipped blocks, saying how to
     reprocess them."""
     for t in tasks:
