@@ -38,6 +38,27 @@ pub enum BlockStatus {
     Failed,
 }
 
+impl BlockStatus {
+    /// Every status, in the order of its code.
+    pub const ALL: [Self; 4] = [Self::Created, Self::Processing, Self::Success, Self::Failed];
+
+    /// The status's number in daisy 1.x's `BlockStatus` (0 to 3), which
+    /// Python code and pickles use.
+    pub fn code(self) -> u8 {
+        match self {
+            Self::Created => 0,
+            Self::Processing => 1,
+            Self::Success => 2,
+            Self::Failed => 3,
+        }
+    }
+
+    /// The status of a daisy 1.x number; None for any other number.
+    pub fn from_code(code: i64) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| i64::from(s.code()) == code)
+    }
+}
+
 /// A block: what to read, what to write, and who it is.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Block {
@@ -59,4 +80,19 @@ pub struct Block {
     /// What the block cost, measured by whoever ran it (resource tracking);
     /// rides home on the release message.
     pub stats: Option<BlockStats>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_codes_are_daisy_1x_numbers_and_round_trip() {
+        assert_eq!(BlockStatus::Success.code(), 2);
+        for s in BlockStatus::ALL {
+            assert_eq!(BlockStatus::from_code(i64::from(s.code())), Some(s));
+        }
+        assert_eq!(BlockStatus::from_code(4), None);
+        assert_eq!(BlockStatus::from_code(-1), None);
+    }
 }

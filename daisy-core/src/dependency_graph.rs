@@ -25,6 +25,22 @@ pub struct DependencyGraph {
 }
 
 impl DependencyGraph {
+    /// The key of the block of `task` whose (unshrunk) write ROI starts at
+    /// `write_offset`: how a block the user rebuilt by hand is found again.
+    /// None if no block of the task writes there.
+    pub fn locate(
+        &self,
+        task: TaskIndex,
+        write_offset: &crate::geometry::Coord,
+    ) -> Option<BlockKey> {
+        let grid = self.grid(task);
+        grid.position_of_write_offset(write_offset)
+            .map(|p| BlockKey {
+                task,
+                index: grid.indexer().flat(&p),
+            })
+    }
+
     /// The graph of a validated pipeline.
     pub fn new(pipeline: Pipeline) -> Self {
         let grids = pipeline

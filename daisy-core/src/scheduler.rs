@@ -310,21 +310,6 @@ impl Scheduler {
         }
     }
 
-    /// The key of the block of `task` whose (unshrunk) write ROI starts at
-    /// `write_offset`: how a block the user rebuilt by hand is found again.
-    pub fn locate(
-        &self,
-        task: TaskIndex,
-        write_offset: &crate::geometry::Coord,
-    ) -> Option<BlockKey> {
-        let grid = self.graph.grid(task);
-        grid.position_of_write_offset(write_offset)
-            .map(|p| BlockKey {
-                task,
-                index: grid.indexer().flat(&p),
-            })
-    }
-
     /// Take back a block handed out by [`Scheduler::acquire_block`], with
     /// the status its worker gave it.
     pub fn release_block(

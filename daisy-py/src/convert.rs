@@ -67,8 +67,8 @@ pub fn coord_from_py(obj: &Bound<'_, PyAny>, param: &str, what: &str) -> PyResul
 pub fn roi_from_py(obj: &Bound<'_, PyAny>, param: &str) -> PyResult<Roi> {
     let (offset, shape) = if obj.hasattr("offset")? && obj.hasattr("shape")? {
         (obj.getattr("offset")?, obj.getattr("shape")?)
-    } else if let Ok(seq) = obj.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>() {
-        seq
+    } else if let Some(pair) = pair_of(obj) {
+        pair
     } else {
         return Err(PyTypeError::new_err(format!(
             "{param}: expected a daisy.Roi (funlib.geometry.Roi) or an (offset, shape) pair, \
@@ -99,6 +99,15 @@ pub fn roi_from_py(obj: &Bound<'_, PyAny>, param: &str) -> PyResult<Roi> {
         )));
     }
     Roi::new(offset, shape).map_err(|e| PyValueError::new_err(format!("{param}: {e}")))
+}
+
+/// The two items of a tuple or list of length two.
+fn pair_of<'py>(obj: &Bound<'py, PyAny>) -> Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    if let Ok(t) = obj.cast::<PyTuple>() {
+        return (t.len() == 2).then(|| Some((t.get_item(0).ok()?, t.get_item(1).ok()?)))?;
+    }
+    let l = obj.cast::<pyo3::types::PyList>().ok()?;
+    (l.len() == 2).then(|| Some((l.get_item(0).ok()?, l.get_item(1).ok()?)))?
 }
 
 /// A Python tuple of ints.

@@ -35,12 +35,7 @@ fn status_members(py: Python<'_>) -> PyResult<&[Py<PyAny>; 4]> {
 }
 
 fn status_index(s: BlockStatus) -> usize {
-    match s {
-        BlockStatus::Created => 0,
-        BlockStatus::Processing => 1,
-        BlockStatus::Success => 2,
-        BlockStatus::Failed => 3,
-    }
+    usize::from(s.code())
 }
 
 /// The core status for a `daisy.BlockStatus` member (or its int value).
@@ -50,12 +45,9 @@ pub fn status_from_py(obj: &Bound<'_, PyAny>) -> PyResult<BlockStatus> {
     } else {
         obj.clone()
     };
-    match value.extract::<i64>() {
-        Ok(0) => Ok(BlockStatus::Created),
-        Ok(1) => Ok(BlockStatus::Processing),
-        Ok(2) => Ok(BlockStatus::Success),
-        Ok(3) => Ok(BlockStatus::Failed),
-        _ => Err(PyTypeError::new_err(format!(
+    match value.extract::<i64>().ok().and_then(BlockStatus::from_code) {
+        Some(status) => Ok(status),
+        None => Err(PyTypeError::new_err(format!(
             "status: expected a daisy.BlockStatus (CREATED, PROCESSING, SUCCESS or FAILED), got {}",
             obj.repr().map(|r| r.to_string()).unwrap_or_default()
         ))),
@@ -387,15 +379,10 @@ impl PyBlock {
         ),
     ) -> PyResult<Self> {
         let (position, task_id, spatial_id, read, write, requested, status, key) = state;
-        let status = [
-            BlockStatus::Created,
-            BlockStatus::Processing,
-            BlockStatus::Success,
-            BlockStatus::Failed,
-        ]
-        .get(status)
-        .copied()
-        .ok_or_else(|| PyValueError::new_err("corrupt pickled daisy.Block: bad status"))?;
+        let status = i64::try_from(status)
+            .ok()
+            .and_then(BlockStatus::from_code)
+            .ok_or_else(|| PyValueError::new_err("corrupt pickled daisy.Block: bad status"))?;
         Ok(Self {
             task_id,
             spatial_id,

@@ -8,50 +8,69 @@ use pyo3::prelude::*;
 /// What one block cost: `wall_seconds`, `cpu_seconds`, `peak_rss_bytes`,
 /// `io_read_bytes`, `io_write_bytes`, and the reserved `gpu_util_pct`
 /// (NaN) and `gpu_mem_bytes` (0).
-#[pyclass(name = "BlockStats", module = "daisy._daisy", frozen, get_all)]
+#[pyclass(name = "BlockStats", module = "daisy._daisy", frozen)]
 #[derive(Clone, Copy)]
-pub struct PyBlockStats {
-    /// Elapsed seconds in the block.
-    pub wall_seconds: f64,
-    /// CPU seconds of the whole process during the block.
-    pub cpu_seconds: f64,
-    /// Peak RSS of the process while the block ran, bytes.
-    pub peak_rss_bytes: u64,
-    /// Bytes read through syscalls.
-    pub io_read_bytes: u64,
-    /// Bytes written through syscalls.
-    pub io_write_bytes: u64,
-    /// Reserved (NaN).
-    pub gpu_util_pct: f32,
-    /// Reserved (0).
-    pub gpu_mem_bytes: u64,
-}
+pub struct PyBlockStats(BlockStats);
 
 impl From<BlockStats> for PyBlockStats {
     fn from(s: BlockStats) -> Self {
-        Self {
-            wall_seconds: s.wall_seconds,
-            cpu_seconds: s.cpu_seconds,
-            peak_rss_bytes: s.peak_rss_bytes,
-            io_read_bytes: s.io_read_bytes,
-            io_write_bytes: s.io_write_bytes,
-            gpu_util_pct: s.gpu_util_pct,
-            gpu_mem_bytes: s.gpu_mem_bytes,
-        }
+        Self(s)
     }
 }
 
 #[pymethods]
 impl PyBlockStats {
+    /// Elapsed seconds in the block.
+    #[getter]
+    fn wall_seconds(&self) -> f64 {
+        self.0.wall_seconds
+    }
+
+    /// CPU seconds of the whole process during the block.
+    #[getter]
+    fn cpu_seconds(&self) -> f64 {
+        self.0.cpu_seconds
+    }
+
+    /// Peak RSS of the process while the block ran, bytes.
+    #[getter]
+    fn peak_rss_bytes(&self) -> u64 {
+        self.0.peak_rss_bytes
+    }
+
+    /// Bytes read through syscalls.
+    #[getter]
+    fn io_read_bytes(&self) -> u64 {
+        self.0.io_read_bytes
+    }
+
+    /// Bytes written through syscalls.
+    #[getter]
+    fn io_write_bytes(&self) -> u64 {
+        self.0.io_write_bytes
+    }
+
+    /// Reserved (NaN).
+    #[getter]
+    fn gpu_util_pct(&self) -> f32 {
+        self.0.gpu_util_pct
+    }
+
+    /// Reserved (0).
+    #[getter]
+    fn gpu_mem_bytes(&self) -> u64 {
+        self.0.gpu_mem_bytes
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "BlockStats(wall_seconds={:.6}, cpu_seconds={:.6}, peak_rss_bytes={}, \
              io_read_bytes={}, io_write_bytes={})",
-            self.wall_seconds,
-            self.cpu_seconds,
-            self.peak_rss_bytes,
-            self.io_read_bytes,
-            self.io_write_bytes
+            self.0.wall_seconds,
+            self.0.cpu_seconds,
+            self.0.peak_rss_bytes,
+            self.0.io_read_bytes,
+            self.0.io_write_bytes
         )
     }
 }

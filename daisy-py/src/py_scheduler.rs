@@ -81,19 +81,13 @@ fn key_of(pipeline: &Pipeline, graph: &DependencyGraph, block: &PyBlock) -> PyRe
     {
         return Ok(key);
     }
-    let grid = graph.grid(task);
-    grid.position_of_write_offset(&block.write.offset())
-        .map(|p| BlockKey {
-            task,
-            index: grid.indexer().flat(&p),
-        })
-        .ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "block: no block of task {task_id:?} writes at offset {}; pass a block handed out \
+    graph.locate(task, &block.write.offset()).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "block: no block of task {task_id:?} writes at offset {}; pass a block handed out \
                  by daisy",
-                block.write.offset()
-            ))
-        })
+            block.write.offset()
+        ))
+    })
 }
 
 /// Per-task Python callables, by task index.

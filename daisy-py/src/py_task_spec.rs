@@ -3,7 +3,7 @@
 //! block-grid facts the Python side reports (`num_blocks`,
 //! `block_grid_shape`).
 
-use crate::convert::{coord_to_py, roi_from_py};
+use crate::convert::{coord_to_py, roi_from_py, roi_to_py};
 use crate::errors::IntoPyResult;
 use daisy_core::block_grid::BlockGrid;
 use daisy_core::{Fit, TaskSpec};
@@ -98,5 +98,19 @@ impl PyTaskSpec {
             self.spec.fit,
             self.spec.read_write_conflict
         )
+    }
+}
+
+/// `validated_roi(value, param)`: the funlib `Roi` for a task's ROI
+/// parameter, checked here once with the core's messages (which name
+/// `param`): `value` itself when it is a valid funlib `Roi`, a new one for
+/// an `(offset, shape)` pair.
+#[pyfunction]
+pub fn validated_roi<'py>(value: &Bound<'py, PyAny>, param: &str) -> PyResult<Bound<'py, PyAny>> {
+    let roi = roi_from_py(value, param)?;
+    if value.hasattr("offset")? && value.hasattr("shape")? {
+        Ok(value.clone())
+    } else {
+        roi_to_py(value.py(), &roi)
     }
 }

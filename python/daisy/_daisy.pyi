@@ -21,6 +21,7 @@ __all__ = [
     "cantor_number",
     "reset_tracking",
     "read_tracking_array",
+    "validated_roi",
     "BlockStats",
     "profile_block",
     "TrackingStore",
@@ -219,6 +220,7 @@ class RunConfig:
         stop_all: Sequence[str] = ...,
     ) -> RunConfig: ...
 
+def validated_roi(value: Any, param: str) -> Roi: ...
 def read_tracking_array(path: str, name: str) -> tuple[str, list[int], bytes] | None: ...
 def run_distributed(
     specs: Sequence[TaskSpec],

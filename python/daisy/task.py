@@ -19,50 +19,12 @@ from typing import Any
 from funlib.geometry import Roi
 
 from daisy import _v1_names
-from daisy._daisy import Block, TaskSpec, TrackingStore, reset_tracking
+from daisy._daisy import Block, TaskSpec, TrackingStore, reset_tracking, validated_roi
 from daisy.pipeline import Composable
 from daisy.run_report import BlockRecord, TaskReport, read_last_run, runs_file_for
 from daisy.tracking_store import resolve_tracking_path
 
 _FITS = ("valid", "overhang", "shrink")
-
-
-def _coordinate(value: Any, name: str, what: str) -> tuple[int, ...]:
-    """A tuple of ints, or a TypeError naming ``name``."""
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise TypeError(f"{name}: {what} must be a sequence of integers, got {value!r}")
-    items = tuple(value)
-    for v in items:
-        if v is None:
-            raise ValueError(
-                f"{name}: {what} {items!r} is unbounded (None); give every axis a finite value"
-            )
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-            raise TypeError(
-                f"{name}: {what} {items!r} contains {v!r} of type {type(v).__name__}; "
-                "use integers (world units)"
-            )
-    return tuple(int(v) for v in items)
-
-
-def _as_roi(value: Any, name: str) -> Roi:
-    """A funlib Roi from a Roi or an ``(offset, shape)`` pair of integer
-    sequences of the same length."""
-    if isinstance(value, Roi):
-        return value
-    if isinstance(value, tuple | list) and len(value) == 2:
-        offset = _coordinate(value[0], name, "offset")
-        shape = _coordinate(value[1], name, "shape")
-        if len(offset) != len(shape):
-            raise ValueError(
-                f"{name}: offset {offset} has {len(offset)} dimensions but shape {shape} has "
-                f"{len(shape)}; give both the same number"
-            )
-        return Roi(offset, shape)
-    raise TypeError(
-        f"{name}: expected a daisy.Roi (funlib.geometry.Roi) or an (offset, shape) pair, "
-        f"got {type(value).__name__}"
-    )
 
 
 def _count_required_args(fn: Callable[..., Any]) -> int | None:
@@ -168,10 +130,10 @@ class Task(Composable):
                 f"task_id: expected a non-empty string naming the task, got {task_id!r}"
             )
         self.task_id = task_id
-        self.total_roi = _as_roi(total_roi, "total_roi")
+        self.total_roi = validated_roi(total_roi, "total_roi")
         self.orig_total_roi = self.total_roi
-        self.read_roi = _as_roi(read_roi, "read_roi")
-        self.write_roi = _as_roi(write_roi, "write_roi")
+        self.read_roi = validated_roi(read_roi, "read_roi")
+        self.write_roi = validated_roi(write_roi, "write_roi")
 
         if process_function is not None and not callable(process_function):
             raise TypeError(
@@ -328,9 +290,9 @@ class Task(Composable):
         (so a changed ``max_retries`` or ROI is what runs)."""
         return TaskSpec(
             self.task_id,
-            _as_roi(self.total_roi, "total_roi"),
-            _as_roi(self.read_roi, "read_roi"),
-            _as_roi(self.write_roi, "write_roi"),
+            self.total_roi,
+            self.read_roi,
+            self.write_roi,
             fit=self.fit,
             read_write_conflict=self.read_write_conflict,
             max_retries=self.max_retries,
