@@ -122,8 +122,10 @@ impl Default for BlockProfiler {
 fn rusage() -> (f64, u64) {
     #[cfg(unix)]
     {
-        // SAFETY: getrusage fills the zeroed struct we own.
+        // SAFETY: rusage is plain old data, for which all-zero bytes are a
+        // valid value.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage fills the struct we own and pass by pointer.
         if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } == 0 {
             let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
             // ru_maxrss is KiB on Linux

@@ -53,7 +53,7 @@ pub struct Client {
     /// Releases sent whose acknowledgement has not been read yet.
     pending_acks: usize,
     /// Whether the task wants its blocks measured.
-    measure: bool,
+    resource_tracking: bool,
     /// Measures every block from acquire to release (None: this client
     /// does not measure).
     profiler: Option<BlockProfiler>,
@@ -108,7 +108,7 @@ impl Client {
             rt,
             conn: Framed::new(stream, protocol::codec()),
             pending_acks: 0,
-            measure: false,
+            resource_tracking: false,
             profiler: None,
         };
         match client.request(&ClientMessage::Hello {
@@ -116,8 +116,8 @@ impl Client {
             task_id: task_id.to_string(),
             worker_id,
         })? {
-            ServerMessage::Welcome { measure } => {
-                client.measure = measure;
+            ServerMessage::Welcome { resource_tracking } => {
+                client.resource_tracking = resource_tracking;
                 Ok(client)
             }
             ServerMessage::Error { message } => Err(DaisyError::Refused(message)),
@@ -190,14 +190,14 @@ impl Client {
 
     /// Whether the task wants every block measured (resource tracking).
     pub fn wants_measurements(&self) -> bool {
-        self.measure
+        self.resource_tracking
     }
 
     /// Measure every block from now on, if the task wants measurements
     /// (`on`: daisy's own clients; a stand-in for a hand-written client
     /// passes false). Returns whether blocks are measured.
     pub fn measure_blocks(&mut self, on: bool) -> bool {
-        self.profiler = (on && self.measure).then(BlockProfiler::new);
+        self.profiler = (on && self.resource_tracking).then(BlockProfiler::new);
         self.profiler.is_some()
     }
 

@@ -77,11 +77,11 @@ pub enum ClientMessage {
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum ServerMessage {
-    /// The hello was accepted. `measure`: the task expects every block to
-    /// come back with its measurements (resource tracking).
+    /// The hello was accepted. `resource_tracking`: the task expects every
+    /// block to come back with its measurements.
     Welcome {
         /// Whether the client should measure its blocks.
-        measure: bool,
+        resource_tracking: bool,
     },
     /// A block to process.
     SendBlock {

@@ -40,16 +40,16 @@ pub trait SerialHooks {
 
 /// Run every block of `scheduler` through `hooks` until no block is ready
 /// anywhere (every block completed, failed or orphaned), or a hook stops
-/// the run. `measure[t]` says whether task `t` has resource tracking. The
+/// the run. `resource_tracking[t]` says whether task `t` has it. The
 /// outcome's reports are appended to the tracking stores' `runs.jsonl`.
 pub fn run_serial(
     scheduler: &mut Scheduler,
-    measure: &[bool],
+    resource_tracking: &[bool],
     hooks: &mut impl SerialHooks,
 ) -> RunOutcome {
     let n = scheduler.pipeline().len();
     let mut ledger = RunLedger::new(n);
-    let stopped = sweep(scheduler, measure, hooks, &mut ledger).err();
+    let stopped = sweep(scheduler, resource_tracking, hooks, &mut ledger).err();
     if let Err(e) = scheduler.flush_tracking() {
         tracing::warn!("could not flush a tracking store: {e}");
     }
@@ -67,7 +67,7 @@ pub fn run_serial(
 
 fn sweep(
     scheduler: &mut Scheduler,
-    measure: &[bool],
+    resource_tracking: &[bool],
     hooks: &mut impl SerialHooks,
     ledger: &mut RunLedger,
 ) -> Result<(), DaisyError> {
@@ -79,7 +79,10 @@ fn sweep(
             while let Some(mut block) = scheduler.acquire_block(task, |b| hooks.already_done(b))? {
                 progressed = true;
                 let sent_at = wall_clock();
-                let measured = measure.get(task as usize).copied().unwrap_or(false);
+                let measured = resource_tracking
+                    .get(task as usize)
+                    .copied()
+                    .unwrap_or(false);
                 if measured {
                     profiler.start();
                 }

@@ -2,6 +2,9 @@
 //! every block is processed exactly once; failures are retried; a wrong
 //! token, garbage and an oversized frame close only their own connection.
 
+// A test helper that unwraps fails its test, with the location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use daisy_core::client::Client;
 use daisy_core::server::{RunHooks, RunSnapshot, ServerConfig, TaskRuntime, run_server};
 use daisy_core::{Block, BlockStatus, DaisyError, Fit, Pipeline, Roi, Scheduler, TaskSpec};

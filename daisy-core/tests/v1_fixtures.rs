@@ -12,6 +12,9 @@
 //! inverse of 1.2.2's upstream sets everywhere, and equal 1.2.2's
 //! `downstream()` wherever 1.2.2 is self-consistent.
 
+// A test helper that unwraps fails its test, with the location.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use daisy_core::dependency_graph::DependencyGraph;
 use daisy_core::{BlockKey, Fit, Pipeline, Roi, TaskSpec};
 use serde_json::Value;

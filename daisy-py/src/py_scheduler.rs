@@ -198,13 +198,13 @@ impl PyScheduler {
     /// return True for blocks already done, `tracking` task ids to tracking
     /// store directories, `skip_masks` task ids to one byte per block.
     #[new]
-    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None, measured=Vec::new()))]
+    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None, resource_tracking=Vec::new()))]
     fn new(
         specs: Vec<PyRef<'_, PyTaskSpec>>,
         check_functions: Option<&Bound<'_, PyDict>>,
         tracking: Option<&Bound<'_, PyDict>>,
         skip_masks: Option<&Bound<'_, PyDict>>,
-        measured: Vec<String>,
+        resource_tracking: Vec<String>,
     ) -> PyResult<Self> {
         let mut stores = Vec::with_capacity(specs.len());
         for spec in &specs {
@@ -212,7 +212,7 @@ impl PyScheduler {
             stores.push(TaskStoreOptions {
                 tracking_path: entry(tracking, tid)?.map(|p| p.extract()).transpose()?,
                 skip_mask: entry(skip_masks, tid)?.map(|m| m.extract()).transpose()?,
-                resource_tracking: measured.contains(tid),
+                resource_tracking: resource_tracking.contains(tid),
             });
         }
         let inner = build_scheduler(&specs, &stores)?;
@@ -228,7 +228,7 @@ impl PyScheduler {
             .pipeline()
             .specs()
             .iter()
-            .map(|s| measured.contains(&s.task_id))
+            .map(|s| resource_tracking.contains(&s.task_id))
             .collect();
         Ok(Self {
             resource_tracking,

@@ -12,7 +12,7 @@ from daisy._daisy import Block, TaskState
 from daisy._daisy import Scheduler as _NativeScheduler
 from daisy.pipeline import Pipeline
 from daisy.task import Task
-from daisy.tracking_store import measured_task_ids, skip_masks, tracking_paths
+from daisy.tracking_store import resource_tracking_task_ids, skip_masks, tracking_paths
 
 
 class Scheduler:
@@ -33,7 +33,7 @@ class Scheduler:
             {tid: t._pre_check for tid, t in self._tasks.items() if t._pre_check},
             tracking_paths(self._tasks.values()),
             skip_masks(self._tasks.values()),
-            measured_task_ids(self._tasks.values()),
+            resource_tracking_task_ids(self._tasks.values()),
         )
 
     @property

@@ -35,7 +35,7 @@ from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.server_observer import ServerObservee, StateEvents
 from daisy.spawners import advertised_host
-from daisy.tracking_store import log_skips, measured_task_ids
+from daisy.tracking_store import log_skips, resource_tracking_task_ids
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class Server(ServerObservee):
                     f"resources: expected resource names mapped to non-negative integers, "
                     f"got {k!r}: {v!r}"
                 )
-        measured_task_ids(task_map.values())  # a configuration error raises here
+        resource_tracking_task_ids(task_map.values())  # a configuration error raises here
         # remote workers need an address they can reach
         listen_host, advertise = self.host, None
         if remote and not self._host_given:

@@ -91,7 +91,7 @@ def tracking_paths(tasks: Iterable[TrackedTask]) -> dict[str, str]:
     return out
 
 
-def measured_task_ids(tasks: Iterable[TrackedTask]) -> list[str]:
+def resource_tracking_task_ids(tasks: Iterable[TrackedTask]) -> list[str]:
     """Ids of the tasks with ``resource_tracking=True``; such a task without
     a tracking store is a configuration error, raised here at run start."""
     out = []

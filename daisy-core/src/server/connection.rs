@@ -165,14 +165,14 @@ async fn handle_connection<H: RunHooks + 'static>(
         }
         Err(None) => return,
     };
-    let (measure, hang_up) = {
+    let (resource_tracking, hang_up) = {
         let st = shared.0.borrow();
         let hang_up = worker_id
             .and_then(|id| st.workers.get(&id))
             .map(|w| w.hang_up.clone());
         (st.config.tasks[task as usize].resource_tracking, hang_up)
     };
-    if !send(&mut conn, &ServerMessage::Welcome { measure }).await {
+    if !send(&mut conn, &ServerMessage::Welcome { resource_tracking }).await {
         return;
     }
     loop {
@@ -320,13 +320,13 @@ fn release<H>(
     };
     let now = Instant::now();
     let round_trip = now.saturating_duration_since(out.sent).as_secs_f64();
-    let measured = st.config.tasks[task as usize].resource_tracking;
-    if !measured {
+    let resource_tracking = st.config.tasks[task as usize].resource_tracking;
+    if !resource_tracking {
         block.stats = None; // only tasks with resource tracking report figures
     }
     let failed = block.status == BlockStatus::Failed;
     let reported_ok = error.is_none() && !failed;
-    let verdict = policy::returned(error, failed, measured, block.stats.is_some());
+    let verdict = policy::returned(error, failed, resource_tracking, block.stats.is_some());
     if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
         w.flags.busy = false;
     }

@@ -184,19 +184,19 @@ pub enum Returned {
 }
 
 /// Judge a returned block: `error` is the worker's failure text, if any;
-/// `status_failed` whether the block's status says FAILED; `measured`
+/// `status_failed` whether the block's status says FAILED; `resource_tracking`
 /// whether the task has resource tracking; `has_stats` whether the block
 /// carries figures.
 pub fn returned(
     error: Option<String>,
     status_failed: bool,
-    measured: bool,
+    resource_tracking: bool,
     has_stats: bool,
 ) -> Returned {
     match error {
         Some(e) => Returned::Failed(e),
         None if status_failed => Returned::Failed("the block function set status FAILED".into()),
-        None if measured && !has_stats => Returned::Unmeasured,
+        None if resource_tracking && !has_stats => Returned::Unmeasured,
         None => Returned::Done,
     }
 }

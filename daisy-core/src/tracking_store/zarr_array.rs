@@ -148,6 +148,8 @@ impl MappedArray {
     }
 }
 
+/// The path of the single chunk of an array of `dims` dimensions in `dir`
+/// (`c/0/../0`, Zarr v3's default chunk key encoding).
 pub fn chunk_path(dir: &Path, dims: usize) -> PathBuf {
     let mut p = dir.join("c");
     for _ in 0..dims {
@@ -222,6 +224,7 @@ pub fn write_array(
     )
 }
 
+/// `n` elements of `kind`'s fill value, little-endian.
 pub fn filled(kind: &ArrayKind, n: u64) -> Vec<u8> {
     let size = kind.dtype.size();
     let mut v = Vec::with_capacity(n as usize * size);
