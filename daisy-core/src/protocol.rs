@@ -14,7 +14,7 @@
 //! ```text
 //! worker                                   server
 //!   Hello{token, task_id, worker_id} ───▶  checks the run token first; a
-//!                                   ◀───   Welcome{measure} (or Error + close)
+//!                                   ◀───   Welcome{resource_tracking} (or Error + close)
 //!   AcquireBlock                     ───▶  waits until a block is ready or
 //!                                   ◀───   the task is finished:
 //!                                          SendBlock{block} | NoMoreBlocks
@@ -27,6 +27,15 @@
 //! closed without a reply: a stray or malicious client can neither take nor
 //! release blocks. Error text is capped at [`MAX_ERROR_BYTES`] so a huge
 //! traceback cannot push a frame over the cap.
+//!
+//! ## Keeping the token secret
+//! The token reaches workers only through their environment (readable by
+//! their owner alone) and is compared in constant time ([`tokens_match`]).
+//! The run's local socket is an abstract Unix-domain socket, and abstract
+//! names are listed in the world-readable `/proc/net/unix`: its name is
+//! therefore a SHA-256 digest of the token ([`local_socket_name`]), from
+//! which the token cannot be recovered, and the server also refuses a local
+//! peer of another user (its uid, from `SO_PEERCRED`).
 
 use crate::block::Block;
 use serde::{Deserialize, Serialize};
@@ -133,9 +142,33 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + Sync> Stre
 
 /// The abstract Unix-domain socket name of a run (Linux): local workers
 /// reach the server through it, which costs about half of a loopback TCP
-/// round trip. Named after the run token, so no two runs share it.
+/// round trip. Derived from the run token, so no two runs share it, but
+/// through SHA-256 (domain-separated): the name is listed in the
+/// world-readable `/proc/net/unix`, the token must not be.
 pub fn local_socket_name(token: &str) -> String {
-    format!("daisy-{}", &token[..token.len().min(32)])
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("daisy local socket\n{token}").as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("daisy-{hex}")
+}
+
+/// Whether a presented token is the run's, compared in time that does not
+/// depend on where the two differ (a byte-by-byte `==` stops at the first
+/// difference, which a peer could time). Ten lines, so no crate for it.
+pub fn tokens_match(presented: &str, expected: &str) -> bool {
+    let (a, b) = (presented.as_bytes(), expected.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// The effective uid of this process: the only user whose local
+/// connections the server admits.
+pub fn own_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
 }
 
 /// Bind the run's abstract Unix-domain socket (None where the platform
@@ -188,6 +221,28 @@ pub fn cap_error_text(mut text: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_local_socket_name_does_not_reveal_the_token() {
+        let token = "0123456789abcdef0123456789abcdef";
+        let name = local_socket_name(token);
+        assert!(name.starts_with("daisy-") && name.len() == 6 + 32, "{name}");
+        assert!(!name.contains(&token[..8]), "{name}");
+        assert_eq!(
+            name,
+            local_socket_name(token),
+            "a worker derives the same name"
+        );
+        assert_ne!(name, local_socket_name("0123456789abcdef0123456789abcdee"));
+    }
+
+    #[test]
+    fn tokens_match_only_when_equal() {
+        assert!(tokens_match("s3cret", "s3cret"));
+        assert!(!tokens_match("s3cres", "s3cret"));
+        assert!(!tokens_match("s3cre", "s3cret"));
+        assert!(!tokens_match("", "s3cret"));
+    }
     use crate::block::{BlockKey, BlockStatus};
     use crate::geometry::{Coord, Roi};
 

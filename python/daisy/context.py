@@ -55,7 +55,9 @@ class Context:
         self.__dict__[k] = v
 
     def __repr__(self) -> str:
-        return self.to_env()
+        # the run token is a secret: a repr ends up in logs and tracebacks
+        shown = {k: ("<hidden>" if k == "token" else v) for k, v in sorted(self.__dict__.items())}
+        return "Context(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
 
 # names daisy 1.x exported from this module, imported on first use

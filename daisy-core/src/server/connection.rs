@@ -67,17 +67,30 @@ pub enum Listener {
 }
 
 impl Listener {
-    /// The next connection; TCP ones with Nagle off, since every message is
-    /// small and waited for.
-    async fn accept(&self) -> std::io::Result<Box<dyn protocol::Stream>> {
-        Ok(match self {
+    /// The next connection (None: one refused at the door); TCP ones with
+    /// Nagle off, since every message is small and waited for. A local
+    /// connection from another user is refused: only the driver's own user
+    /// may be a local worker, whatever it knows.
+    async fn accept(&self) -> std::io::Result<Option<Box<dyn protocol::Stream>>> {
+        Ok(Some(match self {
             Listener::Tcp(l) => {
                 let (stream, _) = l.accept().await?;
                 let _ = stream.set_nodelay(true);
                 Box::new(stream)
             }
-            Listener::Local(l) => Box::new(l.accept().await?.0),
-        })
+            Listener::Local(l) => {
+                let (stream, _) = l.accept().await?;
+                let uid = stream.peer_cred().map(|c| c.uid());
+                if uid.as_ref().ok() != Some(&protocol::own_uid()) {
+                    tracing::warn!(
+                        "refused a local connection from another user (uid {:?})",
+                        uid.ok()
+                    );
+                    return Ok(None);
+                }
+                Box::new(stream)
+            }
+        }))
     }
 }
 
@@ -91,7 +104,8 @@ pub fn spawn_accept_loop<H: RunHooks + 'static>(
     tokio::task::spawn_local(async move {
         loop {
             match listener.accept().await {
-                Ok(stream) => {
+                Ok(None) => {}
+                Ok(Some(stream)) => {
                     let id = {
                         let mut st = shared.0.borrow_mut();
                         st.next_conn += 1;
@@ -117,7 +131,7 @@ fn admit<H>(
     worker_id: Option<u32>,
 ) -> Result<TaskIndex, Option<String>> {
     let mut st = shared.0.borrow_mut();
-    if token != st.config.token {
+    if !protocol::tokens_match(token, &st.config.token) {
         tracing::warn!("refused a connection with a wrong token");
         return Err(None);
     }

@@ -1,0 +1,131 @@
+"""A run nobody else can join or corrupt, tried as an adversary would.
+
+Each test here failed on the code before its fix (see the closing notes of
+issue 11): the run token leaked through the local socket's name in the
+world-readable ``/proc/net/unix``, and a process of another user that had
+the token could take blocks through the local socket.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import line_task
+
+import daisy
+from daisy import _daisy
+
+
+def wait_for(path: Path, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
+        time.sleep(0.02)
+
+
+class HeldRun:
+    """A distributed run whose blocks wait for a go-ahead, so a test can look
+    at the run from outside while it is in flight. The run token comes from
+    the task's ``init_callback_fn`` (which the driver calls with the
+    workers' context)."""
+
+    def __init__(self, tmp_path: Path, **task_kwargs: Any) -> None:
+        self.started = tmp_path / "started"
+        self.go = tmp_path / "go"
+        started, go = str(self.started), str(self.go)
+        self.contexts: list[daisy.Context] = []
+
+        def block_function(block: daisy.Block) -> None:
+            Path(started).touch()
+            while not os.path.exists(go):
+                time.sleep(0.01)
+
+        self.task = line_task(
+            "held",
+            2,
+            process_function=block_function,
+            init_callback_fn=self.contexts.append,
+            max_workers=1,
+            **task_kwargs,
+        )
+        self.result: dict[str, Any] = {}
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.result["ok"] = daisy.run_blockwise([self.task], progress=False)
+        except BaseException as e:
+            self.result["error"] = e
+
+    def __enter__(self) -> HeldRun:
+        self.thread.start()
+        wait_for(self.started, "the first block")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.go.touch()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the run did not end"
+
+    @property
+    def context(self) -> daisy.Context:
+        assert self.contexts, "init_callback_fn was not called"
+        return self.contexts[0]
+
+
+def test_the_token_is_nowhere_another_user_can_read_it(tmp_path: Path, tracking: Path) -> None:
+    progress = tmp_path / "progress.jsonl"
+    run = HeldRun(tmp_path)
+    with run:
+        token = run.context["token"]
+        assert isinstance(token, str) and len(token) >= 32
+        unix = Path("/proc/net/unix").read_text()
+        assert "@daisy-" in unix, "the run's local socket is listed (the check means something)"
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        for where, text in (("/proc/net/unix", unix), ("ps", ps)):
+            assert token not in text and token[:16] not in text, f"the token is in {where}"
+        assert token not in repr(run.context)
+    assert run.result.get("ok") is True, run.result
+    daisy.run_blockwise([line_task("after", 2)], progress=daisy.JsonProgressObserver(progress))
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    written += [p for p in Path(daisy.logging.get_log_basedir() or tmp_path).rglob("*")]
+    assert any(p.name == "runs.jsonl" for p in written)
+    for path in written:
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), f"the token is in {path}"
+
+
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user (CI runs as root)")
+def test_a_local_connection_from_another_user_gets_no_block(tmp_path: Path) -> None:
+    run = HeldRun(tmp_path)
+    with run:
+        ctx = run.context
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the other user, who somehow has the token
+            os.close(read)
+            try:
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+                client = _daisy.Client(ctx["hostname"], ctx["port"], ctx["token"], "held")
+                answer = "BLOCK" if client.acquire_block() is not None else "NONE"
+            except BaseException as e:
+                answer = f"REFUSED {type(e).__name__}"
+            os.write(write, answer.encode())
+            os._exit(0)
+        os.close(write)
+        _, status = os.waitpid(pid, 0)
+        answer = os.read(read, 1000).decode()
+        os.close(read)
+        assert status == 0
+        assert answer.startswith("REFUSED"), answer
+    assert run.result.get("ok") is True, run.result
