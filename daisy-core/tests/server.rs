@@ -164,3 +164,53 @@ fn external_clients_process_every_block_once() {
     assert!(!outcome.failures.is_empty());
     assert_eq!(outcome.stopped, None);
 }
+
+/// A release that does not match the server's record of the block (another
+/// grid position, of the wrong dimension even) closes that connection and
+/// the block is retried; the run completes with every block done once.
+#[test]
+fn a_tampered_release_closes_its_connection_and_the_block_is_retried() {
+    let (tx, rx) = mpsc::channel();
+    let server = std::thread::spawn(move || {
+        run_server(
+            Scheduler::new(pipeline()),
+            config("t4mper"),
+            Hooks { addr: tx },
+        )
+    });
+    let addr = rx.recv().unwrap();
+    let host = addr.ip().to_string();
+    // a hostile client: takes a block, sends it back from another place
+    let mut hostile = Client::connect(&host, addr.port(), "t4mper", "a", None).unwrap();
+    let mut block = hostile.acquire_block().unwrap().unwrap();
+    let tampered_id = block.spatial_id;
+    block.position = daisy_core::Coord::new(&[7]).unwrap(); // 1-D on a 2-D task
+    block.status = BlockStatus::Success;
+    hostile.release_block(block).unwrap();
+    assert!(
+        hostile.acquire_block().is_err(),
+        "the connection that broke the protocol is closed"
+    );
+    // honest clients finish the run, the tampered block included
+    let mut done = Vec::new();
+    for task in ["a", "b"] {
+        let mut c = Client::connect(&host, addr.port(), "t4mper", task, None).unwrap();
+        while let Some(mut b) = c.acquire_block().unwrap() {
+            done.push((b.key.task, b.spatial_id));
+            b.status = BlockStatus::Success;
+            c.release_block(b).unwrap();
+        }
+        c.disconnect();
+    }
+    let outcome = server.join().unwrap().unwrap();
+    assert_eq!(outcome.stopped, None);
+    for st in &outcome.states {
+        assert_eq!(st.completed_count, st.total_block_count);
+    }
+    assert!(
+        done.contains(&(0, tampered_id)),
+        "the tampered block was redone"
+    );
+    assert_eq!(outcome.failures.len(), 1);
+    assert_eq!(outcome.failures[0].spatial_id, tampered_id);
+}

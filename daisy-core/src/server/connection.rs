@@ -6,7 +6,17 @@
 //! [`HELLO_TIMEOUT`]; a managed worker must claim an id the server gave a
 //! live worker of the same task. A malformed or oversized frame closes the
 //! connection, never the server. Whatever is still out with a connection
-//! when it closes is lost and retried (see `State::reclaim`).
+//! when it closes is lost and retried (see `State::reclaim`), also when its
+//! handling panics: a guard reclaims it as the task unwinds.
+//!
+//! ## A release is checked against the server's own record
+//! The block a worker sends back is only a claim: the server accounts the
+//! block *it* handed out on this connection (its key, position, ROIs, from
+//! the dependency graph) and takes from the message only the status, the
+//! error text and the figures. A release whose block does not match that
+//! record (another spatial id or grid position, a position of the wrong
+//! dimension) or whose figures are not finite and non-negative breaks the
+//! protocol: the connection is closed and the block it held is retried.
 
 use super::hooks::RunHooks;
 use super::policy::{self, Returned};
@@ -186,6 +196,13 @@ async fn handle_connection<H: RunHooks + 'static>(
             .map(|w| w.hang_up.clone());
         (st.config.tasks[task as usize].resource_tracking, hang_up)
     };
+    // from here on, whatever this connection holds is reclaimed when it
+    // ends, however it ends (a panic in its handling included)
+    let _reclaim = ReclaimOnDrop {
+        shared: shared.clone(),
+        conn_id,
+        worker_id,
+    };
     if !send(&mut conn, &ServerMessage::Welcome { resource_tracking }).await {
         return;
     }
@@ -201,6 +218,14 @@ async fn handle_connection<H: RunHooks + 'static>(
         let Some(msg) = msg else {
             break;
         };
+        if let ClientMessage::ReleaseBlock { block } | ClientMessage::BlockFailed { block, .. } =
+            &msg
+            && let Err(why) = matches_record(&shared, conn_id, block)
+        {
+            tracing::warn!("closing a worker connection that broke the protocol: {why}");
+            let _ = send(&mut conn, &ServerMessage::Error { message: why }).await;
+            break;
+        }
         let reply = match msg {
             ClientMessage::AcquireBlock => acquire(&shared, task, worker_id, conn_id).await,
             ClientMessage::ReleaseBlock { block } => {
@@ -225,19 +250,72 @@ async fn handle_connection<H: RunHooks + 'static>(
         }
     }
     let _ = SinkExt::<tokio_util::bytes::Bytes>::flush(&mut conn).await;
-    // anything still out with this connection is lost
-    let mut st = shared.0.borrow_mut();
-    st.reclaim(
-        |o| o.conn == conn_id,
-        worker_id,
-        "the connection to its worker closed",
-    );
-    if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
-        w.flags.busy = false;
-        w.flags.waiting = false;
+}
+
+/// Reclaims what a connection still holds when its handler ends (the
+/// connection closed, broke the protocol, or its handling panicked): the
+/// block is lost and retried, the worker is no longer busy or waiting.
+struct ReclaimOnDrop<H> {
+    shared: Shared<H>,
+    conn_id: u64,
+    worker_id: Option<u32>,
+}
+
+impl<H> Drop for ReclaimOnDrop<H> {
+    fn drop(&mut self) {
+        let (conn_id, worker_id) = (self.conn_id, self.worker_id);
+        // a panic while the state was borrowed has released the borrow by
+        // now; should it still be held, the run's own sweep must do
+        let Ok(mut st) = self.shared.0.try_borrow_mut() else {
+            return;
+        };
+        st.reclaim(
+            |o| o.conn == conn_id,
+            worker_id,
+            "the connection to its worker closed",
+        );
+        if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
+            w.flags.busy = false;
+            w.flags.waiting = false;
+        }
+        drop(st);
+        self.shared.1.notify_waiters();
     }
-    drop(st);
-    shared.1.notify_waiters();
+}
+
+/// Whether a block a worker sends back is the one the server handed out on
+/// this connection, with plausible figures; the reason when it is not.
+/// A block not out with this connection at all is not a violation (a late
+/// release after a timeout): `release` refuses it politely.
+fn matches_record<H>(shared: &Shared<H>, conn_id: u64, block: &Block) -> Result<(), String> {
+    let st = shared.0.borrow();
+    let out_here = st
+        .outstanding
+        .get(&block.key)
+        .is_some_and(|o| o.conn == conn_id);
+    if !out_here {
+        return Ok(());
+    }
+    let own = st.scheduler.graph().block(block.key);
+    if block.spatial_id != own.spatial_id || block.position != own.position {
+        return Err(format!(
+            "block {} came back as block {} at grid position {}; it was handed out at {}",
+            own.spatial_id, block.spatial_id, block.position, own.position
+        ));
+    }
+    if let Some(stats) = &block.stats {
+        let finite = [stats.wall_seconds, stats.cpu_seconds]
+            .iter()
+            .all(|x| x.is_finite() && *x >= 0.0);
+        if !finite {
+            return Err(format!(
+                "block {} came back with figures that are not finite, non-negative seconds \
+                 (wall {}, cpu {})",
+                own.spatial_id, stats.wall_seconds, stats.cpu_seconds
+            ));
+        }
+    }
+    Ok(())
 }
 
 async fn acquire<H: RunHooks>(
@@ -317,7 +395,7 @@ fn release<H>(
     task: TaskIndex,
     worker_id: Option<u32>,
     conn_id: u64,
-    mut block: Block,
+    block: Block,
     error: Option<String>,
 ) -> ServerMessage {
     let mut guard = shared.0.borrow_mut();
@@ -331,6 +409,12 @@ fn release<H>(
                 block.spatial_id
             ),
         };
+    };
+    // the server's own record of the block, with what the worker reports
+    let mut block = Block {
+        status: block.status,
+        stats: block.stats,
+        ..st.scheduler.graph().block(key)
     };
     let now = Instant::now();
     let round_trip = now.saturating_duration_since(out.sent).as_secs_f64();
