@@ -236,3 +236,131 @@ impl<H> State<H> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::Roi;
+    use crate::pipeline::Pipeline;
+    use crate::server::config::{LogMode, TaskRuntime};
+    use crate::task_spec::{Fit, TaskSpec};
+
+    /// A run of two chained 1-D tasks of 4 blocks each, nothing started.
+    fn state() -> State<()> {
+        let roi = |o: i64, s: i64| Roi::from_slices(&[o], &[s]).unwrap();
+        let spec = |id: &str, up: Vec<String>| {
+            TaskSpec::new(
+                id,
+                roi(0, 40),
+                roi(0, 10),
+                roi(0, 10),
+                Fit::Valid,
+                false,
+                1, // one retry: a lost block is ready again
+                up,
+            )
+            .unwrap()
+        };
+        let pipeline = Pipeline::new(vec![spec("a", vec![]), spec("b", vec!["a".into()])]);
+        let runtime = TaskRuntime {
+            max_workers: 1,
+            timeout: None,
+            max_worker_restarts: 0,
+            requires: BTreeMap::new(),
+            worker: None,
+            resource_tracking: false,
+            spawner: "local".into(),
+        };
+        let config = ServerConfig {
+            host: "127.0.0.1".into(),
+            port: 0,
+            tasks: vec![runtime.clone(), runtime],
+            resources: BTreeMap::new(),
+            log_dir: None,
+            log_mode: LogMode::File,
+            token: String::new(),
+            advertise_host: None,
+            stop_all: Vec::new(),
+        };
+        let addr = "127.0.0.1:1".parse().unwrap();
+        State::new(Scheduler::new(pipeline.unwrap()), config, (), addr)
+    }
+
+    /// Hand out the next block of `task` on connection `conn`.
+    fn hand_out(st: &mut State<()>, task: TaskIndex, conn: u64) -> BlockKey {
+        let block = st
+            .scheduler
+            .acquire_block(task, |_| Ok::<_, std::convert::Infallible>(false))
+            .unwrap()
+            .unwrap();
+        st.outstanding.insert(
+            block.key,
+            Outstanding {
+                conn,
+                worker: None,
+                deadline: None,
+                sent: Instant::now(),
+                sent_wall: 0.0,
+            },
+        );
+        block.key
+    }
+
+    #[test]
+    fn reclaim_accounts_each_lost_block_once() {
+        let mut st = state();
+        let lost = hand_out(&mut st, 0, 1);
+        let kept = hand_out(&mut st, 0, 2);
+        st.reclaim(|o| o.conn == 1, None, "the connection closed");
+        st.reclaim(|o| o.conn == 1, None, "the connection closed");
+        assert!(!st.outstanding.contains_key(&lost));
+        assert!(st.outstanding.contains_key(&kept));
+        let out = st.outcome(false);
+        assert_eq!(out.failures.len(), 1, "once, however often it is reclaimed");
+        assert_eq!(out.states[0].failed_attempts, 1);
+        assert_eq!(
+            out.states[0].ready_count, 3,
+            "the lost block is ready again"
+        );
+    }
+
+    #[test]
+    fn abandoning_drops_its_blocks_orphans_downstream_and_retires_its_workers() {
+        let mut st = state();
+        hand_out(&mut st, 0, 1);
+        st.workers.insert(
+            7,
+            WorkerSlot {
+                flags: WorkerFlags {
+                    task: 0,
+                    alive: true,
+                    ..WorkerFlags::default()
+                },
+                pid: None,
+                expected_exit: None,
+                stop: Vec::new(),
+                hang_up: CancellationToken::new(),
+            },
+        );
+        st.abandon(0, "its workers kept dying".into());
+        assert!(st.outstanding.is_empty(), "a late release will be refused");
+        assert!(st.workers[&7].flags.retire);
+        let out = st.outcome(false);
+        assert_eq!(out.abandoned.len(), 2, "the task and the one it orphaned");
+        assert_eq!(out.states[1].orphaned_count, 4);
+        assert_eq!(
+            out.reports[0].outcome,
+            crate::run_report::Outcome::Abandoned
+        );
+    }
+
+    #[test]
+    fn a_snapshot_counts_live_workers_and_drains_round_trips() {
+        let mut st = state();
+        st.recent_round_trips.push((0, 0.5));
+        let first = st.snapshot();
+        assert_eq!(first.round_trips, vec![(0, 0.5)]);
+        assert!(st.snapshot().round_trips.is_empty());
+        assert_eq!(first.workers, vec![0, 0]);
+    }
+}
