@@ -2,8 +2,9 @@
 
 Each test here failed on the code before its fix (see the closing notes of
 issue 11): the run token leaked through the local socket's name in the
-world-readable ``/proc/net/unix``, and a process of another user that had
-the token could take blocks through the local socket.
+world-readable ``/proc/net/unix``; a process of another user that had the
+token could take blocks through the local socket; Ctrl-C (or sys.exit)
+inside a check function was logged as a failed check and the run went on.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import line_task
+from conftest import children_of, line_task, run_tasks
 
 import daisy
 from daisy import _daisy
@@ -129,3 +130,32 @@ def test_a_local_connection_from_another_user_gets_no_block(tmp_path: Path) -> N
         assert status == 0
         assert answer.startswith("REFUSED"), answer
     assert run.result.get("ok") is True, run.result
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_in_a_check_function_stops_the_run(interrupt: type) -> None:
+    """The driver calls check functions; Ctrl-C (or SIGTERM, raised as
+    SystemExit by daisy) while one runs must stop the run, kill its workers
+    and reach the caller, not be logged as a failed check."""
+
+    def check(block: daisy.Block) -> bool:
+        if block.block_id[1] == 3:
+            raise interrupt()
+        return False
+
+    task = line_task("checked", 8, check_function=check, max_workers=2)
+    with pytest.raises(interrupt):
+        run_tasks([task], mp=True)
+    deadline = time.monotonic() + 10
+    while [c for c in children_of(os.getpid()) if c[1] != "Z"]:
+        assert time.monotonic() < deadline, "workers outlived the stopped run"
+        time.sleep(0.05)
+
+
+def test_an_ordinary_exception_in_a_check_function_only_fails_the_check() -> None:
+    def check(block: daisy.Block) -> bool:
+        raise ValueError("cannot tell")
+
+    task = line_task("unsure", 4, check_function=check, max_workers=1)
+    states = run_tasks([task], mp=True)
+    assert states["unsure"].completed_count == 4, "every block ran"

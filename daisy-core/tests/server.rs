@@ -19,7 +19,7 @@ struct Hooks {
 }
 
 impl RunHooks for Hooks {
-    fn already_done(&mut self, _block: &Block) -> Result<bool, String> {
+    fn already_done(&mut self, _block: &Block) -> Result<bool, DaisyError> {
         Ok(false)
     }
     fn tick(&mut self, _snapshot: &RunSnapshot) -> Result<(), DaisyError> {

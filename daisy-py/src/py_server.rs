@@ -16,6 +16,7 @@ use daisy_core::server::{
     LogMode, RunHooks, RunSnapshot, ServerConfig, TaskRuntime, WorkerCommand, run_server,
 };
 use daisy_core::{Block, DaisyError};
+use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyDict, PyList};
 use std::collections::BTreeMap;
@@ -157,7 +158,7 @@ fn states_list(py: Python<'_>, snap: &RunSnapshot) -> PyResult<Py<PyList>> {
 }
 
 impl RunHooks for PyHooks {
-    fn already_done(&mut self, block: &Block) -> Result<bool, String> {
+    fn already_done(&mut self, block: &Block) -> Result<bool, DaisyError> {
         let Some(check) = &self.checks[block.key.task as usize] else {
             return Ok(false);
         };
@@ -168,7 +169,17 @@ impl RunHooks for PyHooks {
             )?;
             check.call1(py, (b,))?.bind(py).is_truthy()
         })
-        .map_err(|e| e.to_string())
+        .map_err(|e| {
+            // an Exception is the check failing: logged, the block runs; a
+            // BaseException that is not one (KeyboardInterrupt, SystemExit)
+            // stops the run and reaches the caller
+            let failed = Python::attach(|py| e.is_instance_of::<PyException>(py));
+            if failed {
+                DaisyError::invalid("check_function", e.to_string())
+            } else {
+                self.stop.stop(e)
+            }
+        })
     }
 
     fn tick(&mut self, snap: &RunSnapshot) -> Result<(), DaisyError> {

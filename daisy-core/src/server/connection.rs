@@ -22,6 +22,7 @@ use super::hooks::RunHooks;
 use super::policy::{self, Returned};
 use super::state::{Outstanding, Shared};
 use crate::block::{Block, BlockStatus, TaskIndex};
+use crate::error::DaisyError;
 use crate::protocol::{self, ClientMessage, ServerMessage};
 use crate::run_report::wall_clock;
 use futures_util::{SinkExt, StreamExt};
@@ -350,16 +351,21 @@ async fn acquire<H: RunHooks>(
                 return ServerMessage::NoMoreBlocks;
             }
             let hooks = &mut st.hooks;
-            let got = st.scheduler.acquire_block(task, |b| {
-                Ok::<bool, std::convert::Infallible>(match hooks.already_done(b) {
-                    Ok(done) => done,
-                    Err(e) => {
-                        tracing::warn!("check_function failed for block {}: {e}", b.spatial_id);
-                        false
-                    }
-                })
+            let got = st.scheduler.acquire_block(task, |b| match hooks.already_done(b) {
+                Ok(done) => Ok(done),
+                // the embedding program stops the run (Ctrl-C in a check)
+                Err(DaisyError::Stopped) => Err(DaisyError::Stopped),
+                Err(e) => {
+                    tracing::warn!("check_function failed for block {}: {e}", b.spatial_id);
+                    Ok(false)
+                }
             });
-            if let Ok(Some(block)) = got {
+            let got = got.unwrap_or_else(|e| {
+                // the block stays ready; the run stops at the next tick
+                st.stop.get_or_insert(e);
+                None
+            });
+            if let Some(block) = got {
                 let timeout = st.config.tasks[task as usize].timeout;
                 let now = Instant::now();
                 st.outstanding.insert(
@@ -448,11 +454,11 @@ fn release<H>(
         }
         Returned::Unmeasured => {
             // not done: a rerun must measure it; and the run stops
-            if st.broken.is_none() {
-                st.broken = Some(policy::unmeasured_message(
+            if st.stop.is_none() {
+                st.stop = Some(DaisyError::RunBroken(policy::unmeasured_message(
                     block.spatial_id,
                     &st.task_id(task),
-                ));
+                )));
             }
             st.ledger.fail(
                 &mut st.scheduler,

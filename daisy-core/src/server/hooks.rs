@@ -13,8 +13,10 @@ use std::net::SocketAddr;
 /// hook keeping its own error for its caller).
 pub trait RunHooks {
     /// Whether a ready block is already done and can be skipped (the
-    /// user's check function). An error is logged and the block runs.
-    fn already_done(&mut self, block: &Block) -> Result<bool, String>;
+    /// user's check function). [`DaisyError::Stopped`] stops the run (the
+    /// check was interrupted: Ctrl-C); any other error is logged and the
+    /// block runs.
+    fn already_done(&mut self, block: &Block) -> Result<bool, DaisyError>;
     /// Called every [`TICK`](super::TICK); an error stops the run (workers are killed).
     fn tick(&mut self, snapshot: &RunSnapshot) -> Result<(), DaisyError>;
     /// Called once the server listens, before any worker starts.

@@ -178,8 +178,8 @@ async fn main_loop<H: RunHooks + 'static>(
             st.hooks.tick(&snap)
         };
         tick?;
-        if let Some(message) = shared.0.borrow_mut().broken.take() {
-            return Err(DaisyError::RunBroken(message));
+        if let Some(stop) = shared.0.borrow_mut().stop.take() {
+            return Err(stop);
         }
         if shared.0.borrow().scheduler.is_done() {
             return Ok(());

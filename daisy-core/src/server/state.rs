@@ -15,6 +15,7 @@ use super::config::ServerConfig;
 use super::policy::{self, WorkerFlags};
 use super::supervision;
 use crate::block::{BlockKey, TaskIndex};
+use crate::error::DaisyError;
 use crate::run_report::{RunLedger, RunOutcome};
 use crate::scheduler::Scheduler;
 use crate::task_state::TaskState;
@@ -112,8 +113,10 @@ pub struct State<H> {
     pub timelines: BTreeMap<u32, WorkerTimeline>,
     /// The run's accounting.
     pub ledger: RunLedger,
-    /// A broken rule that stops the run at the next tick.
-    pub broken: Option<String>,
+    /// Why the run must stop at the next tick: a broken rule
+    /// ([`DaisyError::RunBroken`]) or a hook that asked
+    /// ([`DaisyError::Stopped`]). The first reason wins.
+    pub stop: Option<DaisyError>,
     /// Completed round trips since the last tick (drained by `snapshot`).
     pub recent_round_trips: Vec<(TaskIndex, f64)>,
 }
@@ -142,7 +145,7 @@ impl<H> State<H> {
             stopping: false,
             timelines: BTreeMap::new(),
             ledger: RunLedger::new(n),
-            broken: None,
+            stop: None,
             recent_round_trips: Vec::new(),
         }
     }
