@@ -159,3 +159,50 @@ def test_an_ordinary_exception_in_a_check_function_only_fails_the_check() -> Non
     task = line_task("unsure", 4, check_function=check, max_workers=1)
     states = run_tasks([task], mp=True)
     assert states["unsure"].completed_count == 4, "every block ran"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param"),
+    [
+        ({"timeout": float("nan")}, "timeout"),
+        ({"timeout": float("inf")}, "timeout"),
+        ({"timeout": 1e300}, "timeout"),
+        ({"max_retries": 2**40}, "max_retries"),
+        ({"max_workers": 2**40}, "max_workers"),
+        ({"max_worker_restarts": 2**40}, "max_worker_restarts"),
+        ({"requires": {"gpu": 2**70}}, "requires"),
+    ],
+)
+def test_out_of_range_settings_are_refused_at_task_construction(
+    kwargs: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(ValueError, match=param):
+        line_task("bad", 2, **kwargs)
+
+
+@pytest.mark.parametrize("port", [-1, 70000])
+def test_an_impossible_port_is_refused(port: int) -> None:
+    with pytest.raises(ValueError, match="port"):
+        daisy.Server(port=port)
+
+
+def test_a_task_downstream_of_another_dimension_is_refused_when_the_pipeline_is_built() -> None:
+    flat = line_task("flat", 4)
+    square = daisy.Task(
+        "square",
+        daisy.Roi((0, 0), (40, 40)),
+        daisy.Roi((0, 0), (10, 10)),
+        daisy.Roi((0, 0), (10, 10)),
+        process_function=lambda b: None,
+        upstream_tasks=[flat],
+    )
+    with pytest.raises(ValueError, match="upstream_tasks.*axes"):
+        daisy.Pipeline.of(square)
+
+
+def test_a_chain_of_thousands_of_tasks_builds() -> None:
+    task = line_task("t0", 1)
+    for i in range(1, 2000):
+        task = line_task(f"t{i}", 1, upstream_tasks=[task])
+    pipeline = daisy.Pipeline.of(task)
+    assert len(pipeline) == 2000

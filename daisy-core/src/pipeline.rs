@@ -79,6 +79,18 @@ impl Pipeline {
                 if j == i {
                     return Err(DaisyError::Cycle(format!("{:?}", spec.task_id)));
                 }
+                let (dims, up_dims) = (spec.total_roi.dims(), unique[j].total_roi.dims());
+                if dims != up_dims {
+                    return Err(DaisyError::invalid(
+                        "upstream_tasks",
+                        format!(
+                            "task {:?} has {dims} axes but its upstream task {u:?} has {up_dims}; \
+                             a block can only wait for blocks of the same space: give both tasks \
+                             ROIs with the same number of axes",
+                            spec.task_id
+                        ),
+                    ));
+                }
                 if !up[i].contains(&j) {
                     up[i].push(j);
                 }
@@ -183,6 +195,24 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_upstream_task_of_another_dimension_is_refused() {
+        let flat = |id: &str, up: Vec<String>| {
+            let r = crate::geometry::Roi::from_slices(&[0], &[10]).unwrap();
+            TaskSpec::new(id, r, r, r, crate::task_spec::Fit::Valid, true, 0, up).unwrap()
+        };
+        let square = |id: &str, up: Vec<String>| {
+            let r = crate::geometry::Roi::from_slices(&[0, 0], &[10, 10]).unwrap();
+            TaskSpec::new(id, r, r, r, crate::task_spec::Fit::Valid, true, 0, up).unwrap()
+        };
+        let e = Pipeline::new(vec![flat("a", vec![]), square("b", vec!["a".into()])]).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("upstream_tasks:") && text.contains("2 axes"),
+            "{text}"
+        );
+    }
     use crate::geometry::Roi;
     use crate::task_spec::Fit;
 

@@ -57,15 +57,21 @@ impl PyTaskConfig {
         tracking_path: Option<PathBuf>,
         skip_mask: Option<Vec<u8>>,
     ) -> PyResult<Self> {
-        let timeout = match timeout {
-            Some(t) if !(t.is_finite() && t > 0.0) => {
-                return Err(to_pyerr(DaisyError::invalid(
-                    "timeout",
-                    format!("expected a positive number of seconds or None, got {t}"),
-                )));
-            }
-            t => t.map(Duration::from_secs_f64),
-        };
+        let timeout = timeout
+            .map(|t| {
+                Duration::try_from_secs_f64(t)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        to_pyerr(DaisyError::invalid(
+                            "timeout",
+                            format!(
+                                "expected a positive, finite number of seconds or None, got {t}"
+                            ),
+                        ))
+                    })
+            })
+            .transpose()?;
         Ok(Self {
             store: TaskStoreOptions {
                 tracking_path,

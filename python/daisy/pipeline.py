@@ -84,21 +84,27 @@ class Pipeline:
             p = p | cls.of(t)
         return p
 
-    def _add(self, task: Composable) -> None:
-        if not isinstance(task, Composable):
-            raise TypeError(f"tasks: expected daisy.Task objects, got {type(task).__name__}")
-        seen = self._tasks.get(task.task_id)
-        if seen is task:
-            return
-        if seen is not None:
-            raise ValueError(
-                f"task_id: two different tasks are both called {task.task_id!r}; give every "
-                "task of a pipeline its own task_id"
-            )
-        self._tasks[task.task_id] = task
-        for up in task.upstream:
-            self._add(up)
-            self._edges.add((up.task_id, task.task_id))
+    def _add(self, first: Composable) -> None:
+        """Add a task and, depth first, the upstream tasks it brings along
+        (with a stack, not recursion: a chain of thousands of tasks is
+        fine)."""
+        stack = [first]
+        while stack:
+            task = stack.pop()
+            if not isinstance(task, Composable):
+                raise TypeError(f"tasks: expected daisy.Task objects, got {type(task).__name__}")
+            seen = self._tasks.get(task.task_id)
+            if seen is task:
+                continue
+            if seen is not None:
+                raise ValueError(
+                    f"task_id: two different tasks are both called {task.task_id!r}; give "
+                    "every task of a pipeline its own task_id"
+                )
+            self._tasks[task.task_id] = task
+            for up in task.upstream:
+                self._edges.add((up.task_id, task.task_id))
+            stack.extend(reversed(task.upstream))
 
     def _validate(self) -> None:
         if self._tasks:

@@ -88,6 +88,12 @@ class Server(ServerObservee):
         super().__init__()
         self._host_given = host is not None
         self.host = host or "127.0.0.1"
+        if port is not None and (
+            isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535
+        ):
+            raise ValueError(
+                f"port: expected a port number from 0 (any free port) to 65535, got {port!r}"
+            )
         self.port = int(port or 0)
         self.failures: list[tuple[str, int, int | None, str]] = []
         #: the `daisy.RunReport` of this server's last run

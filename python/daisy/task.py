@@ -9,6 +9,7 @@ message that names the parameter.
 from __future__ import annotations
 
 import inspect
+import math
 import numbers
 import os
 import warnings
@@ -40,11 +41,21 @@ def _count_required_args(fn: Callable[..., Any]) -> int | None:
     )
 
 
-def _check_int(value: Any, name: str, minimum: int) -> int:
+#: the largest count the core takes (u32) and the largest resource amount (u64)
+MAX_COUNT = 2**32 - 1
+MAX_AMOUNT = 2**64 - 1
+#: the longest block timeout: a year, far beyond any real block and far
+#: inside what a duration holds
+MAX_TIMEOUT = 365 * 24 * 3600.0
+
+
+def _check_int(value: Any, name: str, minimum: int, maximum: int = MAX_COUNT) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name}: must be at least {minimum}, got {value}")
+    if value > maximum:
+        raise ValueError(f"{name}: must be at most {maximum}, got {value}")
     return int(value)
 
 
@@ -204,7 +215,7 @@ class Task(Composable):
         for k, v in requires.items():
             if not isinstance(k, str):
                 raise TypeError(f"requires: resource names must be strings, got {k!r}")
-            _check_int(v, f"requires[{k!r}]", 0)
+            _check_int(v, f"requires[{k!r}]", 0, MAX_AMOUNT)
         self.required_resources = {k: int(v) for k, v in requires.items()}
 
         if not isinstance(fit, str) or fit not in _FITS:
@@ -214,9 +225,10 @@ class Task(Composable):
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
                 raise TypeError(f"timeout: expected seconds as a number, got {timeout!r}")
-            if timeout <= 0:
+            if not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT:
                 raise ValueError(
-                    f"timeout: must be a positive number of seconds (or None), got {timeout}"
+                    "timeout: must be a positive, finite number of seconds up to "
+                    f"{MAX_TIMEOUT:.0f} (a year), or None; got {timeout}"
                 )
         self.timeout = timeout
 

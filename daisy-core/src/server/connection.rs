@@ -351,15 +351,17 @@ async fn acquire<H: RunHooks>(
                 return ServerMessage::NoMoreBlocks;
             }
             let hooks = &mut st.hooks;
-            let got = st.scheduler.acquire_block(task, |b| match hooks.already_done(b) {
-                Ok(done) => Ok(done),
-                // the embedding program stops the run (Ctrl-C in a check)
-                Err(DaisyError::Stopped) => Err(DaisyError::Stopped),
-                Err(e) => {
-                    tracing::warn!("check_function failed for block {}: {e}", b.spatial_id);
-                    Ok(false)
-                }
-            });
+            let got = st
+                .scheduler
+                .acquire_block(task, |b| match hooks.already_done(b) {
+                    Ok(done) => Ok(done),
+                    // the embedding program stops the run (Ctrl-C in a check)
+                    Err(DaisyError::Stopped) => Err(DaisyError::Stopped),
+                    Err(e) => {
+                        tracing::warn!("check_function failed for block {}: {e}", b.spatial_id);
+                        Ok(false)
+                    }
+                });
             let got = got.unwrap_or_else(|e| {
                 // the block stays ready; the run stops at the next tick
                 st.stop.get_or_insert(e);
