@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -206,3 +207,47 @@ def test_a_chain_of_thousands_of_tasks_builds() -> None:
         task = line_task(f"t{i}", 1, upstream_tasks=[task])
     pipeline = daisy.Pipeline.of(task)
     assert len(pipeline) == 2000
+
+
+def test_a_second_run_on_a_store_in_use_is_refused_before_any_block(
+    tmp_path: Path, tracking: Path
+) -> None:
+    ran: list[int] = []
+    with HeldRun(tmp_path) as first:
+        second = line_task("held", 2, process_function=lambda b: ran.append(1))
+        with pytest.raises(RuntimeError, match="in use by another run") as excinfo:
+            run_tasks([second], mp=False)
+        assert str(tracking / "held") in str(excinfo.value)
+        assert f"pid {os.getpid()}" in str(excinfo.value), "the holder is named"
+    assert first.result.get("ok") is True, first.result
+    assert ran == [], "the refused run processed nothing"
+    # once the first run is over the store is free again
+    states = run_tasks([line_task("held", 2)], mp=False)
+    assert states["held"].skipped_count == 2
+
+
+HOLDER = """
+import sys, time, daisy
+daisy.set_tracking_basedir(sys.argv[1])
+def hold(block):
+    print("holding", flush=True)
+    time.sleep(600)
+roi = daisy.Roi((0,), (10,))
+daisy.run_blockwise([daisy.Task("held", roi, roi, roi, process_function=hold)],
+                    multiprocessing=False)
+"""
+
+
+def test_a_lock_left_by_a_killed_run_does_not_block_the_next(tracking: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tracking)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        with pytest.raises(RuntimeError, match=f"pid {holder.pid}"):
+            run_tasks([line_task("held", 1)], mp=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    states = run_tasks([line_task("held", 1)], mp=False)
+    assert states["held"].completed_count == 1

@@ -76,6 +76,9 @@ pub enum DaisyError {
     /// stop. Python: `RuntimeError`, if it ever surfaced on its own.
     #[error("the run was stopped by its caller")]
     Stopped,
+    /// Another run holds the tracking store (Python: `RuntimeError`).
+    #[error("{0}")]
+    StoreInUse(String),
 }
 
 impl DaisyError {

@@ -31,7 +31,8 @@ pub fn to_pyerr(e: DaisyError) -> PyErr {
         DaisyError::Protocol(_)
         | DaisyError::Refused(_)
         | DaisyError::RunBroken(_)
-        | DaisyError::Stopped => PyRuntimeError::new_err(e.to_string()),
+        | DaisyError::Stopped
+        | DaisyError::StoreInUse(_) => PyRuntimeError::new_err(e.to_string()),
     }
 }
 

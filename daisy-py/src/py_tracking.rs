@@ -48,7 +48,7 @@ impl PyTrackingStore {
         }
         let resource_tracking = TrackingStore::has_stats_arrays(&path);
         Ok(Self {
-            inner: TrackingStore::open(&path, &spec.spec, resource_tracking).py()?,
+            inner: TrackingStore::open_unlocked(&path, &spec.spec, resource_tracking).py()?,
             grid: BlockGrid::new(0, &spec.spec),
         })
     }

@@ -43,9 +43,11 @@
 //! rewritten, so an interrupted migration leaves the old store intact.
 
 pub mod layout;
+pub mod lock;
 pub mod zarr_array;
 
 use self::layout::{Layout, growth_shift, mismatch};
+use self::lock::{LOCK_FILE, StoreLock};
 use self::zarr_array::{
     ArrayKind, ElementType, MappedArray, StoredArray, chunk_path, filled, io_err, map_array,
     read_array, write_array, write_atomic,
@@ -121,6 +123,9 @@ pub struct TrackingRecord {
     /// Return time, seconds since the UNIX epoch.
     pub returned_at: Option<f64>,
 }
+
+/// Why a store of another layout, or a directory no daisy made, is refused.
+const FOREIGN: &str = "it was written for a different block layout (or by another program)";
 
 /// "No worker" in the `worker_id` array (serial runs, unmanaged clients).
 const NO_WORKER: u32 = u32::MAX;
@@ -226,6 +231,8 @@ pub struct TrackingStore {
     failures: MappedArray,
     /// The resource-tracking arrays, when resource tracking is on.
     stats: Option<StatsArrays>,
+    /// The run's exclusive hold on the store (None: a reader).
+    lock: Option<StoreLock>,
 }
 
 /// Shape of the array grid and the shift of the placement grid in it.
@@ -250,10 +257,11 @@ fn read_group(store: &Path) -> Result<Option<Value>, DaisyError> {
         return Ok(None);
     }
     if !meta_path.is_file() {
+        // the lock file is ours, taken before the store is made
         let empty = fs::read_dir(store)
             .map_err(|e| io_err(store, e))?
-            .next()
-            .is_none();
+            .filter_map(Result::ok)
+            .all(|entry| entry.file_name() == LOCK_FILE);
         if empty {
             return Ok(None);
         }
@@ -299,6 +307,26 @@ impl TrackingStore {
     /// `resource_tracking`, the statistics arrays are opened (and created
     /// where missing).
     pub fn open(path: &Path, spec: &TaskSpec, resource_tracking: bool) -> Result<Self, DaisyError> {
+        // a foreign directory (or Zarr group) is refused untouched, before
+        // the lock file would be written into it
+        if let Some(attrs) = read_group(path)?
+            && attrs.get("daisy_task_hash").is_none()
+        {
+            return Err(mismatch(path, &Layout::of(spec).hash(), "(none)", FOREIGN));
+        }
+        let lock = StoreLock::acquire(path)?;
+        let mut store = Self::open_unlocked(path, spec, resource_tracking)?;
+        store.lock = Some(lock);
+        Ok(store)
+    }
+
+    /// Open the store without taking its lock: for readers outside a run
+    /// (`task.block_record`), which may look while a run writes it.
+    pub fn open_unlocked(
+        path: &Path,
+        spec: &TaskSpec,
+        resource_tracking: bool,
+    ) -> Result<Self, DaisyError> {
         let layout = Layout::of(spec);
         let hash = layout.hash();
         let (shape, shift) = array_grid(spec);
@@ -323,13 +351,7 @@ impl TrackingStore {
                             migrate(path, &old, &layout, &hash, &found)?;
                         }
                         _ => {
-                            return Err(mismatch(
-                                path,
-                                &hash,
-                                &found,
-                                "it was written for a different block layout (or by another \
-                                 program)",
-                            ));
+                            return Err(mismatch(path, &hash, &found, FOREIGN));
                         }
                     }
                 }
@@ -346,6 +368,7 @@ impl TrackingStore {
             } else {
                 None
             },
+            lock: None,
         })
     }
 
@@ -507,6 +530,8 @@ impl TrackingStore {
         match read_group(path) {
             Ok(None) => Ok(()),
             Ok(Some(attrs)) if attrs.get("daisy_task_hash").is_some() => {
+                // not from under a run that holds it
+                let _lock = StoreLock::acquire(path)?;
                 fs::remove_dir_all(path).map_err(|e| io_err(path, e))
             }
             Ok(Some(_)) | Err(_) => Err(DaisyError::Io(format!(
