@@ -251,3 +251,19 @@ def test_a_lock_left_by_a_killed_run_does_not_block_the_next(tracking: Path) -> 
         holder.wait()
     states = run_tasks([line_task("held", 1)], mp=False)
     assert states["held"].completed_count == 1
+
+
+def test_two_tasks_on_one_tracking_store_are_refused_when_the_pipeline_is_built(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "shared"
+    a = line_task("a", 2, tracking_path=store)
+    b = line_task("b", 2, tracking_path=tmp_path / "." / "shared")
+    with pytest.raises(ValueError, match="same tracking store"):
+        daisy.Pipeline.of([a, b])
+
+
+@pytest.mark.parametrize("task_id", ["./seg", "../seg", "a/b", "..", "a\\\\b"])
+def test_a_task_id_that_is_a_path_is_refused(task_id: str) -> None:
+    with pytest.raises(ValueError, match="task_id"):
+        line_task(task_id, 2)

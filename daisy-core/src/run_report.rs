@@ -292,6 +292,35 @@ pub struct RunLedger {
     aggregates: Vec<BlockAggregates>,
     failures: Vec<FailureNote>,
     abandoned: Vec<(TaskIndex, String)>,
+    /// Blocks whose first failure text is kept whole.
+    described: std::collections::HashSet<BlockKey>,
+    /// Bytes of failure text kept so far.
+    failure_text: usize,
+}
+
+/// Failure texts a run keeps whole, in all: a run whose blocks all fail
+/// with long tracebacks must not grow the driver without bound (2000
+/// attempts of 60 KB each took a driver to 254 MiB). Past it, and for every
+/// attempt but a block's first, only the text's last line is kept.
+pub const FAILURE_TEXT_BUDGET: usize = 4 << 20;
+
+/// The longest last line kept of a failure text that is not kept whole.
+pub const FAILURE_LINE_BYTES: usize = 512;
+
+/// The last non-empty line of a failure text (the exception, for a Python
+/// traceback), cut to [`FAILURE_LINE_BYTES`] on a character boundary.
+pub fn last_line(text: &str) -> String {
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let mut end = line.len().min(FAILURE_LINE_BYTES);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    line[..end].to_string()
 }
 
 impl RunLedger {
@@ -302,6 +331,8 @@ impl RunLedger {
             aggregates: vec![BlockAggregates::default(); tasks],
             failures: Vec::new(),
             abandoned: Vec::new(),
+            described: std::collections::HashSet::new(),
+            failure_text: 0,
         }
     }
 
@@ -329,8 +360,9 @@ impl RunLedger {
     }
 
     /// A failed attempt: counted in the scheduler (which retries or fails
-    /// the block) and noted for the summary. Nothing is counted for a task
-    /// already abandoned.
+    /// the block) and noted for the summary, its text bounded (see
+    /// [`FAILURE_TEXT_BUDGET`]). Nothing is counted for a task already
+    /// abandoned.
     pub fn fail(
         &mut self,
         scheduler: &mut Scheduler,
@@ -346,6 +378,10 @@ impl RunLedger {
             tracing::warn!("could not record a failure: {e}");
             return;
         }
+        let whole =
+            self.failure_text + reason.len() <= FAILURE_TEXT_BUDGET && self.described.insert(key);
+        let reason = if whole { reason } else { last_line(&reason) };
+        self.failure_text += reason.len();
         self.failures.push(FailureNote {
             task: key.task,
             spatial_id,
@@ -479,6 +515,60 @@ mod tests {
         assert_eq!(v["blocks"]["round_trip"]["n"], 12);
         assert!(v["blocks"]["wall"]["sum"].as_f64().unwrap() > 0.5);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn failure_texts_are_bounded_but_every_failure_is_counted() {
+        use crate::geometry::Roi;
+        use crate::pipeline::Pipeline;
+        use crate::task_spec::{Fit, TaskSpec};
+        let r = |s| Roi::from_slices(&[0], &[s]).unwrap();
+        let spec = TaskSpec::new("t", r(2000), r(1), r(1), Fit::Valid, false, 2, vec![]).unwrap();
+        let mut scheduler = Scheduler::new(Pipeline::new(vec![spec]).unwrap());
+        let mut ledger = RunLedger::new(1);
+        let traceback = |i: usize| format!("{}\nValueError: block {i} broke", "x".repeat(60_000));
+        let mut failed = 0;
+        while let Some(b) = scheduler
+            .acquire_block(0, |_| Ok::<_, DaisyError>(false))
+            .unwrap()
+        {
+            ledger.fail(
+                &mut scheduler,
+                b.key,
+                None,
+                traceback(b.spatial_id as usize),
+            );
+            failed += 1;
+        }
+        assert_eq!(failed, 3 * 2000, "three attempts of every block");
+        assert_eq!(ledger.failures.len(), failed, "every attempt is counted");
+        let kept: usize = ledger.failures.iter().map(|f| f.reason.len()).sum();
+        assert!(
+            kept <= FAILURE_TEXT_BUDGET + failed * FAILURE_LINE_BYTES,
+            "{kept}"
+        );
+        let first = &ledger.failures[0];
+        assert!(
+            first.reason.len() > 60_000,
+            "a block's first failure is kept whole"
+        );
+        let short = ledger.failures.last().unwrap();
+        assert!(
+            short.reason.starts_with("ValueError: block"),
+            "{}",
+            short.reason
+        );
+    }
+
+    #[test]
+    fn the_last_line_is_cut_on_a_character_boundary() {
+        assert_eq!(
+            last_line("Traceback\n  x\nKeyError: 'a'\n\n"),
+            "KeyError: 'a'"
+        );
+        let long = "é".repeat(FAILURE_LINE_BYTES);
+        let cut = last_line(&long);
+        assert!(cut.len() <= FAILURE_LINE_BYTES && cut.chars().all(|c| c == 'é'));
     }
 
     #[test]

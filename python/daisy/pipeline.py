@@ -9,7 +9,9 @@ with one id is a ``ValueError`` right there, not at run time.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from daisy._daisy import DependencyGraph, TaskSpec
@@ -31,6 +33,11 @@ class Composable:
     def upstream(self) -> Sequence[Composable]:
         """The tasks this one brings along as upstream tasks."""
         raise NotImplementedError
+
+    @property
+    def tracking_path(self) -> Path | None:
+        """The task's tracking store, or None."""
+        return None
 
     def __add__(self, other: Any) -> Pipeline:
         return Pipeline.of(self) + Pipeline.of(other)
@@ -109,6 +116,20 @@ class Pipeline:
     def _validate(self) -> None:
         if self._tasks:
             DependencyGraph(self.specs())
+        # a store records one task's blocks: two tasks on one store would
+        # take each other's blocks for done
+        owners: dict[str, str] = {}
+        for t in self._tasks.values():
+            path = t.tracking_path
+            if path is None:
+                continue
+            store = os.path.realpath(path)
+            if store in owners:
+                raise ValueError(
+                    f"tracking_path: tasks {owners[store]!r} and {t.task_id!r} resolve to the "
+                    f"same tracking store {store}; give each task its own tracking_path"
+                )
+            owners[store] = t.task_id
 
     @property
     def tasks(self) -> list[Any]:

@@ -52,11 +52,12 @@ MAX_TIMEOUT = 365 * 24 * 3600.0
 def _check_int(value: Any, name: str, minimum: int, maximum: int = MAX_COUNT) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name}: must be at least {minimum}, got {value}")
-    if value > maximum:
-        raise ValueError(f"{name}: must be at most {maximum}, got {value}")
-    return int(value)
+    number = int(value)
+    if number < minimum:
+        raise ValueError(f"{name}: must be at least {minimum}, got {number}")
+    if number > maximum:
+        raise ValueError(f"{name}: must be at most {maximum}, got {number}")
+    return number
 
 
 class Task(Composable):
@@ -139,6 +140,12 @@ class Task(Composable):
         if not isinstance(task_id, str) or not task_id:
             raise TypeError(
                 f"task_id: expected a non-empty string naming the task, got {task_id!r}"
+            )
+        if "/" in task_id or "\\" in task_id or "\0" in task_id or task_id in (".", ".."):
+            # the id names the task's log directory and tracking store
+            raise ValueError(
+                f"task_id: {task_id!r} would put the task's logs and tracking store outside "
+                "their base directory; use a name without path separators (and not . or ..)"
             )
         self.task_id = task_id
         self.total_roi = validated_roi(total_roi, "total_roi")

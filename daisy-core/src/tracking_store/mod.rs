@@ -251,23 +251,37 @@ fn array_grid(spec: &TaskSpec) -> (Coord, Coord) {
     (shape, shift)
 }
 
-fn read_group(store: &Path) -> Result<Option<Value>, DaisyError> {
+/// The attributes of the store's group, None where there is no store yet,
+/// or an error (naming `expected`, this task's layout hash) for a
+/// directory that is not a daisy store.
+fn read_group(store: &Path, expected: &str) -> Result<Option<Value>, DaisyError> {
     let meta_path = store.join("zarr.json");
     if !store.exists() {
         return Ok(None);
     }
     if !meta_path.is_file() {
-        // the lock file is ours, taken before the store is made
-        let empty = fs::read_dir(store)
+        // The group's zarr.json is written last when a store is made, so a
+        // directory holding nothing but our lock file and our arrays (a
+        // creation cut short by a full disk or a kill) is no store yet: it
+        // is made again, nothing in it was ever marked. Anything else is
+        // someone else's and is left alone.
+        let ours = |name: &std::ffi::OsStr| {
+            name == LOCK_FILE
+                || [DONE, FAILURES]
+                    .iter()
+                    .chain(STATS.iter())
+                    .any(|k| name == k.name)
+        };
+        let leftovers = fs::read_dir(store)
             .map_err(|e| io_err(store, e))?
             .filter_map(Result::ok)
-            .all(|entry| entry.file_name() == LOCK_FILE);
-        if empty {
+            .all(|entry| ours(&entry.file_name()));
+        if leftovers {
             return Ok(None);
         }
         return Err(mismatch(
             store,
-            "",
+            expected,
             "(none)",
             "the directory exists but is not a daisy tracking store (no zarr.json)",
         ));
@@ -276,7 +290,7 @@ fn read_group(store: &Path) -> Result<Option<Value>, DaisyError> {
     let node: NodeMetadataV3 = serde_json::from_str(&text).map_err(|_| {
         mismatch(
             store,
-            "",
+            expected,
             "(unreadable)",
             "its zarr.json is not Zarr v3 metadata (an older daisy wrote a different layout)",
         )
@@ -284,7 +298,7 @@ fn read_group(store: &Path) -> Result<Option<Value>, DaisyError> {
     match node {
         NodeMetadataV3::Array(_) => Err(mismatch(
             store,
-            "",
+            expected,
             "(array)",
             "it is a bare Zarr array written by an older daisy, not a tracking group",
         )),
@@ -309,7 +323,7 @@ impl TrackingStore {
     pub fn open(path: &Path, spec: &TaskSpec, resource_tracking: bool) -> Result<Self, DaisyError> {
         // a foreign directory (or Zarr group) is refused untouched, before
         // the lock file would be written into it
-        if let Some(attrs) = read_group(path)?
+        if let Some(attrs) = read_group(path, &Layout::of(spec).hash())?
             && attrs.get("daisy_task_hash").is_none()
         {
             return Err(mismatch(path, &Layout::of(spec).hash(), "(none)", FOREIGN));
@@ -330,7 +344,7 @@ impl TrackingStore {
         let layout = Layout::of(spec);
         let hash = layout.hash();
         let (shape, shift) = array_grid(spec);
-        match read_group(path)? {
+        match read_group(path, &hash)? {
             None => {
                 fs::create_dir_all(path).map_err(|e| io_err(path, e))?;
                 for kind in [DONE, FAILURES] {
@@ -527,7 +541,7 @@ impl TrackingStore {
     /// Delete a task's store (only the store: its directory must be a
     /// tracking group). Nothing to delete is not an error.
     pub fn reset(path: &Path) -> Result<(), DaisyError> {
-        match read_group(path) {
+        match read_group(path, "") {
             Ok(None) => Ok(()),
             Ok(Some(attrs)) if attrs.get("daisy_task_hash").is_some() => {
                 // not from under a run that holds it
@@ -840,6 +854,28 @@ mod tests {
             assert_eq!(t.is_marked_done(&b), whole_before, "{}", b.write_roi);
         }
         fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_creation_cut_short_is_made_again_and_a_refusal_names_this_tasks_hash() {
+        let path = tmp("half-made");
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
+        // what a full disk leaves: an array's temporary chunk, no zarr.json
+        fs::create_dir_all(path.join("done/c/0/0")).unwrap();
+        fs::write(path.join("done/c/0/0/0.daisy-tmp"), b"").unwrap();
+        let t = TrackingStore::open(&path, &s, false).unwrap();
+        assert!(path.join("zarr.json").is_file());
+        drop(t);
+        // a directory of someone else's is still refused, with our hash
+        let foreign = tmp("foreign-hash");
+        fs::create_dir_all(&foreign).unwrap();
+        fs::write(foreign.join("notes.txt"), "x").unwrap();
+        let e = TrackingStore::open(&foreign, &s, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&Layout::of(&s).hash()), "{e}");
+        fs::remove_dir_all(&path).unwrap();
+        fs::remove_dir_all(&foreign).unwrap();
     }
 
     #[test]
