@@ -227,6 +227,23 @@ def test_a_timed_out_worker_exits_timeout_without_teardown(tmp_path):
     assert r.workers.teardown.n == 1
 
 
+def test_a_run_in_which_nothing_failed_shows_only_clean_exits():
+    """Short runs end before every worker has started; a worker the run no
+    longer needed is stopped, not counted as a crash."""
+    exits: Counter[str] = Counter()
+    for i in range(20):
+
+        def short(block):
+            time.sleep(0.003)
+
+        task = line_task(f"short{i}", 6, process_function=short, max_workers=3)
+        assert run([task])
+        report = task.report()
+        assert report is not None
+        exits.update(report.workers.exits)
+    assert set(exits) == {"clean"}, exits
+
+
 def test_a_crashed_worker_exits_error_without_teardown(tmp_path):
     task = line_task(
         "crashes",

@@ -129,6 +129,11 @@ impl WorkerTimeline {
         self.last_return = Some(now);
     }
 
+    /// Whether the worker has connected (asked for its first block).
+    pub fn connected(&self) -> bool {
+        self.first_acquire.is_some()
+    }
+
     /// The worker was told there are no more blocks (or the run ended).
     pub fn on_dismiss(&mut self, now: Instant) {
         if self.dismissed.is_some() {

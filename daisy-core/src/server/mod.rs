@@ -386,8 +386,14 @@ async fn teardown<H>(
         st.stopping = true;
         let now = Instant::now();
         for (id, w) in st.workers.iter_mut().filter(|(_, w)| w.flags.alive) {
+            let connected = st.timelines.get(id).is_some_and(WorkerTimeline::connected);
             if interrupted {
                 w.expected_exit = Some(WorkerExit::Interrupted);
+                w.kill();
+            } else if !connected {
+                // still starting when the work ran out: not needed, so
+                // stopped now (its listener is gone), and not a crash
+                w.expected_exit = Some(WorkerExit::Clean);
                 w.kill();
             } else if let Some(tl) = st.timelines.get_mut(id) {
                 // teardown of the workers still alive counts from here
