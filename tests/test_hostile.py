@@ -267,3 +267,85 @@ def test_two_tasks_on_one_tracking_store_are_refused_when_the_pipeline_is_built(
 def test_a_task_id_that_is_a_path_is_refused(task_id: str) -> None:
     with pytest.raises(ValueError, match="task_id"):
         line_task(task_id, 2)
+
+
+def test_a_worker_that_asks_for_a_block_while_holding_the_last_gets_an_error(
+    tmp_path: Path,
+) -> None:
+    """A worker function taking blocks in pairs: with 3 blocks, the third
+    is held while the worker asks for a fourth that can never come. The
+    server answers with an error instead of waiting forever."""
+    notes = str(tmp_path / "notes.txt")
+
+    def pairs() -> None:
+        client = daisy.Client()
+        while True:
+            with client.acquire_block() as first:
+                if first is None:
+                    return
+                try:
+                    with client.acquire_block() as second:
+                        if second is None:
+                            return
+                except RuntimeError as e:
+                    with open(notes, "a") as f:
+                        f.write(str(e) + "\n")
+
+    states = run_tasks([line_task("pairs", 3, process_function=pairs, max_workers=1)], mp=True)
+    assert states["pairs"].completed_count == 3
+    text = Path(notes).read_text()
+    assert "holds block" in text and "release" in text, text
+
+
+def test_a_function_that_cannot_be_pickled_is_an_error_naming_the_task() -> None:
+    lock = threading.Lock()
+    task = line_task("locked", 2, process_function=lambda b: lock.locked(), max_workers=1)
+    with pytest.raises(TypeError, match="'locked'.*cannot be sent to worker processes"):
+        daisy.run_blockwise([task], progress=False)
+
+
+def test_a_large_closure_runs_and_is_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    np = pytest.importorskip("numpy")
+    big = np.ones(100 * 2**20 // 8)  # 100 MB captured by the function
+    task = line_task("big", 8, process_function=lambda b: big.sum(), max_workers=2)
+    with caplog.at_level("WARNING", logger="daisy"):
+        states = run_tasks([task], mp=True, timeout=120)
+    assert states["big"].completed_count == 8
+    assert any("'big'" in r.getMessage() and "MB" in r.getMessage() for r in caplog.records)
+
+
+def test_an_unwritable_report_path_fails_before_any_block(tmp_path: Path) -> None:
+    ran: list[int] = []
+    task = line_task("reported", 2, process_function=lambda b: ran.append(1))
+    with pytest.raises(ValueError, match="report_html"):
+        daisy.run_blockwise(
+            [task], multiprocessing=False, report_html=tmp_path / "missing" / "r.html"
+        )
+    assert ran == []
+
+
+def test_a_task_without_blocks_says_why(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="daisy"):
+        daisy.Task(
+            "empty",
+            daisy.Roi((0,), (10,)),
+            daisy.Roi((-5,), (20,)),
+            daisy.Roi((0,), (10,)),
+            process_function=lambda b: None,
+            fit="valid",
+        )
+    assert any(
+        "no blocks" in r.getMessage() and "read_roi" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_the_wildcard_address_is_not_what_workers_are_told(tmp_path: Path) -> None:
+    seen = str(tmp_path / "host")
+
+    def note_host(block: daisy.Block) -> None:
+        with open(seen, "w") as f:
+            f.write(daisy.Context.from_env()["hostname"])
+
+    task = line_task("wild", 1, process_function=note_host, max_workers=1)
+    assert daisy.run_blockwise([task], host="0.0.0.0", progress=False)
+    assert Path(seen).read_text() not in ("0.0.0.0", "", "::")

@@ -46,6 +46,12 @@ use tokio_util::codec::LengthDelimitedCodec;
 /// below what could hurt the server.
 pub const MAX_FRAME_BYTES: usize = 1 << 20;
 
+/// Largest frame a connection may send before its hello is accepted: a
+/// hello is a token, a task id and a worker id, well under a kilobyte, and
+/// a stranger gets no more than that (a 1 MiB allowance let 200 idle
+/// connections grow the driver by 200 MiB).
+pub const MAX_HELLO_BYTES: usize = 4096;
+
 /// Error texts are cut to this many bytes before they are sent.
 pub const MAX_ERROR_BYTES: usize = 64 * 1024;
 

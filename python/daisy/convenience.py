@@ -60,6 +60,14 @@ def run_blockwise(
     """
     if not isinstance(multiprocessing, bool):
         raise TypeError(f"multiprocessing: expected True or False, got {multiprocessing!r}")
+    if report_html is not None:
+        # find out now, not after the work is done
+        folder = Path(report_html).absolute().parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            raise ValueError(
+                f"report_html: cannot write {report_html} (its folder {folder} does not exist "
+                "or is not writable); give a path in a writable folder"
+            )
     report: RunReport | None
     notes: dict[str, list[str]]
     if multiprocessing:

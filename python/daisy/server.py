@@ -43,10 +43,31 @@ logger = logging.getLogger(__name__)
 MAX_LISTED_FAILURES = 10
 
 
-def worker_payload(function: object, post_check: object = None) -> bytes:
+#: payloads above this many bytes are logged: the data a function captures
+#: travels to every worker (and a cluster job's payload file)
+LARGE_PAYLOAD_BYTES = 10 * 2**20
+
+
+def worker_payload(function: object, post_check: object = None, task_id: str = "?") -> bytes:
     """What a worker process reads from stdin (see `daisy._worker`): this
-    process's ``sys.path``, then the cloudpickled ``(function, post_check)``."""
-    pickled: bytes = cloudpickle.dumps((function, post_check))
+    process's ``sys.path``, then the cloudpickled ``(function, post_check)``.
+    A function that cannot be pickled is a TypeError naming the task."""
+    try:
+        pickled: bytes = cloudpickle.dumps((function, post_check))
+    except Exception as e:
+        raise TypeError(
+            f"process_function: task {task_id!r}'s function cannot be sent to worker processes: "
+            f"{type(e).__name__}: {e}. Something it uses (a lock, an open file, a connection) "
+            "cannot be pickled: create it inside the function instead, or run with "
+            "multiprocessing=False"
+        ) from e
+    if len(pickled) > LARGE_PAYLOAD_BYTES:
+        logger.warning(
+            "daisy: task %r's function carries %.0f MB of captured data to every worker; "
+            "load large data inside the function instead",
+            task_id,
+            len(pickled) / 2**20,
+        )
     return pickle.dumps(list(sys.path)) + pickled
 
 
@@ -133,7 +154,7 @@ class Server(ServerObservee):
                     f"process_function: task {tid!r} has none; give it a function that takes a "
                     "block (or a worker function that takes nothing)"
                 )
-            payload = worker_payload(t.process_function, t._post_check)
+            payload = worker_payload(t.process_function, t._post_check, tid)
             payload_file = payload_base / tid / "payload.pkl"
             if not t.spawner.is_local:
                 payload_file.parent.mkdir(parents=True, exist_ok=True)
@@ -169,6 +190,10 @@ class Server(ServerObservee):
         listen_host, advertise = self.host, None
         if remote and not self._host_given:
             listen_host, advertise = "0.0.0.0", advertised_host()
+        elif listen_host in ("0.0.0.0", "::", ""):
+            # every interface: workers get an address of this host they
+            # can reach, not the wildcard
+            advertise = advertised_host()
         stop_all: list[str] = next((c for c in (s.stop_all(run_tag) for s in remote) if c), [])
         specs = pipeline.specs()
         order = [s.task_id for s in specs]

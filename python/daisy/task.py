@@ -9,6 +9,7 @@ message that names the parameter.
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 import numbers
 import os
@@ -24,6 +25,8 @@ from daisy._daisy import Block, TaskSpec, TrackingStore, reset_tracking, validat
 from daisy.pipeline import Composable
 from daisy.run_report import BlockRecord, TaskReport, read_last_run, runs_file_for
 from daisy.tracking_store import resolve_tracking_path
+
+logger = logging.getLogger(__name__)
 
 _FITS = ("valid", "overhang", "shrink")
 
@@ -302,6 +305,22 @@ class Task(Composable):
             )
         self.spawner = spawner
         self._last_report: TaskReport | None = None
+        if self.num_blocks == 0:
+            logger.warning("daisy: task %r has no blocks: %s", task_id, self._why_no_blocks())
+
+    def _why_no_blocks(self) -> str:
+        """Why a task has no blocks, in words."""
+        total, read = self.total_roi.shape, self.read_roi.shape
+        if self.fit == "valid" and any(r > t for r, t in zip(read, total, strict=False)):
+            return (
+                f"its read_roi {self.read_roi.shape} is larger than its total_roi "
+                f"{self.total_roi.shape} on some axis and fit='valid' keeps only blocks that "
+                "fit whole; use a larger total_roi or fit='shrink'"
+            )
+        return (
+            f"no block of write_roi {self.write_roi} with its context fits in total_roi "
+            f"{self.total_roi} with fit={self.fit!r}"
+        )
 
     @property
     def _spec(self) -> TaskSpec:

@@ -20,7 +20,7 @@
 
 use super::hooks::RunHooks;
 use super::policy::{self, Returned};
-use super::state::{Outstanding, Shared};
+use super::state::{Outstanding, Shared, State};
 use crate::block::{Block, BlockStatus, TaskIndex};
 use crate::error::DaisyError;
 use crate::protocol::{self, ClientMessage, ServerMessage};
@@ -34,6 +34,12 @@ use tokio_util::codec::Framed;
 /// worker on a loaded node, short enough that a silent peer does not hold a
 /// connection for the whole run.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections that have not said hello yet, at most, at once: far more
+/// than workers start at once on any cluster, few enough that strangers
+/// cannot hold the driver's descriptors and memory. More are closed at
+/// once.
+pub const MAX_PENDING_HELLOS: usize = 256;
 
 /// How long the accept loop waits after a failed accept (out of file
 /// descriptors, say) before trying again: long enough not to spin, short
@@ -173,7 +179,21 @@ async fn handle_connection<H: RunHooks + 'static>(
     conn_id: u64,
 ) {
     let mut conn = Framed::new(stream, protocol::codec());
+    // a stranger gets a tiny frame allowance, and only so many at once
+    conn.codec_mut()
+        .set_max_frame_length(protocol::MAX_HELLO_BYTES);
+    {
+        let mut st = shared.0.borrow_mut();
+        if st.pending_hellos >= MAX_PENDING_HELLOS {
+            tracing::warn!("refused a connection: {MAX_PENDING_HELLOS} are waiting to say hello");
+            return;
+        }
+        st.pending_hellos += 1;
+    }
     let hello = tokio::time::timeout(HELLO_TIMEOUT, recv(&mut conn)).await;
+    shared.0.borrow_mut().pending_hellos -= 1;
+    conn.codec_mut()
+        .set_max_frame_length(protocol::MAX_FRAME_BYTES);
     let Ok(Some(ClientMessage::Hello {
         token,
         task_id,
@@ -390,12 +410,34 @@ async fn acquire<H: RunHooks>(
                 }
                 return ServerMessage::SendBlock { block };
             }
+            if let Some(held) = self_blocking(st, conn_id) {
+                return ServerMessage::Error {
+                    message: format!(
+                        "this worker holds block {held} and asks for another, but no block can \
+                         become ready before it returns what it holds: release (or fail) a \
+                         block before asking for the next one"
+                    ),
+                };
+            }
             if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
                 w.flags.waiting = true;
             }
         }
         notified.await;
     }
+}
+
+/// The spatial id of a block this connection holds, when waiting for
+/// another would wait forever: no block is ready anywhere and no other
+/// connection holds one, so only this connection's own blocks could make
+/// one ready, and it is waiting instead of returning them (a worker
+/// function that takes blocks in pairs).
+fn self_blocking<H>(st: &State<H>, conn_id: u64) -> Option<u64> {
+    let mut held = st.outstanding.iter().filter(|(_, o)| o.conn == conn_id);
+    let (key, _) = held.next()?;
+    let others = st.outstanding.values().any(|o| o.conn != conn_id);
+    let ready = st.scheduler.ready_tasks().next().is_some();
+    (!others && !ready).then(|| st.scheduler.graph().block(*key).spatial_id)
 }
 
 fn release<H>(

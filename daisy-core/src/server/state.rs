@@ -107,6 +107,8 @@ pub struct State<H> {
     pub unmanaged_per_task: Vec<u64>,
     /// The id the next connection gets.
     pub next_conn: u64,
+    /// Connections accepted that have not said hello yet.
+    pub pending_hellos: usize,
     /// The run is ending: no more blocks, no more workers.
     pub stopping: bool,
     /// Every managed worker's timeline, by id.
@@ -142,6 +144,7 @@ impl<H> State<H> {
             unmanaged_clients: 0,
             unmanaged_per_task: vec![0; n],
             next_conn: 0,
+            pending_hellos: 0,
             stopping: false,
             timelines: BTreeMap::new(),
             ledger: RunLedger::new(n),
