@@ -349,3 +349,22 @@ def test_the_wildcard_address_is_not_what_workers_are_told(tmp_path: Path) -> No
     task = line_task("wild", 1, process_function=note_host, max_workers=1)
     assert daisy.run_blockwise([task], host="0.0.0.0", progress=False)
     assert Path(seen).read_text() not in ("0.0.0.0", "", "::")
+
+
+def test_a_stranger_gets_a_tiny_frame_allowance_before_hello(tmp_path: Path) -> None:
+    """Before hello a frame may be at most a few KiB: a stranger announcing
+    a big frame is cut off at once instead of being buffered (1 MiB each
+    used to be reserved)."""
+    import socket
+
+    with HeldRun(tmp_path) as run:
+        ctx = run.context
+        with socket.create_connection((ctx["hostname"], int(ctx["port"])), timeout=5) as s:
+            s.sendall((2**20 - 1).to_bytes(4, "big") + b"x" * 8192)
+            s.settimeout(5)
+            try:
+                closed = s.recv(16) == b""
+            except ConnectionResetError:
+                closed = True
+            assert closed, "the server waited for the rest of a 1 MiB frame"
+    assert run.result.get("ok") is True, run.result

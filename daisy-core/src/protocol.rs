@@ -227,6 +227,41 @@ pub fn cap_error_text(mut text: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use tokio_util::codec::Decoder;
+
+    proptest! {
+        // The fuzz target of the wire: whatever bytes a peer sends, the
+        // frame decoder and the message decoder return an error or a value,
+        // never panic, and never accept a frame over the cap (bounded: 2000
+        // cases of up to 4 KiB each, a second or so, in every cargo test).
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn arbitrary_bytes_never_panic_the_decoders(bytes in proptest::collection::vec(any::<u8>(), 0..4096)) {
+            let _ = decode::<ClientMessage>(&bytes);
+            let _ = decode::<ServerMessage>(&bytes);
+            let mut codec = codec();
+            codec.set_max_frame_length(MAX_HELLO_BYTES);
+            let mut buf = tokio_util::bytes::BytesMut::from(&bytes[..]);
+            while let Ok(Some(frame)) = codec.decode(&mut buf) {
+                prop_assert!(frame.len() <= MAX_HELLO_BYTES);
+                let _ = decode::<ClientMessage>(&frame);
+            }
+        }
+
+        #[test]
+        fn a_valid_hello_with_its_bytes_mutated_never_panics(flip in 0usize..64, value in any::<u8>()) {
+            let hello = ClientMessage::Hello {
+                token: "0123456789abcdef0123456789abcdef".into(),
+                task_id: "seg".into(),
+                worker_id: Some(3),
+            };
+            let mut bytes = encode(&hello).unwrap();
+            let i = flip % bytes.len();
+            bytes[i] = value;
+            let _ = decode::<ClientMessage>(&bytes);
+        }
+    }
 
     #[test]
     fn the_local_socket_name_does_not_reveal_the_token() {

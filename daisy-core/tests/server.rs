@@ -214,3 +214,46 @@ fn a_tampered_release_closes_its_connection_and_the_block_is_retried() {
     assert_eq!(outcome.failures.len(), 1);
     assert_eq!(outcome.failures[0].spatial_id, tampered_id);
 }
+
+/// Figures that are not finite seconds break the protocol like a tampered
+/// block: the connection is closed and the block is retried.
+#[test]
+fn non_finite_figures_close_the_connection() {
+    let (tx, rx) = mpsc::channel();
+    let server = std::thread::spawn(move || {
+        run_server(
+            Scheduler::new(pipeline()),
+            config("n4n"),
+            Hooks { addr: tx },
+        )
+    });
+    let addr = rx.recv().unwrap();
+    let host = addr.ip().to_string();
+    let mut hostile = Client::connect(&host, addr.port(), "n4n", "a", None).unwrap();
+    let mut block = hostile.acquire_block().unwrap().unwrap();
+    block.stats = Some(daisy_core::block_profile::BlockStats {
+        wall_seconds: f64::NAN,
+        cpu_seconds: 0.0,
+        peak_rss_bytes: 0,
+        io_read_bytes: 0,
+        io_write_bytes: 0,
+        gpu_util_pct: f32::NAN,
+        gpu_mem_bytes: 0,
+    });
+    block.status = BlockStatus::Success;
+    hostile.release_block(block).unwrap();
+    assert!(hostile.acquire_block().is_err());
+    for task in ["a", "b"] {
+        let mut c = Client::connect(&host, addr.port(), "n4n", task, None).unwrap();
+        while let Some(mut b) = c.acquire_block().unwrap() {
+            b.status = BlockStatus::Success;
+            c.release_block(b).unwrap();
+        }
+        c.disconnect();
+    }
+    let outcome = server.join().unwrap().unwrap();
+    assert_eq!(outcome.failures.len(), 1);
+    for st in &outcome.states {
+        assert_eq!(st.completed_count, st.total_block_count);
+    }
+}
