@@ -368,3 +368,36 @@ def test_a_stranger_gets_a_tiny_frame_allowance_before_hello(tmp_path: Path) -> 
                 closed = True
             assert closed, "the server waited for the rest of a 1 MiB frame"
     assert run.result.get("ok") is True, run.result
+
+
+FEW_DESCRIPTORS = """
+import logging, os, resource, sys, time
+import daisy
+import daisy.server  # noqa: F401  (everything imported before the limit)
+logging.basicConfig(level=logging.WARNING)
+roi, b = daisy.Roi((0,), (400,)), daisy.Roi((0,), (10,))
+task = daisy.Task("fds", roi, b, b, process_function=lambda blk: time.sleep(0.02), max_workers=6)
+spare = int(sys.argv[1])
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + spare, hard))
+print("RESULT", daisy.run_blockwise([task], progress=False), flush=True)
+"""
+
+
+def test_running_out_of_descriptors_delays_workers_and_abandons_nothing(tmp_path: Path) -> None:
+    """With room for only a few workers, starts that fail for want of file
+    descriptors are retried later; the task is not abandoned. Tried with a
+    few limits, since what one worker costs in descriptors varies."""
+    outcomes = []
+    for spare in (14, 17, 20, 24):
+        out = subprocess.run(
+            [sys.executable, "-c", FEW_DESCRIPTORS, str(spare)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+        text = out.stdout + out.stderr
+        outcomes.append(("RESULT True" in text, "Too many open files" in text, spare))
+    assert all(ok for ok, _, _ in outcomes), outcomes
+    assert any(short for _, short, _ in outcomes), f"no limit was tight enough: {outcomes}"

@@ -71,6 +71,16 @@ pub const TEARDOWN_GRACE: Duration = Duration::from_secs(10);
 /// the driver must exit promptly after Ctrl-C.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 
+/// How long a task waits before it tries again to start a worker after a
+/// start failed for want of descriptors, processes or memory: long enough
+/// for a burst of exits to free them, short enough not to stall the run.
+pub const START_RETRY: Duration = Duration::from_secs(1);
+
+/// How long a task with no live worker keeps trying to start one against
+/// such failures before it is abandoned: the moment has clearly not
+/// passed, and waiting longer would be a silent hang.
+pub const START_GIVE_UP: Duration = Duration::from_secs(60);
+
 /// After killing the stragglers, how long to wait for their exits to be
 /// reaped, so their timelines record the exit before the report is made.
 const REAP_PAUSE: Duration = Duration::from_millis(100);
@@ -238,9 +248,13 @@ fn staff<H>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
     if st.stopping {
         return;
     }
+    let now = Instant::now();
     for t in 0..st.scheduler.pipeline().len() as TaskIndex {
         if st.scheduler.is_task_finished(t) || st.config.tasks[t as usize].worker.is_none() {
             continue;
+        }
+        if st.start_after[t as usize].is_some_and(|after| now < after) {
+            continue; // a start failed for want of resources: wait a moment
         }
         let ready = st.scheduler.task_state(t).ready_count;
         loop {
@@ -263,12 +277,38 @@ fn staff<H>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
                     }
                     break;
                 }
-                Staffing::Start => {
-                    if let Err(e) = start_worker(st, t, exit_tx) {
+                Staffing::Start => match start_worker(st, t, exit_tx) {
+                    Ok(()) => {
+                        st.start_after[t as usize] = None;
+                        st.failing_since[t as usize] = None;
+                    }
+                    Err(e) if policy::spawn_error_is_transient(&e) => {
+                        let since = *st.failing_since[t as usize].get_or_insert(now);
+                        let alive = st.flags().any(|(_, w)| w.alive && w.task == t);
+                        if !alive && now.duration_since(since) > START_GIVE_UP {
+                            st.abandon(
+                                t,
+                                format!(
+                                    "could not start a single worker for {START_GIVE_UP:?}: {e}"
+                                ),
+                            );
+                            break;
+                        }
+                        if since == now {
+                            tracing::warn!(
+                                "could not start a worker of task {:?} for now ({e}); trying \
+                                 again every {START_RETRY:?}",
+                                st.task_id(t)
+                            );
+                        }
+                        st.start_after[t as usize] = Some(now + START_RETRY);
+                        break;
+                    }
+                    Err(e) => {
                         st.abandon(t, format!("could not start a worker: {e}"));
                         break;
                     }
-                }
+                },
             }
         }
     }

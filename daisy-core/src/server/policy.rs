@@ -118,6 +118,17 @@ pub fn expired(
         .collect()
 }
 
+/// Whether a failure to start a worker process may pass by itself (out of
+/// file descriptors, processes or memory for the moment): such a start is
+/// retried later and is not the task's fault. Anything else (the program
+/// is missing, not executable) will not pass, and abandons the task.
+pub fn spawn_error_is_transient(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM)
+    ) || e.kind() == std::io::ErrorKind::OutOfMemory
+}
+
 /// Why a task is abandoned after its workers stopped unexpectedly
 /// `restarts` times, or None while that is within `max_worker_restarts`.
 pub fn restart_limit(restarts: u32, max_worker_restarts: u32) -> Option<String> {
@@ -321,6 +332,16 @@ mod tests {
             now,
         );
         assert_eq!(got, vec![key(0), key(3)]);
+    }
+
+    #[test]
+    fn running_out_of_descriptors_is_transient_a_missing_program_is_not() {
+        let emfile = std::io::Error::from_raw_os_error(libc::EMFILE);
+        assert!(spawn_error_is_transient(&emfile));
+        let eagain = std::io::Error::from_raw_os_error(libc::EAGAIN);
+        assert!(spawn_error_is_transient(&eagain));
+        let missing = std::io::Error::from_raw_os_error(libc::ENOENT);
+        assert!(!spawn_error_is_transient(&missing));
     }
 
     #[test]

@@ -101,6 +101,11 @@ pub struct State<H> {
     pub restarts: Vec<u32>,
     /// Workers started per task.
     pub workers_started: Vec<u32>,
+    /// Per task: no worker start before this moment (a start failed for
+    /// want of descriptors, processes or memory).
+    pub start_after: Vec<Option<Instant>>,
+    /// Per task: since when its worker starts have been failing.
+    pub failing_since: Vec<Option<Instant>>,
     /// Clients that connected without a worker id, in all.
     pub unmanaged_clients: u32,
     /// The same, per task.
@@ -141,6 +146,8 @@ impl<H> State<H> {
             next_worker_id: 0,
             restarts: vec![0; n],
             workers_started: vec![0; n],
+            start_after: vec![None; n],
+            failing_since: vec![None; n],
             unmanaged_clients: 0,
             unmanaged_per_task: vec![0; n],
             next_conn: 0,
