@@ -39,7 +39,9 @@ def format_execution_summary(
         pending = s.total_block_count - s.completed_count - s.failed_count - s.orphaned_count
         if pending > 0:
             out += [f"    unfinished ⧗: {pending} (the run stopped before they ran)", ""]
-        if s.completed_count == s.total_block_count:
+        if s.total_block_count == 0:
+            out += ["    no blocks: the task's ROIs leave none (the warning above says why)", ""]
+        elif s.completed_count == s.total_block_count:
             out += ["    all blocks processed successfully", ""]
         for line in (failure_notes or {}).get(task_id, ()):
             out.append(f"    {line}")
