@@ -401,3 +401,16 @@ def test_running_out_of_descriptors_delays_workers_and_abandons_nothing(tmp_path
         outcomes.append(("RESULT True" in text, "Too many open files" in text, spare))
     assert all(ok for ok, _, _ in outcomes), outcomes
     assert any(short for _, short, _ in outcomes), f"no limit was tight enough: {outcomes}"
+
+
+def test_the_summary_shows_a_task_without_blocks(capsys: pytest.CaptureFixture[str]) -> None:
+    empty = daisy.Task(
+        "empty",
+        daisy.Roi((0,), (10,)),
+        daisy.Roi((-5,), (20,)),
+        daisy.Roi((0,), (10,)),
+        process_function=lambda b: None,
+    )
+    daisy.run_blockwise([empty], multiprocessing=False)
+    out = capsys.readouterr().out
+    assert "no blocks" in out and "all blocks processed successfully" not in out, out
