@@ -414,3 +414,42 @@ def test_the_summary_shows_a_task_without_blocks(capsys: pytest.CaptureFixture[s
     daisy.run_blockwise([empty], multiprocessing=False)
     out = capsys.readouterr().out
     assert "no blocks" in out and "all blocks processed successfully" not in out, out
+
+
+def test_two_runs_starting_together_on_a_fresh_store_do_not_crash(tracking: Path) -> None:
+    """One creates the store, the other is refused by its lock; neither
+    fails halfway through creating it (an OSError on a missing chunk)."""
+    barrier = threading.Barrier(2)
+    results: list[object] = []
+    calls: list[int] = []
+
+    def slow(block: daisy.Block) -> None:
+        calls.append(block.block_id[1])
+        time.sleep(0.2)
+
+    def run() -> None:
+        barrier.wait()
+        try:
+            results.append(run_tasks([line_task("fresh", 3, process_function=slow)], mp=False))
+        except BaseException as e:
+            results.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 2
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert all(isinstance(e, RuntimeError) and "in use" in str(e) for e in errors), errors
+    assert len(errors) < 2, "one of them ran"
+    assert sorted(calls) == sorted(set(calls)), f"a block ran twice: {sorted(calls)}"
+
+
+def test_an_interrupt_in_an_init_callback_stops_the_run() -> None:
+    def init(context: daisy.Context) -> None:
+        raise KeyboardInterrupt
+
+    task = line_task("init", 4, init_callback_fn=init, max_workers=1)
+    with pytest.raises(KeyboardInterrupt):
+        run_tasks([task], mp=True)
