@@ -28,7 +28,7 @@ install: venv
 demo: install
 	$(BIN)/python examples/demo.py
 
-test: install system-deps pytest stubtest bench-check
+test: install system-deps rust-test pytest stubtest bench-check
 
 # Tests use Debian packages: a headless browser for the HTML report
 # (chromium, chromium-driver) and a single-node SLURM cluster for the

@@ -80,17 +80,29 @@ fn config(token: &str) -> ServerConfig {
     }
 }
 
-#[test]
-fn external_clients_process_every_block_once() {
+/// A server for the two-task pipeline on its own thread, with `token`
+/// (each test its own: the token names the run's local socket, and the
+/// tests run at once), and the address it listens on.
+fn start(
+    token: &'static str,
+) -> (
+    std::thread::JoinHandle<Result<daisy_core::server::RunOutcome, DaisyError>>,
+    SocketAddr,
+) {
     let (tx, rx) = mpsc::channel();
     let server = std::thread::spawn(move || {
         run_server(
             Scheduler::new(pipeline()),
-            config("s3cret"),
+            config(token),
             Hooks { addr: tx },
         )
     });
-    let addr = rx.recv().unwrap();
+    (server, rx.recv().unwrap())
+}
+
+#[test]
+fn external_clients_process_every_block_once() {
+    let (server, addr) = start("s3cret");
     let seen = Arc::new(Mutex::new(Vec::<(u32, u64)>::new()));
 
     // hostile connections first: none of them may take a block or stop the run
@@ -170,15 +182,7 @@ fn external_clients_process_every_block_once() {
 /// the block is retried; the run completes with every block done once.
 #[test]
 fn a_tampered_release_closes_its_connection_and_the_block_is_retried() {
-    let (tx, rx) = mpsc::channel();
-    let server = std::thread::spawn(move || {
-        run_server(
-            Scheduler::new(pipeline()),
-            config("t4mper"),
-            Hooks { addr: tx },
-        )
-    });
-    let addr = rx.recv().unwrap();
+    let (server, addr) = start("t4mper");
     let host = addr.ip().to_string();
     // a hostile client: takes a block, sends it back from another place
     let mut hostile = Client::connect(&host, addr.port(), "t4mper", "a", None).unwrap();
@@ -219,15 +223,7 @@ fn a_tampered_release_closes_its_connection_and_the_block_is_retried() {
 /// block: the connection is closed and the block is retried.
 #[test]
 fn non_finite_figures_close_the_connection() {
-    let (tx, rx) = mpsc::channel();
-    let server = std::thread::spawn(move || {
-        run_server(
-            Scheduler::new(pipeline()),
-            config("n4n"),
-            Hooks { addr: tx },
-        )
-    });
-    let addr = rx.recv().unwrap();
+    let (server, addr) = start("n4n");
     let host = addr.ip().to_string();
     let mut hostile = Client::connect(&host, addr.port(), "n4n", "a", None).unwrap();
     let mut block = hostile.acquire_block().unwrap().unwrap();

@@ -522,3 +522,43 @@ fn release<H>(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::state::test_support::{hand_out, state};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use tokio::sync::Notify;
+
+    #[test]
+    fn a_panic_in_a_connections_handling_does_not_lose_its_block() {
+        let shared: Shared<()> = Rc::new((RefCell::new(state()), Notify::new()));
+        let key = hand_out(&mut shared.0.borrow_mut(), 0, 7);
+        let handler = {
+            let shared = shared.clone();
+            move || {
+                let _reclaim = ReclaimOnDrop {
+                    shared: shared.clone(),
+                    conn_id: 7,
+                    worker_id: None,
+                };
+                let _borrowed = shared.0.borrow_mut(); // panics while borrowing
+                panic!("a bug in the handling of a message");
+            }
+        };
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(handler));
+        assert!(caught.is_err());
+        let st = shared.0.borrow();
+        assert!(
+            !st.outstanding.contains_key(&key),
+            "reclaimed as the handler unwound"
+        );
+        let out = st.outcome(false);
+        assert_eq!(out.failures.len(), 1);
+        assert_eq!(
+            out.states[0].ready_count, 4,
+            "the block is ready to be retried"
+        );
+    }
+}

@@ -250,8 +250,9 @@ impl<H> State<H> {
     }
 }
 
+/// A small run's state for the server's unit tests.
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_support {
     use super::*;
     use crate::geometry::Roi;
     use crate::pipeline::Pipeline;
@@ -259,7 +260,7 @@ mod tests {
     use crate::task_spec::{Fit, TaskSpec};
 
     /// A run of two chained 1-D tasks of 4 blocks each, nothing started.
-    fn state() -> State<()> {
+    pub(crate) fn state() -> State<()> {
         let roi = |o: i64, s: i64| Roi::from_slices(&[o], &[s]).unwrap();
         let spec = |id: &str, up: Vec<String>| {
             TaskSpec::new(
@@ -300,7 +301,7 @@ mod tests {
     }
 
     /// Hand out the next block of `task` on connection `conn`.
-    fn hand_out(st: &mut State<()>, task: TaskIndex, conn: u64) -> BlockKey {
+    pub(crate) fn hand_out(st: &mut State<()>, task: TaskIndex, conn: u64) -> BlockKey {
         let block = st
             .scheduler
             .acquire_block(task, |_| Ok::<_, std::convert::Infallible>(false))
@@ -318,6 +319,12 @@ mod tests {
         );
         block.key
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{hand_out, state};
+    use super::*;
 
     #[test]
     fn reclaim_accounts_each_lost_block_once() {
