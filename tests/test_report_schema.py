@@ -136,3 +136,13 @@ def test_store_arrays_come_through_the_binding_as_zarr_reads_them(tracking: Path
     with pytest.raises(ValueError, match='no tracking array "nonsense"'):
         read_tracking_array(str(store), "nonsense")
     assert stat_array(tracking / "nowhere", "done") is None
+
+
+def test_every_stat_prints_in_its_own_unit(tracking: Path) -> None:
+    task = line_task("units", 3, resource_tracking=True)
+    run_tasks([task], mp=False)
+    blocks = task.report().blocks
+    for name in ("peak_rss", "io_read", "io_write"):
+        text = str(getattr(blocks, name))
+        assert text.endswith("B") and " s" not in text, (name, text)
+    assert str(blocks.wall).endswith("s"), str(blocks.wall)

@@ -227,6 +227,25 @@ def test_a_timed_out_worker_exits_timeout_without_teardown(tmp_path):
     assert r.workers.teardown.n == 1
 
 
+def test_a_block_reclaimed_by_the_timeout_counts_in_its_workers_figures(tmp_path):
+    """A timed-out block is a failed block of the worker that held it, as a
+    failure the worker reports is: in its blocks_failed, its round trip in
+    its compute."""
+    task = line_task(
+        "reclaimed",
+        3,
+        process_function=first_attempt(tmp_path / "hung", 0, "hang"),
+        max_workers=1,
+        timeout=0.5,
+        max_retries=1,
+    )
+    assert run([task])
+    timed_out = [w for w in task.report().workers.by_id.values() if w.exit == "timeout"]
+    assert len(timed_out) == 1
+    assert timed_out[0].blocks_failed == 1
+    assert timed_out[0].compute.n == 1 and timed_out[0].compute.total >= 0.5
+
+
 def test_a_run_in_which_nothing_failed_shows_only_clean_exits():
     """Short runs end before every worker has started; a worker the run no
     longer needed is stopped, not counted as a crash."""

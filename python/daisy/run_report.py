@@ -23,6 +23,7 @@ In the process that ran the pipeline or any later one::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Sequence
@@ -178,6 +179,9 @@ class Stat:
     min: float = 0.0
     max: float = 0.0
     total: float = 0.0
+    #: what the samples count: "s" (seconds) or "B" (bytes); not part of
+    #: the JSON, set by the summary that holds the Stat
+    unit: str = field(default="s", compare=False)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> Stat:
@@ -207,11 +211,13 @@ class Stat:
             "sum": self.total,
         }
 
-    def format(self, unit: str = "s") -> str:
-        """``mean ± std``: seconds scaled by the mean (``50.5 ms ± 0.1
-        ms``), or bytes with ``unit="B"`` (``25.5 MB ± 0.0 B``)."""
+    def format(self, unit: str | None = None) -> str:
+        """``mean ± std`` in the Stat's own unit (or ``unit``): seconds
+        scaled by the mean (``50.5 ms ± 0.1 ms``), or bytes (``25.5 MB ±
+        0.0 B``)."""
         if not self:
             return "—"
+        unit = unit or self.unit
         if unit == "B":
             return f"{format_bytes(self.mean)} ± {format_bytes(self.std)}"
         scale, name = _seconds_scale(self.mean)
@@ -249,6 +255,8 @@ class BlockSummary:
     trend_slope_ms: float = 0.0
 
     _STATS = ("round_trip", "wall", "cpu", "peak_rss", "io_read", "io_write", "overhead")
+    #: the stats that count bytes (the others count seconds)
+    _UNITS = {"peak_rss": "B", "io_read": "B", "io_write": "B"}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> BlockSummary:
@@ -263,7 +271,10 @@ class BlockSummary:
             failures=int(f["failures"]),
             has_stats=bool(f["has_stats"]),
             trend_slope_ms=float(f["trend_slope_ms"]),
-            **{k: Stat.from_dict(f[k], strict) for k in cls._STATS},
+            **{
+                k: dataclasses.replace(Stat.from_dict(f[k], strict), unit=cls._UNITS.get(k, "s"))
+                for k in cls._STATS
+            },
         )
 
     def trend_ms(self, x: float) -> float:

@@ -219,6 +219,10 @@ fn sweep_timeouts<H>(st: &mut State<H>) {
             out.worker,
             "timed out (the worker was killed)".into(),
         );
+        // a failed block of its worker, as a failure the worker reports is
+        if let Some(tl) = out.worker.and_then(|id| st.timelines.get_mut(&id)) {
+            tl.on_return(Instant::now(), false);
+        }
         if let Some(w) = out.worker.and_then(|id| st.workers.get_mut(&id)) {
             w.expected_exit = Some(WorkerExit::Timeout);
             w.flags.busy = false;
