@@ -146,3 +146,21 @@ def test_every_stat_prints_in_its_own_unit(tracking: Path) -> None:
         text = str(getattr(blocks, name))
         assert text.endswith("B") and " s" not in text, (name, text)
     assert str(blocks.wall).endswith("s"), str(blocks.wall)
+
+
+def test_block_records_come_in_grid_order(tracking: Path) -> None:
+    task = daisy.Task(
+        "grid",
+        daisy.Roi((0, 0), (30, 30)),
+        daisy.Roi((0, 0), (10, 10)),
+        daisy.Roi((0, 0), (10, 10)),
+        process_function=lambda b: None,
+    )
+    run_tasks([task], mp=False)
+    ids = [r.block_id[1] for r in task.block_records()]
+    graph = daisy.DependencyGraph([task])
+    by_offset = {
+        tuple(int(c) for c in b.write_roi.offset): b.block_id[1] for b in graph.blocks("grid")
+    }
+    row_major = [by_offset[o] for o in sorted(by_offset)]
+    assert ids == row_major and ids != sorted(ids), ids

@@ -412,12 +412,12 @@ class Task(Composable):
         return None if record is None else BlockRecord.from_native(self.task_id, record)
 
     def block_records(self) -> list[BlockRecord]:
-        """Every block the store has a record of, sorted by spatial id."""
+        """Every block the store has a record of, in grid order (row-major
+        over the block grid, as the store holds them)."""
         store = self._store()
         if store is None:
             return []
-        rows = [BlockRecord.from_native(self.task_id, r) for r in store.records()]
-        return sorted(rows, key=lambda r: r.block_id[1])
+        return [BlockRecord.from_native(self.task_id, r) for r in store.records()]
 
     def reset(self) -> None:
         """Delete the task's tracking store (only the store), so the next
