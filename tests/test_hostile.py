@@ -453,3 +453,32 @@ def test_an_interrupt_in_an_init_callback_stops_the_run() -> None:
     task = line_task("init", 4, init_callback_fn=init, max_workers=1)
     with pytest.raises(KeyboardInterrupt):
         run_tasks([task], mp=True)
+
+
+def test_only_so_many_strangers_may_wait_to_say_hello(tmp_path: Path) -> None:
+    """Connections that never say hello hold at most MAX_PENDING_HELLOS
+    slots (256); the ones past that are closed at once, not after the 10 s
+    hello timeout."""
+    import socket
+
+    with HeldRun(tmp_path) as run:
+        ctx = run.context
+        address = (ctx["hostname"], int(ctx["port"]))
+        strangers = [socket.create_connection(address, timeout=5) for _ in range(300)]
+        try:
+            closed = 0
+            # well before the 10 s hello timeout would close them anyway
+            deadline = time.monotonic() + 5
+            for s in strangers[-40:]:
+                s.settimeout(max(0.01, deadline - time.monotonic()))
+                try:
+                    closed += s.recv(1) == b""
+                except ConnectionResetError:
+                    closed += 1
+                except TimeoutError:
+                    pass
+            assert closed >= 30, f"only {closed} of the last 40 strangers were turned away"
+        finally:
+            for s in strangers:
+                s.close()
+    assert run.result.get("ok") is True, run.result
