@@ -6,62 +6,17 @@ kept in ``test-artifacts/`` (or ``$DAISY_TEST_ARTIFACTS``)."""
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
 import pytest
+from browser import chrome, load, timeline_bars
 from conftest import line_task
 
 import daisy
 from daisy.html_report import write_html_report
 
 ARTIFACTS = Path(os.environ.get("DAISY_TEST_ARTIFACTS", "test-artifacts"))
-
-
-def chrome():
-    """Headless Chromium through chromedriver, with every host unreachable."""
-    from selenium import webdriver
-
-    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert binary and driver, (
-        "the browser test needs Debian's chromium and chromium-driver "
-        "(make test installs them: apt-get install chromium chromium-driver)"
-    )
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = binary
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,2400",
-        "--host-resolver-rules=MAP * ~NOTFOUND",  # no network: everything must be inline
-    ):
-        opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(options=opts, service=webdriver.ChromeService(executable_path=driver))
-
-
-def load(driver, path: Path, timeout: float = 30.0) -> float:
-    """Open the report and wait until bokeh has rendered it; seconds taken."""
-    start = time.perf_counter()
-    driver.get(path.absolute().as_uri())
-    while time.perf_counter() - start < timeout:
-        ready = driver.execute_script(
-            "return !!(window.Bokeh && Bokeh.documents.length"
-            " && Object.keys(Bokeh.index || {}).length > 0)"
-        )
-        if ready:
-            return time.perf_counter() - start
-        time.sleep(0.05)
-    raise AssertionError(f"the report did not render within {timeout} s")
-
-
-def timeline_bars(driver) -> list[int]:
-    return driver.execute_script(
-        "return Bokeh.documents.flatMap(d => [...d.all_models])"
-        ".filter(m => m.name === 'timeline_source').map(m => m.data.left.length)"
-    )
 
 
 def severe_console_messages(driver) -> list[str]:
