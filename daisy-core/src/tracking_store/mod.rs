@@ -49,8 +49,8 @@ pub mod zarr_array;
 use self::layout::{Layout, growth_shift, mismatch};
 use self::lock::{LOCK_FILE, StoreLock};
 use self::zarr_array::{
-    ArrayKind, ElementType, MappedArray, StoredArray, chunk_path, filled, io_err, map_array,
-    read_array, write_array, write_atomic,
+    ArrayKind, ElementType, MappedArray, StoredArray, chunk_path, create_array, filled, io_err,
+    map_array, read_array, write_array, write_atomic,
 };
 use crate::block::Block;
 use crate::block_grid::BlockGrid;
@@ -348,7 +348,7 @@ impl TrackingStore {
             None => {
                 fs::create_dir_all(path).map_err(|e| io_err(path, e))?;
                 for kind in [DONE, FAILURES] {
-                    write_array(path, &kind, &shape, &filled(&kind, shape.product()))?;
+                    create_array(path, &kind, &shape)?;
                 }
                 write_group(path, &layout)?;
             }
@@ -876,6 +876,45 @@ mod tests {
         assert!(e.contains(&Layout::of(&s).hash()), "{e}");
         fs::remove_dir_all(&path).unwrap();
         fs::remove_dir_all(&foreign).unwrap();
+    }
+
+    #[test]
+    fn a_new_store_for_a_million_blocks_is_sparse() {
+        use std::os::unix::fs::MetadataExt;
+        let path = tmp("sparse");
+        let unit = Roi::from_slices(&[0, 0], &[1, 1]).unwrap();
+        let spec = TaskSpec::new(
+            "t",
+            Roi::from_slices(&[0, 0], &[1000, 1000]).unwrap(),
+            unit,
+            unit,
+            Fit::Valid,
+            true,
+            0,
+            vec![],
+        )
+        .unwrap();
+        let mut store = TrackingStore::open(&path, &spec, false).unwrap();
+        for name in ["done", "failures"] {
+            let meta = fs::metadata(path.join(name).join("c/0/0")).unwrap();
+            assert!(
+                meta.len() >= 1_000_000,
+                "{name}: apparent size {}",
+                meta.len()
+            );
+            let allocated = meta.blocks() * 512;
+            assert!(
+                allocated < meta.len() / 10,
+                "{name}: {allocated} bytes allocated of {}",
+                meta.len()
+            );
+        }
+        // and it works as any store: a mark reads back
+        let block = BlockGrid::new(0, &spec).block(123_456);
+        store.mark_done(&block);
+        assert!(store.is_marked_done(&block));
+        drop(store);
+        fs::remove_dir_all(&path).unwrap();
     }
 
     #[test]

@@ -224,6 +224,34 @@ pub fn write_array(
     )
 }
 
+/// Create (or replace) one array holding its fill value everywhere. An
+/// array whose fill value is zero (done markers, failure counts, byte
+/// counts) is created sparse: its chunk is sized with `set_len` and no byte
+/// is written, so a store for 10^6 blocks costs the disk nothing until
+/// blocks are marked, and is created in no time. Other fill values (NaN,
+/// "no worker") are written out.
+pub fn create_array(store: &Path, kind: &ArrayKind, shape: &Coord) -> Result<(), DaisyError> {
+    let n = shape.product();
+    let size = kind.dtype.size();
+    if n == 0 || kind.fill[..size].iter().any(|&b| b != 0) {
+        return write_array(store, kind, shape, &filled(kind, n));
+    }
+    let dir = store.join(kind.name);
+    let chunk = chunk_path(&dir, shape.dims());
+    if let Some(parent) = chunk.parent() {
+        fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
+    }
+    let tmp = chunk.with_extension("daisy-tmp");
+    fs::File::create(&tmp)
+        .and_then(|f| f.set_len(n * size as u64))
+        .map_err(|e| io_err(&tmp, e))?;
+    fs::rename(&tmp, &chunk).map_err(|e| io_err(&chunk, e))?;
+    write_atomic(
+        &dir.join("zarr.json"),
+        array_metadata(kind, shape)?.as_bytes(),
+    )
+}
+
 /// `n` elements of `kind`'s fill value, little-endian.
 pub fn filled(kind: &ArrayKind, n: u64) -> Vec<u8> {
     let size = kind.dtype.size();
@@ -244,7 +272,7 @@ pub fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedA
     let dir = store.join(kind.name);
     let chunk = chunk_path(&dir, shape.dims());
     if !dir.join("zarr.json").is_file() || !chunk.is_file() {
-        write_array(store, &kind, shape, &filled(&kind, n))?;
+        create_array(store, &kind, shape)?;
     }
     let file = fs::OpenOptions::new()
         .read(true)
