@@ -189,3 +189,18 @@ def test_compare_needs_two_runs(tmp_path, capsys):
     append_run(path, synthetic(10.0, 0.1))
     code, out = run_cli(capsys, "compare", str(path))
     assert code == 0 and "nothing to compare" in out
+
+
+def test_a_fully_resumed_runs_row_is_consistent(tmp_path, capsys):
+    """A rerun that skipped every block measured nothing: no wall total and
+    no wall percentiles either (they came from the earlier run's stamps)."""
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    task = line_task("again", 4, process_function=sleepy, resource_tracking=True)
+    assert daisy.run_blockwise([task], multiprocessing=False, progress=False)
+    assert daisy.run_blockwise([task], multiprocessing=False, progress=False)
+    capsys.readouterr()
+    code, out = run_cli(capsys, "report", str(tmp_path / "tracking"), "--format", "json")
+    row = json.loads(out)[0]
+    assert row["skipped"] == 4
+    assert row["wall_total_s"] is None
+    assert row["wall_p50_s"] is None and row["wall_p95_s"] is None

@@ -68,7 +68,10 @@ def wall_percentiles(store: Path) -> tuple[float | None, float | None]:
 def summary_row(report: TaskReport, run: int, store: Path | None) -> dict[str, Any]:
     """One row of the per-task summary table."""
     b = report.blocks
-    p50, p95 = wall_percentiles(store) if store is not None else (None, None)
+    # the store's wall times belong to the runs that executed the blocks: a
+    # run that measured nothing (fully resumed) shows no percentiles either
+    measured = store is not None and bool(b.wall)
+    p50, p95 = wall_percentiles(store) if measured and store is not None else (None, None)
     return {
         "task_id": report.task_id,
         "run": run,
