@@ -21,11 +21,9 @@ from pathlib import Path
 
 import pytest
 
-import daisy
-
 # the browser helpers the HTML report's test uses
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from browser import chrome, load, timeline_bars  # noqa: E402
+from browser import chrome, load, report_of_100k_blocks, timeline_bars  # noqa: E402
 
 RENDER_TIMEOUT = 60.0
 
@@ -39,24 +37,7 @@ def open_report(driver, path: Path) -> int:
 
 @pytest.fixture(scope="module")
 def report_of_1e5_blocks(tmp_path_factory) -> Path:
-    from daisy.html_report import write_html_report
-
-    base = tmp_path_factory.mktemp("report-bench")
-    daisy.set_tracking_basedir(base / "tracking")
-    try:
-        task = daisy.Task(
-            "big",
-            daisy.Roi((0, 0), (100, 1000)),
-            daisy.Roi((0, 0), (1, 1)),
-            daisy.Roi((0, 0), (1, 1)),
-            process_function=lambda b: None,
-            read_write_conflict=False,
-            resource_tracking=True,
-        )
-        assert daisy.run_blockwise([task], multiprocessing=False, summary=False)
-    finally:
-        daisy.set_tracking_basedir(None)
-    return write_html_report(base / "tracking", base / "big.html")
+    return report_of_100k_blocks(tmp_path_factory.mktemp("report-bench"))
 
 
 def test_html_report_open_1e5_blocks(benchmark, report_of_1e5_blocks):

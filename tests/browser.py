@@ -1,7 +1,8 @@
 """Headless Chromium for the HTML report's checks: the browser test in
 ``tests/test_html_report.py`` and the open-time benchmark in
 ``benchmarks/test_report_bench.py`` drive it the same way (network off,
-wait until bokeh has rendered)."""
+wait until bokeh has rendered), on the same largest report
+(`report_of_100k_blocks`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import shutil
 import time
 from pathlib import Path
 from typing import Any
+
+import daisy
 
 
 def chrome() -> Any:
@@ -54,3 +57,26 @@ def timeline_bars(driver: Any) -> list[int]:
         "return Bokeh.documents.flatMap(d => [...d.all_models])"
         ".filter(m => m.name === 'timeline_source').map(m => m.data.left.length)"
     )
+
+
+def report_of_100k_blocks(base: Path) -> Path:
+    """Run 10^5 one-voxel blocks serially with resource tracking (stores under
+    ``base/tracking``) and write their HTML report to ``base/big.html``: the
+    largest report daisy draws in full (every block on the timeline)."""
+    from daisy.html_report import write_html_report
+
+    daisy.set_tracking_basedir(base / "tracking")
+    try:
+        task = daisy.Task(
+            "big",
+            daisy.Roi((0, 0), (100, 1000)),
+            daisy.Roi((0, 0), (1, 1)),
+            daisy.Roi((0, 0), (1, 1)),
+            process_function=lambda b: None,
+            read_write_conflict=False,
+            resource_tracking=True,
+        )
+        assert daisy.run_blockwise([task], multiprocessing=False, summary=False)
+    finally:
+        daisy.set_tracking_basedir(None)
+    return write_html_report(base / "tracking", base / "big.html")

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from browser import chrome, load, timeline_bars
+from browser import chrome, load, report_of_100k_blocks, timeline_bars
 from conftest import line_task
 
 import daisy
@@ -63,18 +63,7 @@ def test_the_report_opens_offline_with_one_bar_per_block(tmp_path):
 
 
 def test_a_run_of_100k_blocks_stays_small_and_opens_quickly(tmp_path):
-    daisy.set_tracking_basedir(tmp_path / "tracking")
-    task = daisy.Task(
-        "big",
-        daisy.Roi((0, 0), (100, 1000)),
-        daisy.Roi((0, 0), (1, 1)),
-        daisy.Roi((0, 0), (1, 1)),
-        process_function=lambda b: None,
-        read_write_conflict=False,
-        resource_tracking=True,
-    )
-    assert daisy.run_blockwise([task], multiprocessing=False, summary=False)
-    out = write_html_report(tmp_path / "tracking", tmp_path / "big.html")
+    out = report_of_100k_blocks(tmp_path)
     assert out.stat().st_size < 20 * 2**20
     driver = chrome()
     try:
