@@ -239,16 +239,8 @@ async fn handle_connection<H: RunHooks + 'static>(
         let Some(msg) = msg else {
             break;
         };
-        if let ClientMessage::ReleaseBlock { block } | ClientMessage::BlockFailed { block, .. } =
-            &msg
-            && let Err(why) = matches_record(&shared, conn_id, block)
-        {
-            tracing::warn!("closing a worker connection that broke the protocol: {why}");
-            let _ = send(&mut conn, &ServerMessage::Error { message: why }).await;
-            break;
-        }
         let reply = match msg {
-            ClientMessage::AcquireBlock => acquire(&shared, task, worker_id, conn_id).await,
+            ClientMessage::AcquireBlock => Ok(acquire(&shared, task, worker_id, conn_id).await),
             ClientMessage::ReleaseBlock { block } => {
                 release(&shared, task, worker_id, conn_id, block, None)
             }
@@ -256,9 +248,17 @@ async fn handle_connection<H: RunHooks + 'static>(
                 release(&shared, task, worker_id, conn_id, block, Some(error))
             }
             ClientMessage::Disconnect => break,
-            ClientMessage::Hello { .. } => ServerMessage::Error {
+            ClientMessage::Hello { .. } => Ok(ServerMessage::Error {
                 message: "hello sent twice".into(),
-            },
+            }),
+        };
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(why) => {
+                tracing::warn!("closing a worker connection that broke the protocol: {why}");
+                let _ = send(&mut conn, &ServerMessage::Error { message: why }).await;
+                break;
+            }
         };
         // A reply waits for the next one when the client's next request is
         // already here (a worker sends its release and its next acquire
@@ -304,39 +304,27 @@ impl<H> Drop for ReclaimOnDrop<H> {
     }
 }
 
-/// Whether a block a worker sends back is the one the server handed out on
-/// this connection, with plausible figures; the reason when it is not.
-/// A block not out with this connection at all is not a violation (a late
-/// release after a timeout): `release` refuses it politely.
-fn matches_record<H>(shared: &Shared<H>, conn_id: u64, block: &Block) -> Result<(), String> {
-    let st = shared.0.borrow();
-    let out_here = st
-        .outstanding
-        .get(&block.key)
-        .is_some_and(|o| o.conn == conn_id);
-    if !out_here {
-        return Ok(());
-    }
-    let own = st.scheduler.graph().block(block.key);
-    if block.spatial_id != own.spatial_id || block.position != own.position {
-        return Err(format!(
+/// Why a block a worker sends back breaks the protocol, or None: it must be
+/// the block the server handed out (`own`, from its record), with figures
+/// that are finite, non-negative seconds.
+fn violation(own: &Block, claimed: &Block) -> Option<String> {
+    if claimed.spatial_id != own.spatial_id || claimed.position != own.position {
+        return Some(format!(
             "block {} came back as block {} at grid position {}; it was handed out at {}",
-            own.spatial_id, block.spatial_id, block.position, own.position
+            own.spatial_id, claimed.spatial_id, claimed.position, own.position
         ));
     }
-    if let Some(stats) = &block.stats {
-        let finite = [stats.wall_seconds, stats.cpu_seconds]
-            .iter()
-            .all(|x| x.is_finite() && *x >= 0.0);
-        if !finite {
-            return Err(format!(
-                "block {} came back with figures that are not finite, non-negative seconds \
-                 (wall {}, cpu {})",
-                own.spatial_id, stats.wall_seconds, stats.cpu_seconds
-            ));
-        }
-    }
-    Ok(())
+    let stats = claimed.stats.as_ref()?;
+    let finite = [stats.wall_seconds, stats.cpu_seconds]
+        .iter()
+        .all(|x| x.is_finite() && *x >= 0.0);
+    (!finite).then(|| {
+        format!(
+            "block {} came back with figures that are not finite, non-negative seconds \
+             (wall {}, cpu {})",
+            own.spatial_id, stats.wall_seconds, stats.cpu_seconds
+        )
+    })
 }
 
 async fn acquire<H: RunHooks>(
@@ -447,24 +435,36 @@ fn release<H>(
     conn_id: u64,
     block: Block,
     error: Option<String>,
-) -> ServerMessage {
+) -> Result<ServerMessage, String> {
     let mut guard = shared.0.borrow_mut();
     let st = &mut *guard;
     let key = block.key;
     let owned = key.task == task && st.outstanding.get(&key).is_some_and(|o| o.conn == conn_id);
-    let Some(out) = owned.then(|| st.outstanding.remove(&key)).flatten() else {
-        return ServerMessage::Error {
+    if !owned {
+        // a late release (reclaimed after a timeout): refused politely
+        return Ok(ServerMessage::Error {
             message: format!(
                 "block {} is not out with this worker (reclaimed after a timeout, or never sent)",
                 block.spatial_id
             ),
-        };
+        });
+    }
+    // the server's own record of the block, with what the worker reports;
+    // a claim that does not match it closes the connection, which then
+    // reclaims the block
+    let own = st.scheduler.graph().block(key);
+    if let Some(why) = violation(&own, &block) {
+        return Err(why);
+    }
+    let Some(out) = st.outstanding.remove(&key) else {
+        return Ok(ServerMessage::Error {
+            message: "block is not out".into(),
+        });
     };
-    // the server's own record of the block, with what the worker reports
     let mut block = Block {
         status: block.status,
         stats: block.stats,
-        ..st.scheduler.graph().block(key)
+        ..own
     };
     let now = Instant::now();
     let round_trip = now.saturating_duration_since(out.sent).as_secs_f64();
@@ -515,12 +515,12 @@ fn release<H>(
     };
     drop(guard);
     shared.1.notify_waiters();
-    match result {
+    Ok(match result {
         Ok(()) => ServerMessage::ReleaseAck,
         Err(e) => ServerMessage::Error {
             message: e.to_string(),
         },
-    }
+    })
 }
 
 #[cfg(test)]
