@@ -37,6 +37,34 @@ def test_a_big_driver_does_not_inflate_its_workers_peaks(tracking: Path) -> None
     assert len(peaks) == 4
     for peak in peaks:
         assert 50 * MB <= peak < 200 * MB, [p // MB for p in peaks]
+    report = task.report()
+    assert report is not None and report.blocks.peak_rss_source == "high_water_mark"
+    del ballast
+
+
+def allocate_600_mb_in_block_2(block: object) -> None:
+    size = 600 if block.block_id[1] == 2 else 50  # type: ignore[attr-defined]
+    chunk = np.ones(size * MB // 8)
+    chunk.sum()
+
+
+def test_a_block_above_the_drivers_size_reports_its_own_peak(tracking: Path) -> None:
+    """The profiler reads the peak from ``ru_maxrss`` where that is exact
+    (the block rose above what the process inherited from its driver) and
+    from ``VmHWM`` otherwise: both kinds of block in one worker."""
+    ballast = np.ones(400 * MB // 8)
+    assert ballast.sum() > 0
+    task = line_task(
+        "mixed", 5, process_function=allocate_600_mb_in_block_2, resource_tracking=True
+    )
+    run_tasks([task], mp=True)
+    peaks = {
+        r.block_id[1]: r.stats.peak_rss_bytes for r in task.block_records() if r.stats is not None
+    }
+    assert sorted(peaks) == [0, 1, 2, 3, 4]
+    assert 600 * MB <= peaks[2] < 800 * MB, {k: v // MB for k, v in peaks.items()}
+    for i in (0, 1, 3, 4):
+        assert 50 * MB <= peaks[i] < 200 * MB, {k: v // MB for k, v in peaks.items()}
     del ballast
 
 
