@@ -621,14 +621,17 @@ def test_reset_deletes_only_the_store(mp, tmp_path, calls):
     (base / "notes.txt").write_text("keep me")
     b_before = snapshot(base / "b")
     a.reset()
-    assert not (base / "a").exists()
+    # the markers go, the run history stays (test_history.py)
+    assert sorted(p.name for p in (base / "a").iterdir()) == ["daisy.lock", "runs.jsonl"]
     assert (base / "notes.txt").read_text() == "keep me"
     assert snapshot(base / "b") == b_before
     states = run([a, b], mp)
     assert take_calls(calls) == Counter(keys(a))
     assert states["a"].skipped_count == 0 and states["b"].skipped_count == 3
+    a.reset(history=True)
+    assert not (base / "a").exists()
     a.reset()
-    a.reset()  # nothing to delete is fine
+    a.reset(history=True)  # nothing to delete is fine
     line_task("untracked", 2, recorder(calls), tracking_path=False).reset()
 
 

@@ -144,6 +144,8 @@ def synthetic(wall_total: float, round_trip: float, failures: int = 0) -> TaskRe
         workers=WorkerSummary(),
         started_at=0.0,
         finished_at=wall_total,
+        first_block_at=0.0,
+        last_block_at=wall_total,
     )
 
 
@@ -153,7 +155,7 @@ def test_compare_flags_a_threefold_slowdown_and_exits_1(tmp_path, capsys):
         append_run(path, synthetic(wall, round_trip=wall / 100))
     rows = compare_runs(read_runs(path), history=7, factor=2.0)
     flagged = {r["figure"] for r in rows if r["flagged"]}
-    assert {"elapsed_s", "wall_total_s", "cpu_total_s", "round_trip_mean_s"} <= flagged
+    assert {"span_s", "wall_total_s", "cpu_total_s", "round_trip_mean_s"} <= flagged
     assert "peak_rss_max_bytes" not in flagged
     code, out = run_cli(capsys, "compare", str(path))
     assert code == 1

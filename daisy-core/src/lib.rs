@@ -9,6 +9,7 @@ pub mod block_grid;
 pub mod block_id;
 pub mod block_profile;
 pub mod client;
+pub mod clock;
 pub mod dependency_graph;
 pub mod error;
 pub mod geometry;

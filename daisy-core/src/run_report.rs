@@ -17,6 +17,7 @@
 
 use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
 use crate::block_profile::BlockStats;
+use crate::clock::wall_clock;
 use crate::error::DaisyError;
 use crate::run_stats::{StatSummary, Trend, Welford};
 use crate::scheduler::Scheduler;
@@ -26,8 +27,7 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::Path;
 
-/// Name of the run history file in a task's store (or log directory).
-pub const RUNS_FILE: &str = "runs.jsonl";
+use crate::tracking_store::RUNS_FILE;
 
 /// Per-block aggregates of one task over one run.
 #[derive(Clone, Debug, Default)]
@@ -79,6 +79,11 @@ impl BlockAggregates {
             io_write: self.io_write.summary(),
             overhead: self.overhead.summary(),
             trend_slope_ms: self.trend.slope(),
+            peak_rss_source: if self.has_stats {
+                crate::block_profile::peak_rss_source().to_string()
+            } else {
+                String::new()
+            },
         }
     }
 }
@@ -110,6 +115,10 @@ pub struct BlockSummary {
     pub overhead: StatSummary,
     /// Least-squares slope of wall time (ms) in completion order.
     pub trend_slope_ms: f64,
+    /// Where `peak_rss` comes from (see
+    /// [`crate::block_profile::peak_rss_source`]); empty without stats.
+    #[serde(default)]
+    pub peak_rss_source: String,
 }
 
 /// One task's report of one run.
@@ -134,6 +143,83 @@ pub struct TaskReport {
     /// unmanaged clients). Absent from lines written before daisy 2.1.
     #[serde(default)]
     pub utilisation: Option<f64>,
+    /// When this task's first block was handed out in this run (seconds
+    /// since the UNIX epoch); None when none was. With `last_block_at`, the
+    /// task's own span inside a run of several tasks.
+    #[serde(default)]
+    pub first_block_at: Option<f64>,
+    /// When this task's last block came back (done or failed); None when
+    /// none did.
+    #[serde(default)]
+    pub last_block_at: Option<f64>,
+    /// Why blocks failed in this run: distinct messages with their counts
+    /// and the first whole failure text, bounded (see [`FailureCauses`]).
+    #[serde(default)]
+    pub failure_causes: FailureCauses,
+}
+
+/// Distinct failure messages a report line keeps per task: enough to tell
+/// a handful of causes apart, few enough that a run whose every block fails
+/// differently (a block id in each message) keeps its line short.
+pub const MAX_CAUSES: usize = 20;
+
+/// The longest first failure text a report line keeps (its end, where a
+/// Python traceback names the exception): a deep traceback fits, a
+/// runaway one does not grow `runs.jsonl` by megabytes per run.
+pub const FIRST_TRACEBACK_BYTES: usize = 16 << 10;
+
+/// One distinct failure message and how many failed attempts gave it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CauseCount {
+    /// The failure text's last line (for a Python traceback: the
+    /// exception), at most [`FAILURE_LINE_BYTES`].
+    pub message: String,
+    /// Failed attempts with this message.
+    pub count: u64,
+}
+
+/// Why a task's blocks failed in one run, kept in its report line so the
+/// next morning says what went wrong, not only how often.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FailureCauses {
+    /// Distinct messages in order of first appearance, at most
+    /// [`MAX_CAUSES`].
+    pub messages: Vec<CauseCount>,
+    /// Failed attempts whose message came after [`MAX_CAUSES`] others.
+    pub other: u64,
+    /// The first failure's whole text (a traceback), its last
+    /// [`FIRST_TRACEBACK_BYTES`] where longer.
+    pub first_traceback: Option<String>,
+}
+
+impl FailureCauses {
+    /// Count one failed attempt's text.
+    pub fn note(&mut self, text: &str) {
+        if self.first_traceback.is_none() {
+            self.first_traceback = Some(tail(text.trim_end(), FIRST_TRACEBACK_BYTES));
+        }
+        let message = last_line(text);
+        if let Some(c) = self.messages.iter_mut().find(|c| c.message == message) {
+            c.count += 1;
+        } else if self.messages.len() < MAX_CAUSES {
+            self.messages.push(CauseCount { message, count: 1 });
+        } else {
+            self.other += 1;
+        }
+    }
+}
+
+/// The last `max` bytes of `text` (on a character boundary), marked with a
+/// leading `…` when cut.
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &text[start..])
 }
 
 impl TaskReport {
@@ -296,6 +382,10 @@ pub struct RunLedger {
     described: std::collections::HashSet<BlockKey>,
     /// Bytes of failure text kept so far.
     failure_text: usize,
+    /// Per task: why its blocks failed.
+    causes: Vec<FailureCauses>,
+    /// Per task: first dispatch and last return, wall clock.
+    spans: Vec<(Option<f64>, Option<f64>)>,
 }
 
 /// Failure texts a run keeps whole, in all: a run whose blocks all fail
@@ -333,6 +423,23 @@ impl RunLedger {
             abandoned: Vec::new(),
             described: std::collections::HashSet::new(),
             failure_text: 0,
+            causes: vec![FailureCauses::default(); tasks],
+            spans: vec![(None, None); tasks],
+        }
+    }
+
+    /// A block of `task` was handed out at `at` (wall clock): the task's
+    /// span starts at its first.
+    pub fn sent(&mut self, task: TaskIndex, at: f64) {
+        if let Some(span) = self.spans.get_mut(task as usize) {
+            span.0.get_or_insert(at);
+        }
+    }
+
+    /// A block of `task` came back now: the task's span ends at its last.
+    fn returned(&mut self, task: TaskIndex) {
+        if let Some(span) = self.spans.get_mut(task as usize) {
+            span.1 = Some(wall_clock());
         }
     }
 
@@ -349,6 +456,7 @@ impl RunLedger {
         sent_at: f64,
     ) -> Result<(), DaisyError> {
         let task = block.key.task;
+        self.returned(task);
         self.aggregates[task as usize].record_success(round_trip, block.stats.as_ref());
         if let (Some(stats), Some(tracking)) = (block.stats.as_ref(), scheduler.tracking_mut(task))
         {
@@ -377,6 +485,10 @@ impl RunLedger {
         if let Err(e) = scheduler.release_block(key, BlockStatus::Failed) {
             tracing::warn!("could not record a failure: {e}");
             return;
+        }
+        self.returned(key.task);
+        if let Some(causes) = self.causes.get_mut(key.task as usize) {
+            causes.note(&reason);
         }
         let whole =
             self.failure_text + reason.len() <= FAILURE_TEXT_BUDGET && self.described.insert(key);
@@ -435,6 +547,9 @@ impl RunLedger {
                     utilisation: utilisation(&blocks, &workers),
                     blocks,
                     workers,
+                    first_block_at: self.spans[t as usize].0,
+                    last_block_at: self.spans[t as usize].1,
+                    failure_causes: self.causes[t as usize].clone(),
                 }
             })
             .collect();
@@ -450,17 +565,46 @@ impl RunLedger {
     }
 }
 
-/// Seconds since the UNIX epoch, now.
-pub fn wall_clock() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failure_causes_count_distinct_last_lines_and_keep_the_first_text() {
+        let mut causes = FailureCauses::default();
+        let trace =
+            "Traceback (most recent call last):\n  File \"x.py\", line 3\nValueError: corrupt";
+        for _ in 0..3 {
+            causes.note(trace);
+        }
+        causes.note("worker 2 died while processing the block\n");
+        for i in 0..(MAX_CAUSES + 5) {
+            causes.note(&format!("KeyError: {i}"));
+        }
+        assert_eq!(causes.first_traceback.as_deref(), Some(trace));
+        assert_eq!(causes.messages.len(), MAX_CAUSES);
+        assert_eq!(causes.messages[0].message, "ValueError: corrupt");
+        assert_eq!(causes.messages[0].count, 3);
+        assert_eq!(
+            causes.messages[1].message,
+            "worker 2 died while processing the block"
+        );
+        // 18 KeyErrors fit beside the first two messages; 7 more do not
+        assert_eq!(causes.other, 7);
+        let total: u64 = causes.messages.iter().map(|c| c.count).sum::<u64>() + causes.other;
+        assert_eq!(total, 3 + 1 + MAX_CAUSES as u64 + 5);
+    }
+
+    #[test]
+    fn a_long_first_failure_keeps_its_end() {
+        let mut causes = FailureCauses::default();
+        let long = format!("{}\nRuntimeError: the end", "é frame\n".repeat(10_000));
+        causes.note(&long);
+        let kept = causes.first_traceback.unwrap();
+        assert!(kept.len() <= FIRST_TRACEBACK_BYTES + "…".len());
+        assert!(kept.starts_with('…'));
+        assert!(kept.ends_with("RuntimeError: the end"));
+    }
 
     #[test]
     fn report_is_one_json_line_with_the_spec_keys() {
@@ -491,6 +635,7 @@ mod tests {
             blocks: agg.summary(&state),
             workers: WorkerSummary::default(),
             utilisation: None,
+            ..TaskReport::default()
         };
         assert_eq!(report.blocks.count, 12);
         assert!((report.blocks.overhead.mean - 0.0005).abs() < 1e-9);
@@ -509,6 +654,9 @@ mod tests {
             "workers",
             "outcome",
             "utilisation",
+            "first_block_at",
+            "last_block_at",
+            "failure_causes",
         ] {
             assert!(v.get(key).is_some(), "{key}");
         }

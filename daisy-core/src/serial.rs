@@ -18,8 +18,9 @@
 
 use crate::block::{Block, BlockStatus, TaskIndex};
 use crate::block_profile::BlockProfiler;
+use crate::clock::wall_clock;
 use crate::error::DaisyError;
-use crate::run_report::{RunLedger, RunOutcome, wall_clock};
+use crate::run_report::{RunLedger, RunOutcome};
 use crate::scheduler::Scheduler;
 use crate::worker_timeline::WorkerSummary;
 
@@ -79,6 +80,7 @@ fn sweep(
             while let Some(mut block) = scheduler.acquire_block(task, |b| hooks.already_done(b))? {
                 progressed = true;
                 let sent_at = wall_clock();
+                ledger.sent(task, sent_at);
                 let measured = resource_tracking
                     .get(task as usize)
                     .copied()

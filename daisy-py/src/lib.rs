@@ -31,11 +31,13 @@ fn cantor_number(position: Vec<i64>) -> PyResult<u64> {
     Ok(daisy_core::block_id::cantor_number(&position))
 }
 
-/// Delete a task's tracking store (only a directory that is one).
+/// Reset a task's tracking store (only a directory that is one); with
+/// `keep_history` its `runs.jsonl` stays, with a reset record.
 #[pyfunction]
-fn reset_tracking(path: std::path::PathBuf) -> PyResult<()> {
+#[pyo3(signature = (path, keep_history = true))]
+fn reset_tracking(path: std::path::PathBuf, keep_history: bool) -> PyResult<()> {
     use errors::IntoPyResult;
-    daisy_core::tracking_store::TrackingStore::reset(&path).py()
+    daisy_core::tracking_store::TrackingStore::reset(&path, keep_history).py()
 }
 
 #[pymodule]

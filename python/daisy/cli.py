@@ -41,6 +41,7 @@ SUMMARY_COLUMNS = [
     "skipped",
     "failures",
     "elapsed_s",
+    "span_s",
     "wall_total_s",
     "wall_p50_s",
     "wall_p95_s",
@@ -50,6 +51,7 @@ SUMMARY_COLUMNS = [
     "io_write_bytes",
     "workers",
     "utilisation",
+    "top_failure",
 ]
 
 
@@ -80,6 +82,7 @@ def summary_row(report: TaskReport, run: int, store: Path | None) -> dict[str, A
         "skipped": b.skipped,
         "failures": b.failures,
         "elapsed_s": report.elapsed,
+        "span_s": report.span,
         "wall_total_s": b.wall.total if b.wall else None,
         "wall_p50_s": p50,
         "wall_p95_s": p95,
@@ -89,7 +92,14 @@ def summary_row(report: TaskReport, run: int, store: Path | None) -> dict[str, A
         "io_write_bytes": int(b.io_write.total) if b.io_write else None,
         "workers": report.workers.count,
         "utilisation": report.utilisation,
+        "top_failure": _top_failure(report),
     }
+
+
+def _top_failure(report: TaskReport) -> str | None:
+    """The most frequent failure message of a run, with its count."""
+    ranked = sorted(report.failure_causes.messages, key=lambda mn: -mn[1])
+    return f"{ranked[0][1]}× {ranked[0][0]}" if ranked else None
 
 
 def _select(runs: list[TaskReport], run: int | None, where: Path) -> tuple[int, TaskReport]:
@@ -113,7 +123,12 @@ def report_command(args: argparse.Namespace) -> int:
     for f in files:
         index, report = _select(read_runs(f), args.run, f)
         rows.append(summary_row(report, index, store_of(f)))
-        sections.append(report.render(max_workers=args.max_workers))
+        section = report.render(max_workers=args.max_workers)
+        first = report.failure_causes.first_traceback
+        if first:
+            body = "\n".join("      " + line for line in first.splitlines())
+            section += f"\n    first failure:\n{body}"
+        sections.append(section)
     if args.html:
         from daisy.html_report import write_html_report
 
@@ -138,7 +153,7 @@ def report_command(args: argparse.Namespace) -> int:
 
 #: what ``daisy compare`` checks, and how to read each figure off a report
 COMPARED: dict[str, Callable[[TaskReport], float | None]] = {
-    "elapsed_s": lambda r: r.elapsed,
+    "span_s": lambda r: r.span,
     "wall_total_s": lambda r: r.blocks.wall.total if r.blocks.wall else None,
     "cpu_total_s": lambda r: r.blocks.cpu.total if r.blocks.cpu else None,
     "peak_rss_max_bytes": lambda r: r.blocks.peak_rss.max if r.blocks.peak_rss else None,
@@ -157,6 +172,9 @@ def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> lis
         return []
     last = runs[-1]
     previous = [r for r in runs[:-1] if r.blocks.count > r.blocks.skipped][-history:]
+    # whether a Task.reset() lies between the oldest run compared and the last
+    window = runs[runs.index(previous[0]) + 1 :] if previous else []
+    reset_between = any(r.after_reset for r in window)
     rows = []
     for name, read in COMPARED.items():
         now = read(last)
@@ -177,6 +195,7 @@ def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> lis
                 "runs": len(before),
                 "ratio": (now / median) if median else None,
                 "flagged": flagged,
+                "reset_between": reset_between,
             }
         )
     return rows
@@ -202,6 +221,9 @@ def compare_command(args: argparse.Namespace) -> int:
                 f"{r['task_id']:<20} {r['figure']:<20} {r['last']:>12.4g} {r['median']:>12.4g} "
                 f"{ratio:>7}{mark}"
             )
+        reset_tasks = sorted({r["task_id"] for r in rows if r["reset_between"]})
+        for tid in reset_tasks:
+            print(f"({tid}: reset between the runs compared; its last run reprocessed every block)")
         if not rows:
             print("nothing to compare yet: every task needs at least two runs")
     return 1 if any(r["flagged"] for r in rows) else 0

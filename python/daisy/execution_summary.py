@@ -36,6 +36,9 @@ def format_execution_summary(
             f"    orphaned  ∅: {s.orphaned_count}",
             "",
         ]
+        if s.skipped_count:
+            # the DONE_MARKERS spec's line for a resumed run
+            out += [f"    Skipped: {s.skipped_count}", ""]
         pending = s.total_block_count - s.completed_count - s.failed_count - s.orphaned_count
         if pending > 0:
             out += [f"    unfinished ⧗: {pending} (the run stopped before they ran)", ""]

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from daisy._daisy import DependencyGraph, TaskSpec
+from daisy._daisy import DependencyGraph, TaskSpec, reset_tracking
 
 
 class Composable:
@@ -38,6 +38,19 @@ class Composable:
     def tracking_path(self) -> Path | None:
         """The task's tracking store, or None."""
         return None
+
+    def reset(self, history: bool = False) -> None:
+        """Forget which blocks are done, so the next run processes every
+        block again: the task's done markers, failure counts and per-block
+        statistics are deleted from its tracking store (only from a
+        directory that is a daisy store). Its run history (``runs.jsonl``)
+        stays, with a reset record, so ``daisy compare`` can still set the
+        runs after a code change against those before it; ``history=True``
+        deletes the history too (the whole store). Raises ``OSError`` for a
+        directory that is not a store, or one a running run holds."""
+        path = self.tracking_path
+        if path is not None:
+            reset_tracking(str(path), keep_history=not history)
 
     def __add__(self, other: Any) -> Pipeline:
         return Pipeline.of(self) + Pipeline.of(other)
@@ -135,6 +148,12 @@ class Pipeline:
     def tasks(self) -> list[Any]:
         """The tasks, in the order they were added."""
         return list(self._tasks.values())
+
+    def reset(self, history: bool = False) -> None:
+        """`Task.reset` every task of the pipeline (``history=True``: their
+        run histories too)."""
+        for t in self._tasks.values():
+            t.reset(history=history)
 
     def upstream_ids(self, task_id: str) -> list[str]:
         """Ids of the tasks ``task_id`` waits for."""

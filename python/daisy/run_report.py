@@ -74,26 +74,39 @@ def runs_file_for(task: ReportedTask) -> Path | None:
     return Path(base).absolute() / task.task_id / RUNS_FILE
 
 
-def read_last_run(path: str | os.PathLike[str]) -> TaskReport | None:
-    """The report on the last non-empty line of a ``runs.jsonl``, or None."""
-    path = Path(path)
+def _report_lines(path: Path) -> list[TaskReport]:
+    """Every report of a ``runs.jsonl``, oldest first; a report that follows
+    a reset record has ``after_reset`` set."""
     if not path.is_file():
-        return None
-    last = None
+        return []
+    out: list[TaskReport] = []
+    after_reset = False
     with open(path, encoding="utf-8") as f:
         for line in f:
-            if line.strip():
-                last = line
-    return None if last is None else TaskReport.from_dict(json.loads(last), strict=True)
+            if not line.strip():
+                continue
+            d = json.loads(line)
+            if isinstance(d, dict) and RESET_KEY in d and "task_id" not in d:
+                after_reset = True
+                continue
+            report = TaskReport.from_dict(d, strict=True)
+            report.after_reset = after_reset
+            after_reset = False
+            out.append(report)
+    return out
+
+
+def read_last_run(path: str | os.PathLike[str]) -> TaskReport | None:
+    """The last report of a ``runs.jsonl``, or None."""
+    runs = _report_lines(Path(path))
+    return runs[-1] if runs else None
 
 
 def read_runs(path: str | os.PathLike[str]) -> list[TaskReport]:
-    """Every report of a ``runs.jsonl``, oldest first."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [TaskReport.from_dict(json.loads(line), strict=True) for line in f if line.strip()]
+    """Every report of a ``runs.jsonl``, oldest first. Reset records (which
+    ``Task.reset()`` leaves where it keeps the history) are not reports:
+    the report after one has ``after_reset`` set."""
+    return _report_lines(Path(path))
 
 
 def append_run(path: str | os.PathLike[str], report: TaskReport) -> None:
@@ -102,6 +115,10 @@ def append_run(path: str | os.PathLike[str], report: TaskReport) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(report.to_dict()) + "\n")
+
+
+def _opt_float(x: Any) -> float | None:
+    return None if x is None else float(x)
 
 
 # -- number formats -----------------------------------------------------------
@@ -142,7 +159,18 @@ def format_seconds(x: float | None) -> str:
 
 #: keys the core added to the report after its first release, with the value
 #: a line written before them reads as
-ADDED_LATER: dict[str, Any] = {"spawner": "", "utilisation": None}
+ADDED_LATER: dict[str, Any] = {
+    "spawner": "",
+    "utilisation": None,
+    "first_block_at": None,
+    "last_block_at": None,
+    "failure_causes": None,
+    "peak_rss_source": "",
+}
+
+#: the key of a reset record in ``runs.jsonl`` (``Task.reset()`` writes
+#: ``{"reset_at": <epoch seconds>}`` where it keeps the history)
+RESET_KEY = "reset_at"
 
 
 def _fields(d: Any, defaults: dict[str, Any], what: str, strict: bool) -> dict[str, Any]:
@@ -253,6 +281,10 @@ class BlockSummary:
     io_write: Stat = field(default_factory=Stat)
     overhead: Stat = field(default_factory=Stat)
     trend_slope_ms: float = 0.0
+    #: where ``peak_rss`` comes from: "high_water_mark" (the kernel's mark,
+    #: reset at each block's start), "process_peak" (no reset possible on
+    #: that system: the process's peak so far), "" without stats
+    peak_rss_source: str = ""
 
     _STATS = ("round_trip", "wall", "cpu", "peak_rss", "io_read", "io_write", "overhead")
     #: the stats that count bytes (the others count seconds)
@@ -262,7 +294,7 @@ class BlockSummary:
     def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> BlockSummary:
         """From the report JSON. ``strict``: every key must be there."""
         defaults: dict[str, Any] = {"count": 0, "skipped": 0, "failures": 0}
-        defaults.update(has_stats=False, trend_slope_ms=0.0)
+        defaults.update(has_stats=False, trend_slope_ms=0.0, peak_rss_source="")
         defaults.update(dict.fromkeys(cls._STATS))
         f = _fields({} if d is None and not strict else d, defaults, "blocks", strict)
         return cls(
@@ -271,6 +303,7 @@ class BlockSummary:
             failures=int(f["failures"]),
             has_stats=bool(f["has_stats"]),
             trend_slope_ms=float(f["trend_slope_ms"]),
+            peak_rss_source=str(f["peak_rss_source"]),
             **{
                 k: dataclasses.replace(Stat.from_dict(f[k], strict), unit=cls._UNITS.get(k, "s"))
                 for k in cls._STATS
@@ -293,6 +326,7 @@ class BlockSummary:
         }
         out.update({k: getattr(self, k).to_dict() for k in self._STATS})
         out["trend_slope_ms"] = self.trend_slope_ms
+        out["peak_rss_source"] = self.peak_rss_source
         return out
 
 
@@ -450,6 +484,56 @@ class BlockRecord:
         )
 
 
+@dataclass(frozen=True)
+class FailureCauses:
+    """Why a task's blocks failed in one run, as its report line keeps it:
+    the distinct failure messages (each failure text's last line, for a
+    Python traceback the exception) with how many failed attempts gave
+    each, in order of first appearance (at most 20; ``other`` counts the
+    attempts past them), and the first failure's whole text (its last
+    16 KiB)."""
+
+    messages: tuple[tuple[str, int], ...] = ()
+    other: int = 0
+    first_traceback: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> FailureCauses:
+        """From the report JSON's ``failure_causes`` (None: nothing failed,
+        or a line written before daisy kept causes)."""
+        if d is None:
+            return cls()
+        f = _fields(
+            d, {"messages": [], "other": 0, "first_traceback": None}, "failure_causes", strict
+        )
+        messages = []
+        for m in f["messages"]:
+            g = _fields(m, {"message": "", "count": 0}, "a failure message", strict)
+            messages.append((str(g["message"]), int(g["count"])))
+        first = f["first_traceback"]
+        return cls(tuple(messages), int(f["other"]), None if first is None else str(first))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report JSON's ``failure_causes``."""
+        return {
+            "messages": [{"message": m, "count": n} for m, n in self.messages],
+            "other": self.other,
+            "first_traceback": self.first_traceback,
+        }
+
+    def __bool__(self) -> bool:
+        return bool(self.messages) or self.other > 0
+
+    def render(self, indent: str = "    ", limit: int = 5) -> list[str]:
+        """The panel's lines: the most frequent messages, one per line."""
+        ranked = sorted(self.messages, key=lambda mn: -mn[1])
+        lines = [f"{indent}{n}× {m}" for m, n in ranked[:limit]]
+        more = sum(n for _, n in ranked[limit:]) + self.other
+        if more:
+            lines.append(f"{indent}… {more} more failed attempt(s) with other messages")
+        return lines
+
+
 class TaskReport:
     """One task's report of one run: ``blocks`` and ``workers`` summaries,
     ``worker(id)`` and ``block(...)`` to drill down."""
@@ -464,8 +548,20 @@ class TaskReport:
         tracked: bool = False,
         outcome: str = "completed",
         utilisation: float | None = None,
+        first_block_at: float | None = None,
+        last_block_at: float | None = None,
+        failure_causes: FailureCauses | None = None,
     ) -> None:
         self.task_id = task_id
+        #: when this task's first block was handed out and its last came
+        #: back (epoch seconds; None when it had none): its own span
+        self.first_block_at = first_block_at
+        self.last_block_at = last_block_at
+        #: why blocks failed in this run
+        self.failure_causes = failure_causes or FailureCauses()
+        #: whether a ``Task.reset()`` came between the run before and this
+        #: one (set by `read_runs`; False for a report a run returned)
+        self.after_reset = False
         #: the share of the workers' lives that went into blocks (computed
         #: by the core); None without workers
         self.utilisation = utilisation
@@ -485,6 +581,7 @@ class TaskReport:
         defaults: dict[str, Any] = {"task_id": None, "blocks": None, "workers": None}
         defaults.update(started_at=0.0, finished_at=0.0, tracked=False)
         defaults.update(outcome="completed", utilisation=None)
+        defaults.update(first_block_at=None, last_block_at=None, failure_causes=None)
         f = _fields(d, defaults, "a task report", strict)
         if f["task_id"] is None:
             raise ValueError("run report: a task report has no 'task_id'")
@@ -497,6 +594,9 @@ class TaskReport:
             tracked=bool(f["tracked"]),
             outcome=str(f["outcome"]),
             utilisation=None if f["utilisation"] is None else float(f["utilisation"]),
+            first_block_at=_opt_float(f["first_block_at"]),
+            last_block_at=_opt_float(f["last_block_at"]),
+            failure_causes=FailureCauses.from_dict(f["failure_causes"], strict),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -510,12 +610,25 @@ class TaskReport:
             "blocks": self.blocks.to_dict(),
             "workers": self.workers.to_dict(),
             "utilisation": self.utilisation,
+            "first_block_at": self.first_block_at,
+            "last_block_at": self.last_block_at,
+            "failure_causes": self.failure_causes.to_dict(),
         }
 
     @property
     def elapsed(self) -> float:
         """Wall seconds of the run, start to report."""
         return max(0.0, self.finished_at - self.started_at)
+
+    @property
+    def span(self) -> float | None:
+        """Wall seconds of this task's own work in the run: its first block
+        handed out to its last block back. In a pipeline, a downstream
+        task's span leaves out the time it waited for upstream blocks
+        before its first block. None when no block was handed out."""
+        if self.first_block_at is None or self.last_block_at is None:
+            return None
+        return max(0.0, self.last_block_at - self.first_block_at)
 
     def worker(self, worker_id: int) -> WorkerRecord:
         """The record of one worker."""
@@ -540,8 +653,8 @@ class TaskReport:
 
     def block_records(self) -> list[BlockRecord]:
         """Every block the store has a record of (done, or with failures),
-        sorted by spatial id. Walks the whole grid: for very large tasks
-        read the store's Zarr arrays directly."""
+        in grid order (row-major over the block grid). Walks the whole
+        grid: for very large tasks read the store's Zarr arrays directly."""
         task = self._attached_task("block_records()")
         return task.block_records()
 
@@ -581,8 +694,16 @@ class TaskReport:
                 second += f"   overhead {b.overhead.format()}"
             second += f"   trend ∠ {b.trend_slope_ms:+.4f} ms/block"
             lines.append(second)
+            if b.peak_rss_source == "process_peak":
+                lines.append(
+                    f"{' ' * len(label)} (peak RSS is each worker's peak so far: this system "
+                    "cannot reset it per block)"
+                )
         if b.failures:
             lines.append(f"{' ' * len(label)} {b.failures} failed attempt(s)")
+        if self.failure_causes:
+            lines.append("    failed because")
+            lines.extend(self.failure_causes.render(indent=" " * (len(label) + 1)))
         if w.count:
             lines.append(
                 f"    workers  startup {w.startup.format()}   idle {w.idle.format()}"

@@ -11,8 +11,12 @@ from daisy import _v1_names
 from daisy._daisy import Block, TaskState
 from daisy._daisy import Scheduler as _NativeScheduler
 from daisy.pipeline import Pipeline
-from daisy.task import Task
-from daisy.tracking_store import resource_tracking_task_ids, skip_masks, tracking_paths
+from daisy.tracking_store import (
+    TrackedTask,
+    resource_tracking_task_ids,
+    skip_masks,
+    tracking_paths,
+)
 
 
 class Scheduler:
@@ -37,7 +41,7 @@ class Scheduler:
         )
 
     @property
-    def tasks(self) -> list[Task]:
+    def tasks(self) -> list[Any]:
         """Tasks in pipeline (topological) order."""
         return [self._tasks[tid] for tid in self._native.task_ids]
 
@@ -55,7 +59,7 @@ class Scheduler:
         """A fresh snapshot of every task's counts, by task id."""
         return {tid: self._native.task_state(tid) for tid in self._native.task_ids}
 
-    def get_ready_tasks(self) -> list[Task]:
+    def get_ready_tasks(self) -> list[TrackedTask]:
         """Tasks that have a block ready now."""
         return [self._tasks[tid] for tid in self._native.ready_task_ids()]
 

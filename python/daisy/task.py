@@ -21,7 +21,8 @@ from typing import Any
 from funlib.geometry import Roi
 
 from daisy import _v1_names
-from daisy._daisy import Block, TaskSpec, TrackingStore, reset_tracking, validated_roi
+from daisy._daisy import Block, TaskSpec, TrackingStore, validated_roi
+from daisy.convenience import run_blockwise
 from daisy.pipeline import Composable
 from daisy.run_report import BlockRecord, TaskReport, read_last_run, runs_file_for
 from daisy.tracking_store import resolve_tracking_path
@@ -375,6 +376,20 @@ class Task(Composable):
             report._task = self
         return report
 
+    def run_blockwise(self, *args: Any, **kwargs: Any) -> bool:
+        """Run this task and its upstream tasks: the same as
+        ``daisy.run_blockwise([task], ...)``, with the same arguments and
+        return value."""
+        return run_blockwise([self], *args, **kwargs)
+
+    def reset(self, history: bool = False) -> None:
+        """Forget which blocks are done (see `Composable.reset`);
+        ``history=True`` also forgets the run history, including the report
+        this process kept of the last run."""
+        super().reset(history=history)
+        if history:
+            self._last_report = None
+
     def _store(self) -> TrackingStore | None:
         path = self.tracking_path
         if path is None or not (Path(path) / "zarr.json").is_file():
@@ -418,13 +433,6 @@ class Task(Composable):
         if store is None:
             return []
         return [BlockRecord.from_native(self.task_id, r) for r in store.records()]
-
-    def reset(self) -> None:
-        """Delete the task's tracking store (only the store), so the next
-        run processes every block again."""
-        path = self.tracking_path
-        if path is not None:
-            reset_tracking(str(path))
 
     @property
     def total_write_roi(self) -> Roi:

@@ -114,25 +114,33 @@ def skip_masks(tasks: Iterable[TrackedTask]) -> dict[str, bytes]:
     return {t.task_id: t._skip_mask for t in tasks if t._skip_mask is not None}
 
 
+#: the resume notice's logger, named in the DONE_MARKERS spec
+progress_logger = logging.getLogger("daisy._progress")
+
+
 def log_skips(tasks: Iterable[TrackedTask], states: Mapping[str, TaskState]) -> None:
-    """One INFO record per task that skipped blocks, saying how to
-    reprocess them."""
+    """One INFO record on the ``daisy._progress`` logger per task that
+    skipped blocks, in the DONE_MARKERS spec's words: how many, why, and
+    how to reprocess them."""
     for t in tasks:
         s = states.get(t.task_id)
         if s is None or not s.skipped_count:
             continue
-        how = []
+        via, how = [], []
         if t.tracking_path is not None:
+            via.append("done markers")
             how.append("Task.reset() or tracking_path=False")
         if t._skip_mask is not None:
+            via.append("the skip mask")
             how.append("a narrower skip_mask")
         if t._pre_check is not None:
+            via.append("check_function")
             how.append("a check_function that returns False")
-        logger.info(
-            "task %r: resumed: %d/%d blocks skipped (done markers, skip mask or "
-            "check_function); %s reprocesses them",
+        progress_logger.info(
+            "task %r: resumed — %d/%d blocks skipped via %s (%s reprocesses them)",
             t.task_id,
             s.skipped_count,
             s.total_block_count,
-            " or ".join(how) or "nothing",
+            " or ".join(via),
+            " or ".join(how),
         )

@@ -22,9 +22,9 @@ use super::hooks::RunHooks;
 use super::policy::{self, Returned};
 use super::state::{Outstanding, Shared, State};
 use crate::block::{Block, BlockStatus, TaskIndex};
+use crate::clock::wall_clock;
 use crate::error::DaisyError;
 use crate::protocol::{self, ClientMessage, ServerMessage};
-use crate::run_report::wall_clock;
 use futures_util::{SinkExt, StreamExt};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -378,6 +378,8 @@ async fn acquire<H: RunHooks>(
             if let Some(block) = got {
                 let timeout = st.config.tasks[task as usize].timeout;
                 let now = Instant::now();
+                let sent_wall = wall_clock();
+                st.ledger.sent(task, sent_wall);
                 st.outstanding.insert(
                     block.key,
                     Outstanding {
@@ -385,7 +387,7 @@ async fn acquire<H: RunHooks>(
                         worker: worker_id,
                         deadline: timeout.map(|t| now + t),
                         sent: now,
-                        sent_wall: wall_clock(),
+                        sent_wall,
                     },
                 );
                 if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {

@@ -13,6 +13,8 @@
 //! <store>/done/zarr.json       uint8, one element per block
 //! <store>/done/c/0/../0        the single chunk: raw little-endian elements
 //! <store>/failures/...         uint32, likewise
+//! <store>/runs.jsonl           the task's run history (run_report.rs)
+//! <store>/daisy.lock           held by the run that has the store open
 //! ```
 //! Every array has the same shape, one element per cell of the block grid
 //! anchored at `total_roi` (a block's cell is `(write_offset - total_offset)
@@ -45,6 +47,10 @@
 pub mod layout;
 pub mod lock;
 pub mod zarr_array;
+
+/// Name of a task's run history file: one report line per run (and one
+/// record per `reset` that kept it), in its store or its log directory.
+pub const RUNS_FILE: &str = "runs.jsonl";
 
 use self::layout::{Layout, growth_shift, mismatch};
 use self::lock::{LOCK_FILE, StoreLock};
@@ -265,8 +271,10 @@ fn read_group(store: &Path, expected: &str) -> Result<Option<Value>, DaisyError>
         // creation cut short by a full disk or a kill) is no store yet: it
         // is made again, nothing in it was ever marked. Anything else is
         // someone else's and is left alone.
+        // (and the run history a reset kept)
         let ours = |name: &std::ffi::OsStr| {
             name == LOCK_FILE
+                || name == RUNS_FILE
                 || [DONE, FAILURES]
                     .iter()
                     .chain(STATS.iter())
@@ -538,22 +546,67 @@ impl TrackingStore {
         Ok(())
     }
 
-    /// Delete a task's store (only the store: its directory must be a
-    /// tracking group). Nothing to delete is not an error.
-    pub fn reset(path: &Path) -> Result<(), DaisyError> {
-        match read_group(path, "") {
-            Ok(None) => Ok(()),
-            Ok(Some(attrs)) if attrs.get("daisy_task_hash").is_some() => {
-                // not from under a run that holds it
-                let _lock = StoreLock::acquire(path)?;
-                fs::remove_dir_all(path).map_err(|e| io_err(path, e))
-            }
-            Ok(Some(_)) | Err(_) => Err(DaisyError::Io(format!(
-                "{}: not a daisy tracking store; not deleting it",
-                path.display()
-            ))),
+    /// Reset a task's store (only a directory that is one): delete its
+    /// done markers, failures and statistics so the next run processes
+    /// every block again. With `keep_history`, its `runs.jsonl` stays and
+    /// gets a reset record (`{"reset_at": <epoch seconds>}`) so readers see
+    /// the boundary; without, the whole directory goes. Nothing to delete
+    /// is not an error.
+    pub fn reset(path: &Path, keep_history: bool) -> Result<(), DaisyError> {
+        if !path.exists() {
+            return Ok(());
         }
+        match read_group(path, "") {
+            Ok(Some(attrs)) if attrs.get("daisy_task_hash").is_none() => {
+                return Err(not_a_store(path));
+            }
+            Err(_) => return Err(not_a_store(path)),
+            Ok(_) => {}
+        }
+        // not from under a run that holds it
+        let _lock = StoreLock::acquire(path)?;
+        if !keep_history {
+            return fs::remove_dir_all(path).map_err(|e| io_err(path, e));
+        }
+        // the group metadata first: a reset cut short leaves a directory
+        // of leftovers, which the next run makes into a store again
+        let meta = path.join("zarr.json");
+        if meta.exists() {
+            fs::remove_file(&meta).map_err(|e| io_err(&meta, e))?;
+        }
+        for entry in fs::read_dir(path).map_err(|e| io_err(path, e))? {
+            let entry = entry.map_err(|e| io_err(path, e))?;
+            let name = entry.file_name();
+            if name == LOCK_FILE || name == RUNS_FILE {
+                continue;
+            }
+            let p = entry.path();
+            let gone = if p.is_dir() {
+                fs::remove_dir_all(&p)
+            } else {
+                fs::remove_file(&p)
+            };
+            gone.map_err(|e| io_err(&p, e))?;
+        }
+        let runs = path.join(RUNS_FILE);
+        if runs.is_file() {
+            let line = serde_json::json!({ "reset_at": crate::clock::wall_clock() });
+            let mut f = fs::OpenOptions::new()
+                .append(true)
+                .open(&runs)
+                .map_err(|e| io_err(&runs, e))?;
+            std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes())
+                .map_err(|e| io_err(&runs, e))?;
+        }
+        Ok(())
     }
+}
+
+fn not_a_store(path: &Path) -> DaisyError {
+    DaisyError::Io(format!(
+        "{}: not a daisy tracking store; not deleting it",
+        path.display()
+    ))
 }
 
 fn write_group(path: &Path, layout: &Layout) -> Result<(), DaisyError> {
@@ -922,13 +975,46 @@ mod tests {
         let path = tmp("reset");
         let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
         TrackingStore::open(&path, &s, false).unwrap();
-        TrackingStore::reset(&path).unwrap();
+        TrackingStore::reset(&path, false).unwrap();
         assert!(!path.exists());
-        TrackingStore::reset(&path).unwrap();
+        TrackingStore::reset(&path, false).unwrap();
         fs::create_dir_all(&path).unwrap();
         fs::write(path.join("precious.txt"), "x").unwrap();
-        assert!(TrackingStore::reset(&path).is_err());
-        assert!(path.join("precious.txt").exists());
+        for keep in [false, true] {
+            assert!(TrackingStore::reset(&path, keep).is_err());
+            assert!(path.join("precious.txt").exists());
+        }
         fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_reset_keeping_history_leaves_runs_and_a_reset_record() {
+        let path = tmp("reset-history");
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
+        let block = BlockGrid::new(0, &s).block(0);
+        {
+            let mut store = TrackingStore::open(&path, &s, true).unwrap();
+            store.mark_done(&block);
+        }
+        fs::write(path.join(RUNS_FILE), "{\"task_id\": \"t\"}\n").unwrap();
+        TrackingStore::reset(&path, true).unwrap();
+        let mut left: Vec<_> = fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, [LOCK_FILE, RUNS_FILE]);
+        let text = fs::read_to_string(path.join(RUNS_FILE)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        let record: Value = serde_json::from_str(lines[1]).unwrap();
+        assert!(record["reset_at"].as_f64().unwrap() > 0.0);
+        // the next run makes a fresh store beside the kept history
+        let store = TrackingStore::open(&path, &s, false).unwrap();
+        assert!(!store.is_marked_done(&block));
+        drop(store);
+        assert!(path.join(RUNS_FILE).is_file());
+        TrackingStore::reset(&path, false).unwrap();
+        assert!(!path.exists());
     }
 }

@@ -1,0 +1,257 @@
+"""What a task's run history keeps: it survives ``Task.reset()`` (the
+moment a user wants to compare), it says why blocks failed, and ``daisy
+compare`` judges each task by its own span, not the whole run's."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from conftest import line_task
+
+import daisy
+from daisy.cli import compare_runs, main
+from daisy.run_report import RESET_KEY, read_runs
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def noop(block):
+    pass
+
+
+def lines_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# --------------------------------------------------------------------------
+# reset keeps the history
+
+
+def test_four_runs_with_resets_between_them_keep_four_reports(tmp_path, capsys):
+    daisy.set_tracking_basedir(tmp_path)
+    task = line_task("seg", 4, process_function=noop)
+    for i in range(4):
+        if i:
+            task.reset()
+        assert daisy.run_blockwise([task], multiprocessing=False, progress=False, summary=False)
+    runs_file = tmp_path / "seg" / "runs.jsonl"
+    records = lines_of(runs_file)
+    assert [RESET_KEY in r for r in records] == [False, True, False, True, False, True, False]
+    runs = read_runs(runs_file)
+    assert len(runs) == 4
+    # every run after a reset processed every block again
+    assert [r.blocks.skipped for r in runs] == [0, 0, 0, 0]
+    assert [r.after_reset for r in runs] == [False, True, True, True]
+    code, out = run_cli(capsys, "compare", str(tmp_path))
+    assert "nothing to compare yet" not in out
+    assert "span_s" in out
+    assert "reset between the runs compared" in out
+
+
+def test_reset_with_history_deletes_the_whole_store(tmp_path):
+    daisy.set_tracking_basedir(tmp_path)
+    task = line_task("seg", 3, process_function=noop)
+    assert daisy.run_blockwise([task], multiprocessing=False, progress=False, summary=False)
+    task.reset(history=True)
+    assert not (tmp_path / "seg").exists()
+    assert task.report() is None
+
+
+def test_task_report_after_a_reset_is_still_the_last_run(tmp_path):
+    daisy.set_tracking_basedir(tmp_path)
+    task = line_task("seg", 3, process_function=noop)
+    assert daisy.run_blockwise([task], multiprocessing=False, progress=False, summary=False)
+    task.reset()
+    report = task.report()
+    assert report is not None and report.blocks.count == 3
+    # the markers are gone: the next run does every block
+    calls = []
+    again = line_task("seg", 3, process_function=lambda b: calls.append(b.block_id[1]))
+    assert daisy.run_blockwise([again], multiprocessing=False, progress=False, summary=False)
+    assert len(calls) == 3
+
+
+def test_pipeline_reset_resets_every_task_and_keeps_their_histories(tmp_path):
+    daisy.set_tracking_basedir(tmp_path)
+    a = line_task("a", 3, process_function=noop)
+    b = line_task("b", 3, process_function=noop, upstream_tasks=[a])
+    pipeline = daisy.Pipeline([a, b])
+    assert daisy.run_blockwise(pipeline, multiprocessing=False, progress=False, summary=False)
+    pipeline.reset()
+    for tid in "ab":
+        assert sorted(p.name for p in (tmp_path / tid).iterdir()) == ["daisy.lock", "runs.jsonl"]
+        assert RESET_KEY in lines_of(tmp_path / tid / "runs.jsonl")[-1]
+    assert daisy.run_blockwise(pipeline, multiprocessing=False, progress=False, summary=False)
+    assert [r.blocks.skipped for r in read_runs(tmp_path / "b" / "runs.jsonl")] == [0, 0]
+    pipeline.reset(history=True)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+# --------------------------------------------------------------------------
+# why blocks failed
+
+
+def corrupt_sections(block):
+    if block.block_id[1] % 4 == 1:
+        raise ValueError(f"corrupt section in block {block.block_id[1] % 4}")
+
+
+def test_the_report_line_keeps_why_blocks_failed(tmp_path, capsys):
+    daisy.set_tracking_basedir(tmp_path)
+    task = line_task("seg", 16, process_function=corrupt_sections, max_retries=1, max_workers=2)
+    assert not daisy.run_blockwise([task], progress=False, summary=False)
+    report = task.report()
+    assert report is not None
+    causes = report.failure_causes
+    assert causes.messages == (("ValueError: corrupt section in block 1", 8),)
+    assert causes.other == 0
+    assert causes.first_traceback is not None
+    assert "Traceback" in causes.first_traceback
+    assert "corrupt_sections" in causes.first_traceback
+    assert causes.first_traceback.rstrip().endswith("ValueError: corrupt section in block 1")
+    # the next morning, from the disk
+    code, out = run_cli(capsys, "report", str(tmp_path / "seg"))
+    assert "failed because" in out
+    assert "8× ValueError: corrupt section in block 1" in out
+    assert "first failure:" in out and "Traceback" in out
+    code, out = run_cli(capsys, "report", str(tmp_path), "--format", "json")
+    assert json.loads(out)[0]["top_failure"] == "8× ValueError: corrupt section in block 1"
+
+
+def fail_odd_blocks(block):
+    if block.block_id[1] % 2:
+        block.status = daisy.BlockStatus.FAILED
+
+
+def test_a_serial_run_keeps_why_blocks_failed(tmp_path):
+    daisy.set_tracking_basedir(tmp_path)
+    task = line_task("seg", 6, process_function=fail_odd_blocks, max_retries=1)
+    assert not daisy.run_blockwise([task], multiprocessing=False, progress=False, summary=False)
+    causes = read_runs(tmp_path / "seg" / "runs.jsonl")[-1].failure_causes
+    assert causes.messages == (("the block function set status FAILED", 6),)
+
+
+def every_block_differently(block):
+    raise KeyError(f"key {block.block_id[1]}")
+
+
+def test_failure_messages_are_bounded(tmp_path):
+    daisy.set_tracking_basedir(tmp_path)
+    task = line_task("seg", 30, process_function=every_block_differently, max_retries=0)
+    assert not daisy.run_blockwise([task], progress=False, summary=False)
+    causes = task.report().failure_causes
+    assert len(causes.messages) == 20
+    assert all(n == 1 for _, n in causes.messages)
+    assert causes.other == 10
+    line = (tmp_path / "seg" / "runs.jsonl").read_text()
+    assert len(line) < 64 << 10
+
+
+def test_a_run_without_failures_keeps_no_causes(tmp_path):
+    daisy.set_tracking_basedir(tmp_path)
+    task = line_task("seg", 3, process_function=noop)
+    assert daisy.run_blockwise([task], multiprocessing=False, progress=False, summary=False)
+    causes = task.report().failure_causes
+    assert not causes and causes.first_traceback is None
+
+
+# --------------------------------------------------------------------------
+# each task's own span
+
+
+def make_sleeper(seconds):
+    def f(block):
+        time.sleep(seconds)
+
+    return f
+
+
+def test_compare_does_not_blame_a_downstream_task_for_a_slow_upstream(tmp_path):
+    daisy.set_tracking_basedir(tmp_path)
+
+    def run(upstream_sleep):
+        a = line_task("a", 4, process_function=make_sleeper(upstream_sleep))
+        b = line_task("b", 4, process_function=make_sleeper(0.01), upstream_tasks=[a])
+        assert daisy.run_blockwise([b], multiprocessing=False, progress=False, summary=False)
+        a.reset()
+        b.reset()
+
+    for _ in range(3):
+        run(0.01)
+    run(0.15)
+    a_runs = read_runs(tmp_path / "a" / "runs.jsonl")
+    b_runs = read_runs(tmp_path / "b" / "runs.jsonl")
+    last_b = b_runs[-1]
+    # b's span leaves out the wait for a: well below the run's elapsed time
+    assert last_b.span is not None and last_b.span < last_b.elapsed / 2
+    a_rows = {r["figure"]: r for r in compare_runs(a_runs, history=7, factor=2.0)}
+    b_rows = {r["figure"]: r for r in compare_runs(b_runs, history=7, factor=2.0)}
+    assert a_rows["span_s"]["flagged"]
+    assert not b_rows["span_s"]["flagged"]
+
+
+# --------------------------------------------------------------------------
+# what a resumed run says (DONE_MARKERS spec: "What the user sees")
+
+
+def fail_from_40(block):
+    if block.block_id[1] >= 40:
+        block.status = daisy.BlockStatus.FAILED
+
+
+def test_a_resumed_run_says_what_it_skipped(tmp_path, capsys, caplog):
+    daisy.set_tracking_basedir(tmp_path)
+    first = line_task("extract", 64, size=1, process_function=fail_from_40, max_retries=0)
+    assert not daisy.run_blockwise([first], multiprocessing=False, progress=False)
+    out = capsys.readouterr().out
+    assert "Skipped:" not in out
+    caplog.set_level(logging.INFO, logger="daisy")
+    again = line_task("extract", 64, size=1, process_function=noop)
+    assert daisy.run_blockwise([again], multiprocessing=False, progress=False)
+    out = capsys.readouterr().out
+    assert "    Skipped: 40\n" in out
+    notices = [r for r in caplog.records if r.name == "daisy._progress"]
+    assert [r.levelno for r in notices] == [logging.INFO]
+    assert notices[0].getMessage() == (
+        "task 'extract': resumed — 40/64 blocks skipped via done markers "
+        "(Task.reset() or tracking_path=False reprocesses them)"
+    )
+
+
+def test_the_notice_names_every_reason_a_block_was_skipped(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="daisy")
+    mask = line_task("masked", 4, process_function=noop, skip_mask=[True, False, True, False])
+    assert daisy.run_blockwise([mask], multiprocessing=False, progress=False, summary=False)
+    checked = line_task("checked", 4, process_function=noop, check_function=lambda b: True)
+    assert daisy.run_blockwise([checked], multiprocessing=False, progress=False, summary=False)
+    messages = [r.getMessage() for r in caplog.records if r.name == "daisy._progress"]
+    assert messages == [
+        "task 'masked': resumed — 2/4 blocks skipped via the skip mask "
+        "(a narrower skip_mask reprocesses them)",
+        "task 'checked': resumed — 4/4 blocks skipped via check_function "
+        "(a check_function that returns False reprocesses them)",
+    ]
+
+
+# --------------------------------------------------------------------------
+# Task.run_blockwise (RUN_STATS spec: ``task.run_blockwise()``)
+
+
+def test_task_run_blockwise_runs_the_task_and_its_upstream_tasks(tmp_path, capsys):
+    daisy.set_tracking_basedir(tmp_path)
+    a = line_task("a", 3, process_function=noop)
+    b = line_task("b", 4, process_function=noop, upstream_tasks=[a])
+    assert b.run_blockwise(multiprocessing=False, progress=False) is True
+    assert "Execution Summary" in capsys.readouterr().out
+    assert a.report().blocks.count == 3 and b.report().blocks.count == 4
+    failing = line_task("f", 2, process_function=fail_odd_blocks, max_retries=0)
+    assert failing.run_blockwise(multiprocessing=False, progress=False, summary=False) is False
+    with pytest.raises(TypeError, match="no_such_keyword"):
+        a.run_blockwise(no_such_keyword=1)
