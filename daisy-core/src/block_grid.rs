@@ -455,7 +455,9 @@ impl BlockGrid {
         let Some(next) = self.next_level[self.level_of(pos) as usize] else {
             return;
         };
-        for off in &self.conflicts[next] {
+        // conflict offsets ascend, so reversed they give the downstream
+        // positions in row-major order (daisy 1.x's order of readiness)
+        for off in self.conflicts[next].iter().rev() {
             let q = pos.sub(off);
             if self.grid.contains(&q) {
                 out.push(self.key_of(&q));

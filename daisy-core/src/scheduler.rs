@@ -14,9 +14,13 @@
 //!   double count.
 //!
 //! ## Order of service
-//! `acquire_block` serves a task's retries first, then released blocks, then
-//! new roots: a retried block does not wait behind every remaining root,
-//! and downstream work starts as soon as it is unblocked.
+//! daisy 1.x's, so that a scheduler driven by hand hands out the same blocks
+//! in the same order (`tests/test_scheduler_order.py` checks it against
+//! recordings of 1.2.2 and 2.0.0): a task's roots first, level by level and
+//! row-major within a level (1.x queued them all at the start), then its
+//! other blocks first in, first out, in the order they became ready; a
+//! failed attempt to be retried joins the back of that queue. The blocks a
+//! release makes ready join it in row-major order of their grid positions.
 //!
 //! ## Skips
 //! Before a block is handed out, the caller's check decides whether it is
@@ -43,7 +47,8 @@ struct TaskRun {
     state: TaskState,
     roots: RootCursor,
     ready: VecDeque<u64>,
-    retry: VecDeque<u64>,
+    /// Blocks handed back unserved (their check raised): served first.
+    put_back: VecDeque<u64>,
     attempts: HashMap<u64, u32>,
     processing: HashSet<u64>,
     max_retries: u32,
@@ -91,7 +96,7 @@ impl Scheduler {
                     state,
                     roots: graph.root_cursor(t),
                     ready: VecDeque::new(),
-                    retry: VecDeque::new(),
+                    put_back: VecDeque::new(),
                     attempts: HashMap::new(),
                     processing: HashSet::new(),
                     max_retries: graph.pipeline().spec(t).max_retries,
@@ -216,7 +221,7 @@ impl Scheduler {
             s.processing_count = 0;
             run.processing.clear();
             run.ready.clear();
-            run.retry.clear();
+            run.put_back.clear();
             run.attempts.clear();
             for &d in self.graph.pipeline().downstream_of(t) {
                 stack.push((d, false));
@@ -245,13 +250,13 @@ impl Scheduler {
 
     fn pop_ready(&mut self, task: TaskIndex) -> Option<u64> {
         let run = &mut self.tasks[task as usize];
-        if let Some(i) = run.retry.pop_front() {
+        if let Some(i) = run.put_back.pop_front() {
             return Some(i);
         }
-        if let Some(i) = run.ready.pop_front() {
+        if let Some(i) = self.next_root(task) {
             return Some(i);
         }
-        self.next_root(task)
+        self.tasks[task as usize].ready.pop_front()
     }
 
     /// Hand out the next ready block of `task`, asking `already_done` first
@@ -289,7 +294,7 @@ impl Scheduler {
                 match already_done(&block) {
                     Ok(done) => done,
                     Err(e) => {
-                        self.tasks[task as usize].retry.push_front(index);
+                        self.tasks[task as usize].put_back.push_front(index);
                         return Err(e);
                     }
                 }
@@ -396,7 +401,7 @@ impl Scheduler {
         let attempts = run.attempts.entry(key.index).or_insert(0);
         *attempts += 1;
         if *attempts <= run.max_retries {
-            run.retry.push_back(key.index);
+            run.ready.push_back(key.index);
             run.state.ready_count += 1;
             return ReleaseOutcome::Retrying;
         }
@@ -505,7 +510,15 @@ mod tests {
             ReleaseOutcome::Retrying
         );
         let again = acquire(&mut s, 0).unwrap();
-        assert_eq!(again.key, first.key, "retry served before remaining roots");
+        assert_ne!(again.key, first.key, "a retry waits behind the roots, as in 1.x");
+        s.release_block(again.key, BlockStatus::Success).unwrap();
+        let again = loop {
+            let b = acquire(&mut s, 0).unwrap();
+            if b.key == first.key {
+                break b;
+            }
+            s.release_block(b.key, BlockStatus::Success).unwrap();
+        };
         assert_eq!(
             s.release_block(again.key, BlockStatus::Failed).unwrap(),
             ReleaseOutcome::Failed
