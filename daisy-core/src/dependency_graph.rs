@@ -15,6 +15,7 @@
 
 use crate::block::{Block, BlockKey, TaskIndex};
 use crate::block_grid::{BlockGrid, BoxIter};
+use crate::geometry::Roi;
 use crate::pipeline::Pipeline;
 
 /// The dependency structure of every block of a pipeline.
@@ -170,6 +171,66 @@ impl DependencyGraph {
     }
 }
 
+/// A lazy walk over one task's blocks in daisy 1.x's order: level by
+/// level, row-major within a level (what `enumerate_all_dependencies` and
+/// `level_blocks` stream). It holds one level's position iterator, never
+/// the blocks, so its memory is flat in the number of blocks.
+#[derive(Clone, Debug)]
+pub struct LevelWalk {
+    task: TaskIndex,
+    level: usize,
+    /// Past this level the walk ends.
+    last_level: usize,
+    positions: Option<BoxIter>,
+}
+
+impl DependencyGraph {
+    /// A walk over every block of `task`, or over one level of it (an
+    /// empty walk for a level the task does not have).
+    pub fn level_walk(&self, task: TaskIndex, only_level: Option<usize>) -> LevelWalk {
+        let levels = self.grid(task).num_levels();
+        let (level, last_level) = match only_level {
+            Some(l) => (l, l),
+            None => (0, levels.saturating_sub(1)),
+        };
+        LevelWalk {
+            task,
+            level: if level < levels { level } else { usize::MAX },
+            last_level,
+            positions: None,
+        }
+    }
+
+    /// The next block of a walk.
+    pub fn next_in_walk(&self, walk: &mut LevelWalk) -> Option<Block> {
+        let grid = self.grid(walk.task);
+        loop {
+            if walk.level > walk.last_level || walk.level >= grid.num_levels() {
+                return None;
+            }
+            let positions = walk
+                .positions
+                .get_or_insert_with(|| grid.level_positions(walk.level));
+            if let Some(pos) = positions.next() {
+                return Some(grid.block_at(pos));
+            }
+            walk.positions = None;
+            walk.level += 1;
+        }
+    }
+
+    /// Keys of the blocks of `task` whose write ROI (with `read`, read ROI)
+    /// intersects `roi`, row-major over the grid.
+    pub fn blocks_touching(&self, task: TaskIndex, roi: &Roi, read: bool, out: &mut Vec<BlockKey>) {
+        let grid = self.grid(task);
+        if read {
+            grid.readers_of(roi, out);
+        } else {
+            grid.writers_of(roi, out);
+        }
+    }
+}
+
 /// Position of a lazy walk over one task's roots.
 #[derive(Clone, Debug)]
 pub struct RootCursor {
@@ -181,7 +242,7 @@ pub struct RootCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::geometry::Roi;
+    use crate::geometry::Coord;
     use crate::task_spec::{Fit, TaskSpec};
 
     fn roi(o: &[i64], s: &[i64]) -> Roi {
@@ -316,5 +377,34 @@ mod tests {
                 .collect();
             assert_eq!(got, want);
         }
+    }
+
+    #[test]
+    fn a_level_walk_visits_every_block_once_level_by_level() {
+        let g = two_task_graph(Fit::Overhang);
+        let grid = g.grid(0);
+        let mut walk = g.level_walk(0, None);
+        let mut seen = std::collections::HashSet::new();
+        let mut last_level = 0;
+        let mut last_pos: Option<Coord> = None;
+        while let Some(b) = g.next_in_walk(&mut walk) {
+            let level = grid.level_of(&b.position);
+            assert!(level as usize >= last_level, "levels ascend");
+            if level as usize == last_level
+                && let Some(p) = last_pos
+            {
+                assert!(p.as_slice() < b.position.as_slice(), "row-major in a level");
+            }
+            last_level = level as usize;
+            last_pos = Some(b.position);
+            assert!(seen.insert(b.key));
+        }
+        assert_eq!(seen.len() as u64, g.num_blocks(0));
+        let mut one = g.level_walk(0, Some(1));
+        let level_1: Vec<Block> = std::iter::from_fn(|| g.next_in_walk(&mut one)).collect();
+        assert!(!level_1.is_empty());
+        assert!(level_1.iter().all(|b| grid.level_of(&b.position) == 1));
+        let mut none = g.level_walk(0, Some(grid.num_levels()));
+        assert!(g.next_in_walk(&mut none).is_none());
     }
 }

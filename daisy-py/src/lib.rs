@@ -12,6 +12,7 @@ mod errors;
 mod py_block;
 mod py_block_stats;
 mod py_client;
+mod py_dependency_graph;
 mod py_logging;
 mod py_profile;
 mod py_scheduler;
@@ -47,7 +48,8 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_task_spec::PyTaskSpec>()?;
     m.add_class::<py_task_state::PyTaskState>()?;
     m.add_class::<py_scheduler::PyScheduler>()?;
-    m.add_class::<py_scheduler::PyDependencyGraph>()?;
+    m.add_class::<py_dependency_graph::PyDependencyGraph>()?;
+    m.add_class::<py_dependency_graph::PyLevelWalk>()?;
     m.add_class::<py_client::PyClient>()?;
     m.add_class::<py_block_stats::PyBlockStats>()?;
     m.add_class::<py_profile::ProfileBlock>()?;

@@ -19,9 +19,9 @@ use daisy_core::tracking_store::TrackingStore;
 use daisy_core::{Block, BlockKey, BlockStatus, DaisyError, Pipeline, Scheduler, TaskIndex};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyAny, PyDict, PyList};
+use pyo3::types::{PyAny, PyDict};
 
-fn pipeline_from(specs: &[PyRef<'_, PyTaskSpec>]) -> PyResult<Pipeline> {
+pub(crate) fn pipeline_from(specs: &[PyRef<'_, PyTaskSpec>]) -> PyResult<Pipeline> {
     Pipeline::new(specs.iter().map(|s| s.spec.clone()).collect()).py()
 }
 
@@ -71,7 +71,11 @@ pub fn build_scheduler(
 
 /// The core key of a Python block, from its scheduler key when it has one,
 /// else from its task id and write ROI offset.
-fn key_of(pipeline: &Pipeline, graph: &DependencyGraph, block: &PyBlock) -> PyResult<BlockKey> {
+pub(crate) fn key_of(
+    pipeline: &Pipeline,
+    graph: &DependencyGraph,
+    block: &PyBlock,
+) -> PyResult<BlockKey> {
     let task_id = block.task_id.as_deref().ok_or_else(|| {
         PyValueError::new_err("block: this block has no task_id; pass a block handed out by daisy")
     })?;
@@ -345,93 +349,5 @@ impl PyScheduler {
             Some(stopped) => Err(stopped_run(py, stop, stopped, outcome)),
             None => Ok(()),
         }
-    }
-}
-
-/// The block dependency graph of a pipeline (daisy 1.x's
-/// `DependencyGraph` queries).
-#[pyclass(name = "DependencyGraph", module = "daisy._daisy", frozen)]
-pub struct PyDependencyGraph {
-    graph: DependencyGraph,
-    task_ids: Vec<String>,
-}
-
-impl PyDependencyGraph {
-    fn blocks_of(&self, py: Python<'_>, keys: &[BlockKey]) -> PyResult<Py<PyList>> {
-        let items: Vec<PyBlock> = keys
-            .iter()
-            .map(|k| PyBlock::from_core(&self.graph.block(*k), &self.task_ids[k.task as usize]))
-            .collect();
-        Ok(PyList::new(py, items)?.unbind())
-    }
-}
-
-#[pymethods]
-impl PyDependencyGraph {
-    #[new]
-    fn new(specs: Vec<PyRef<'_, PyTaskSpec>>) -> PyResult<Self> {
-        let pipeline = pipeline_from(&specs)?;
-        let task_ids = pipeline.specs().iter().map(|s| s.task_id.clone()).collect();
-        Ok(Self {
-            graph: DependencyGraph::new(pipeline),
-            task_ids,
-        })
-    }
-
-    /// Task ids in pipeline (topological) order.
-    #[getter]
-    fn task_ids(&self) -> Vec<String> {
-        self.task_ids.clone()
-    }
-
-    /// Number of blocks of a task.
-    fn num_blocks(&self, task_id: &str) -> PyResult<u64> {
-        Ok(self
-            .graph
-            .num_blocks(self.graph.pipeline().index_of(task_id).py()?))
-    }
-
-    /// Number of blocks of a task that wait for no other block.
-    fn num_roots(&self, task_id: &str) -> PyResult<u64> {
-        Ok(self
-            .graph
-            .count_roots(self.graph.pipeline().index_of(task_id).py()?))
-    }
-
-    /// Every block of a task, in C order of the block grid.
-    fn blocks(&self, py: Python<'_>, task_id: &str) -> PyResult<Py<PyList>> {
-        let t = self.graph.pipeline().index_of(task_id).py()?;
-        let keys: Vec<BlockKey> = (0..self.graph.num_blocks(t))
-            .map(|index| BlockKey { task: t, index })
-            .collect();
-        self.blocks_of(py, &keys)
-    }
-
-    /// The blocks of a task that wait for no other block.
-    fn roots(&self, py: Python<'_>, task_id: &str) -> PyResult<Py<PyList>> {
-        let t = self.graph.pipeline().index_of(task_id).py()?;
-        let mut cursor = self.graph.root_cursor(t);
-        let mut scratch = Vec::new();
-        let mut keys = Vec::new();
-        while let Some(b) = self.graph.next_root(&mut cursor, &mut scratch) {
-            keys.push(b.key);
-        }
-        self.blocks_of(py, &keys)
-    }
-
-    /// The blocks this block waits for.
-    fn upstream(&self, py: Python<'_>, block: PyRef<'_, PyBlock>) -> PyResult<Py<PyList>> {
-        let key = key_of(self.graph.pipeline(), &self.graph, &block)?;
-        let mut out = Vec::new();
-        self.graph.upstream(&self.graph.block(key), &mut out);
-        self.blocks_of(py, &out)
-    }
-
-    /// The blocks that wait for this block.
-    fn downstream(&self, py: Python<'_>, block: PyRef<'_, PyBlock>) -> PyResult<Py<PyList>> {
-        let key = key_of(self.graph.pipeline(), &self.graph, &block)?;
-        let mut out = Vec::new();
-        self.graph.downstream(&self.graph.block(key), &mut out);
-        self.blocks_of(py, &out)
     }
 }

@@ -57,6 +57,14 @@ class DependencyGraph:
         """Tasks without upstream tasks."""
         return [t for t in self.task_ids if not self._pipeline.upstream_ids(t)]
 
+    def enumerate_all_dependencies(self) -> Iterator[tuple[Block, list[Block]]]:
+        """Every block with the blocks it waits for, as ``(block,
+        [upstream blocks])``: task by task in pipeline order, and within a
+        task level by level, row-major within a level (daisy 1.x's order).
+        Lazy: memory stays flat in the number of blocks."""
+        for task_id in self.task_ids:
+            yield from self._native.dependencies(task_id)
+
     def upstream(self, block: Block) -> list[Block]:
         """The blocks ``block`` waits for."""
         return self._native.upstream(block)
@@ -72,13 +80,19 @@ class BlockwiseDependencyGraph(DependencyGraph):
     def __init__(
         self,
         task_id: str,
-        block_read_roi: Roi,
-        block_write_roi: Roi,
-        read_write_conflict: bool,
-        fit: str,
+        block_read_roi: Roi | None = None,
+        block_write_roi: Roi | None = None,
+        read_write_conflict: bool = True,
+        fit: str = "valid",
         total_read_roi: Roi | None = None,
         total_write_roi: Roi | None = None,
+        *,
+        read_roi: Roi | None = None,
+        write_roi: Roi | None = None,
     ) -> None:
+        # daisy 2.0.0 names the block ROIs read_roi / write_roi
+        block_read_roi = _one_of(block_read_roi, read_roi, "block_read_roi", "read_roi")
+        block_write_roi = _one_of(block_write_roi, write_roi, "block_write_roi", "write_roi")
         if total_read_roi is None:
             if total_write_roi is None:
                 raise ValueError(
@@ -111,6 +125,44 @@ class BlockwiseDependencyGraph(DependencyGraph):
     def root_gen(self) -> Iterator[Block]:  # type: ignore[override]
         """The blocks that wait for no other block."""
         return iter(self._native.roots(self.task_id))
+
+    @property
+    def num_levels(self) -> int:
+        """Number of levels: blocks of one level never conflict, and a
+        block waits for the conflicting blocks of the level before its
+        own (1 without read/write conflicts)."""
+        return self._native.num_levels(self.task_id)
+
+    def level_blocks(self, level: int) -> Iterator[Block]:
+        """The blocks of one level, row-major; lazily (none for a level
+        the task does not have)."""
+        if not isinstance(level, int) or isinstance(level, bool) or level < 0:
+            raise ValueError(
+                f"level: expected a level number 0..{self.num_levels - 1}, got {level!r}"
+            )
+        return iter(self._native.walk(self.task_id, level))
+
+    def enumerate_all_dependencies(self) -> Iterator[tuple[Block, list[Block]]]:
+        """Every block with the blocks it waits for, as ``(block,
+        [upstream blocks])``, level by level and row-major within a level
+        (daisy 1.x's order; 2.0.0 returned the same pairs as a list).
+        Lazy: memory stays flat in the number of blocks."""
+        return iter(self._native.dependencies(self.task_id))
+
+    def get_subgraph_blocks(self, sub_roi: Roi, read_roi: bool = False) -> list[Block]:
+        """The blocks whose write ROI (``read_roi=True``: read ROI)
+        intersects ``sub_roi``, row-major over the block grid."""
+        return self._native.blocks_touching(self.task_id, sub_roi, read_roi)
+
+
+def _one_of(old: Roi | None, new: Roi | None, old_name: str, new_name: str) -> Roi:
+    """The ROI given under one of its two names (daisy 1.x's or 2.0.0's)."""
+    if old is not None and new is not None:
+        raise TypeError(f"{old_name}: given twice (also as {new_name}); pass one of them")
+    roi = old if old is not None else new
+    if roi is None:
+        raise TypeError(f"{old_name}: missing (the block's ROI; daisy 2.0.0 calls it {new_name})")
+    return roi
 
 
 # names daisy 1.x exported from this module, imported on first use
