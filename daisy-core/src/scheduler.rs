@@ -510,7 +510,10 @@ mod tests {
             ReleaseOutcome::Retrying
         );
         let again = acquire(&mut s, 0).unwrap();
-        assert_ne!(again.key, first.key, "a retry waits behind the roots, as in 1.x");
+        assert_ne!(
+            again.key, first.key,
+            "a retry waits behind the roots, as in 1.x"
+        );
         s.release_block(again.key, BlockStatus::Success).unwrap();
         let again = loop {
             let b = acquire(&mut s, 0).unwrap();
