@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 WHEEL_DIR := dist
 
-.PHONY: venv install system-deps demo test pytest stubtest bench-check lint lint-rust lint-python \
+.PHONY: venv install downstream-deps system-deps demo test pytest stubtest bench-check lint lint-rust lint-python \
 	lint-mypy msrv format rust-test bench clean
 
 $(BIN)/python:
@@ -28,7 +28,17 @@ install: venv
 demo: install
 	$(BIN)/python examples/demo.py
 
-test: install system-deps rust-test pytest stubtest bench-check
+test: install downstream-deps system-deps rust-test pytest stubtest bench-check
+
+# volara, a real client of daisy 1.x, for tests/test_downstream_volara.py:
+# its runtime dependencies, then volara itself without its daisy<2 pin.
+# Skipped (and the test skips, saying why) when the package index is not
+# reachable.
+VOLARA := volara==1.0.5
+downstream-deps: venv
+	@$(BIN)/pip install --quiet -r tests/downstream-requirements.txt \
+	  && $(BIN)/pip install --quiet --no-deps "$(VOLARA)" \
+	  || echo "make downstream-deps: could not install $(VOLARA) (package index unreachable?)"
 
 # Tests use Debian packages: a headless browser for the HTML report
 # (chromium, chromium-driver) and a single-node SLURM cluster for the

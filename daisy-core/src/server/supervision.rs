@@ -119,7 +119,10 @@ pub fn spawn(cmd: &WorkerCommand, launch: &Launch<'_>) -> io::Result<Spawned> {
 }
 
 /// The `DAISY_CONTEXT` a worker gets: where the server is, who it is, the
-/// run token and the log directory (JSON, parsed by `daisy.Context`).
+/// run token and the log directory (JSON, parsed by `daisy.Context`). The
+/// log directory is `logdir`, the key daisy 1.x and 2.0.0 workers read
+/// (volara finds its per-task state through it), and also `log_dir`, the
+/// name earlier versions of this package wrote.
 pub fn context_json(
     host: &str,
     port: u16,
@@ -134,6 +137,7 @@ pub fn context_json(
         "task_id": task_id,
         "worker_id": worker_id,
         "token": token,
+        "logdir": log_dir.as_ref().map(|p| p.to_string_lossy().into_owned()),
         "log_dir": log_dir.as_ref().map(|p| p.to_string_lossy().into_owned()),
     })
     .to_string()
@@ -222,7 +226,12 @@ mod tests {
         assert_eq!(v["port"], 4242);
         assert_eq!(v["task_id"], "seg");
         assert_eq!(v["worker_id"], 3);
-        assert!(v["log_dir"].is_null());
+        assert!(v["log_dir"].is_null() && v["logdir"].is_null());
+        let logs = Some(PathBuf::from("/runs/logs"));
+        let text = context_json("127.0.0.1", 4242, "seg", 3, "tok", &logs);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["logdir"], "/runs/logs", "the key 1.x and 2.0.0 workers read");
+        assert_eq!(v["log_dir"], "/runs/logs");
     }
 
     #[test]
