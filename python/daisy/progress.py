@@ -3,16 +3,20 @@ log line every few seconds otherwise (cluster logs must not grow by
 gigabytes of redrawn bars), and `JsonProgressObserver` for machines.
 
 Observers get ``update(task_id, state, workers)`` on every server tick
-(about 20 times a second) and ``close()`` when the run ends.
+(about 20 times a second) and ``close()`` when the run ends. Observers
+written for daisy 2.0 (``on_start``/``on_progress``/``on_finish``, given
+all tasks' states at once) are driven from the same ticks by
+`StagedObserver`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -121,41 +125,178 @@ class LogProgress:
         self._emit()
 
 
+#: what `JsonProgressObserver` writes for each state counter, in order
+JSON_COUNTERS = (
+    ("total", "total_block_count"),
+    ("ready", "ready_count"),
+    ("processing", "processing_count"),
+    ("completed", "completed_count"),
+    ("skipped", "skipped_count"),
+    ("failed", "failed_count"),
+    ("orphaned", "orphaned_count"),
+)
+#: counters a state may lack (ours had none before daisy 2.0 named them): 0
+JSON_OPTIONAL_COUNTERS = (
+    ("restarts", "worker_restart_count"),
+    ("failures", "worker_failure_count"),
+)
+_STAGES = ("on_start", "on_progress", "on_finish")
+
+
+class TickStates(dict[str, TaskState]):
+    """What `StagedObserver` hands an observer: each task's `TaskState` by
+    task id, in pipeline order (a plain ``dict`` to anyone who expects
+    one), and in `workers` each task's live workers at that tick."""
+
+    def __init__(self, states: dict[str, TaskState], workers: dict[str, int]) -> None:
+        super().__init__(states)
+        #: live workers per task id
+        self.workers = dict(workers)
+
+
 class JsonProgressObserver:
-    """Writes one JSON line per task per update to ``path``: the task id, a
-    wall-clock time stamp, the block counts and the live workers."""
+    """Streams the run's progress as JSON lines, for dashboards, log
+    aggregators or ``jq``: one line per task per event, written and
+    flushed as it happens.
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+    Give a ``path`` (the file is created, or emptied, at once; missing
+    directories are made) or a ``stream`` (any object with ``write`` and
+    ``flush``, left open), not both; with neither, lines go to
+    ``sys.stdout``. Pass it as ``run_blockwise(..., progress=observer)``:
+    a "start" line per task at the first look at the run, a "progress"
+    line per task whenever a count changed, a "finish" line per task at
+    the end.
 
-    def update(self, task_id: str, state: TaskState, workers: int) -> None:
-        record = {"task_id": task_id, "time": time.time(), "total": state.total_block_count}
-        record.update(_counts(state))
-        record["skipped"] = state.skipped_count
-        record["workers"] = workers
-        self._file.write(json.dumps(record) + "\n")
+    Each line, as in daisy 2.0: ``t`` (``time.time()``, the same for every
+    line of one event), ``event`` ("start", "progress" or "finish"),
+    ``task`` (the task id), ``total``, ``ready``, ``processing``,
+    ``completed``, ``skipped``, ``failed``, ``orphaned`` (block counts),
+    ``restarts`` and ``failures`` (workers restarted, workers that died).
+    Then the names earlier versions of this package wrote: ``task_id``
+    and ``time`` (the same as ``task`` and ``t``), ``pending`` (blocks not
+    yet started: waiting on upstream blocks or ready), and, in a run,
+    ``workers`` (the task's live workers).
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, stream: Any = None) -> None:
+        if path is not None and stream is not None:
+            raise ValueError("specify path OR stream, not both")
+        self.path = None if path is None else Path(path)
+        self._sink: Any
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._sink = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+        else:
+            self._sink = sys.stdout if stream is None else stream
+        self._owns_sink = self.path is not None
+
+    def on_start(self, states: Mapping[Any, Any]) -> None:
+        """A "start" line per task: ``states`` maps task ids to their
+        `TaskState` as the run begins."""
+        self._emit("start", states)
+
+    def on_progress(self, states: Mapping[Any, Any]) -> None:
+        """A "progress" line per task, after counts changed."""
+        self._emit("progress", states)
+
+    def on_finish(self, states: Mapping[Any, Any]) -> None:
+        """A "finish" line per task with the final counts; then the file
+        (not a stream given) is closed."""
+        self._emit("finish", states)
+        self.close()
 
     def close(self) -> None:
-        self._file.flush()
-        self._file.close()
+        """Close the file given as ``path`` (a stream is left open)."""
+        if self._owns_sink and not self._sink.closed:
+            self._sink.close()
+
+    def _emit(self, event: str, states: Mapping[Any, Any]) -> None:
+        t = time.time()
+        workers = getattr(states, "workers", {})
+        lines = []
+        for task_id, state in states.items():
+            record: dict[str, Any] = {"t": t, "event": event, "task": task_id}
+            for key, name in JSON_COUNTERS:
+                record[key] = int(getattr(state, name))
+            for key, name in JSON_OPTIONAL_COUNTERS:
+                record[key] = int(getattr(state, name, 0))
+            record["task_id"] = task_id
+            record["time"] = t
+            record["pending"] = int(getattr(state, "pending_count", 0)) + record["ready"]
+            if task_id in workers:
+                record["workers"] = workers[task_id]
+            lines.append(json.dumps(record) + "\n")
+        for line in lines:
+            self._sink.write(line)
+        self._sink.flush()
+
+
+def _stage_key(state: TaskState, workers: int) -> tuple[int, ...]:
+    names = [n for _, n in JSON_COUNTERS] + [n for _, n in JSON_OPTIONAL_COUNTERS]
+    return (*(int(getattr(state, n, 0)) for n in names), workers)
+
+
+class StagedObserver:
+    """Drives an observer written for daisy 2.0 (``on_start``,
+    ``on_progress``, ``on_finish``, each given all tasks' states as
+    `TickStates`) from the server's ticks: ``on_start`` at the first tick,
+    ``on_progress`` at a tick where any count (or a task's live workers)
+    changed, ``on_finish`` at `close`, with the last states seen. Methods
+    the observer lacks are skipped."""
+
+    def __init__(self, observer: Any, task_ids: Sequence[str]) -> None:
+        self.observer = observer
+        self._order = list(task_ids)
+        self._tick: dict[str, tuple[TaskState, int]] = {}
+        self._states = TickStates({}, {})
+        self._last: tuple[tuple[int, ...], ...] | None = None
+
+    def update(self, task_id: str, state: TaskState, workers: int) -> None:
+        """Collect one task's state; a tick is complete with its last task."""
+        self._tick[task_id] = (state, workers)
+        if self._order and task_id != self._order[-1]:
+            return
+        seen = [(t, *self._tick[t]) for t in self._order if t in self._tick]
+        key = tuple(_stage_key(s, n) for _, s, n in seen)
+        self._states = TickStates({t: s for t, s, _ in seen}, {t: n for t, _, n in seen})
+        if self._last is None:
+            self._last = key
+            self._call("on_start")
+        elif key != self._last:
+            self._last = key
+            self._call("on_progress")
+
+    def close(self) -> None:
+        """The run ended: ``on_finish`` with the last states seen."""
+        self._call("on_finish")
+
+    def _call(self, stage: str) -> None:
+        method = getattr(self.observer, stage, None)
+        if method is not None:
+            method(TickStates(self._states, self._states.workers))
 
 
 def default_observers(task_ids: Sequence[str], progress: Any) -> list[ProgressObserver]:
     """What ``run_blockwise(progress=...)`` asks for: True (a bar per task on
     a terminal, log lines otherwise), False (nothing), an observer or a
-    list of observers."""
+    list of observers. An observer has ``update()``/``close()``, or daisy
+    2.0's ``on_start()``/``on_progress()``/``on_finish()`` (such as
+    `JsonProgressObserver`), driven by a `StagedObserver`."""
     if progress is False or progress is None:
         return []
     if progress is True:
         if sys.stderr.isatty():
             return [TqdmProgress(task_ids)]
         return [LogProgress()]
-    if isinstance(progress, list | tuple):
-        return list(progress)
-    if hasattr(progress, "update"):
-        return [progress]
-    raise TypeError(
-        "progress: expected True, False, an observer with update()/close(), or a list of them"
-    )
+    observers: list[ProgressObserver] = []
+    for observer in progress if isinstance(progress, list | tuple) else [progress]:
+        if hasattr(observer, "update"):
+            observers.append(observer)
+        elif any(hasattr(observer, stage) for stage in _STAGES):
+            observers.append(StagedObserver(observer, task_ids))
+        else:
+            raise TypeError(
+                "progress: expected True, False, an observer (with update()/close(), or "
+                f"on_start()/on_progress()/on_finish()) or a list of them, got {observer!r}"
+            )
+    return observers
