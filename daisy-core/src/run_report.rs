@@ -469,14 +469,38 @@ impl RunLedger {
 
     /// A failed attempt: counted in the scheduler (which retries or fails
     /// the block) and noted for the summary, its text bounded (see
-    /// [`FAILURE_TEXT_BUDGET`]). Nothing is counted for a task already
-    /// abandoned.
+    /// [`FAILURE_TEXT_BUDGET`]), and counted as a worker error. Nothing is
+    /// counted for a task already abandoned.
     pub fn fail(
         &mut self,
         scheduler: &mut Scheduler,
         key: BlockKey,
         worker: Option<u32>,
         reason: String,
+    ) {
+        self.fail_as(scheduler, key, worker, reason, false);
+    }
+
+    /// A block the timeout reclaimed: a failed attempt like any other, but
+    /// counted in `timeout_reclaim_count` instead of as a worker error (as
+    /// daisy 2.0.0 counts it).
+    pub fn time_out(
+        &mut self,
+        scheduler: &mut Scheduler,
+        key: BlockKey,
+        worker: Option<u32>,
+        reason: String,
+    ) {
+        self.fail_as(scheduler, key, worker, reason, true);
+    }
+
+    fn fail_as(
+        &mut self,
+        scheduler: &mut Scheduler,
+        key: BlockKey,
+        worker: Option<u32>,
+        reason: String,
+        timed_out: bool,
     ) {
         if scheduler.is_abandoned(key.task) {
             return;
@@ -490,6 +514,13 @@ impl RunLedger {
         if let Some(causes) = self.causes.get_mut(key.task as usize) {
             causes.note(&reason);
         }
+        let state = scheduler.task_state_mut(key.task);
+        if timed_out {
+            state.timeout_reclaim_count += 1;
+        } else {
+            state.worker_failure_count += 1;
+        }
+        state.note_worker_error(&reason);
         let whole =
             self.failure_text + reason.len() <= FAILURE_TEXT_BUDGET && self.described.insert(key);
         let reason = if whole { reason } else { last_line(&reason) };
@@ -509,14 +540,20 @@ impl RunLedger {
             .map(|t| scheduler.is_abandoned(t))
             .collect();
         scheduler.abandon_task(task);
+        scheduler
+            .task_state_mut(task)
+            .abandon_reason
+            .get_or_insert_with(|| reason.clone());
         self.abandoned.push((task, reason));
         let up = scheduler.pipeline().spec(task).task_id.clone();
         for (t, was) in before.iter().enumerate() {
             if !was && t as TaskIndex != task && scheduler.is_abandoned(t as TaskIndex) {
-                self.abandoned.push((
-                    t as TaskIndex,
-                    format!("upstream task {up:?} was abandoned"),
-                ));
+                let why = format!("upstream task {up:?} was abandoned");
+                scheduler
+                    .task_state_mut(t as TaskIndex)
+                    .abandon_reason
+                    .get_or_insert_with(|| why.clone());
+                self.abandoned.push((t as TaskIndex, why));
             }
         }
     }

@@ -196,6 +196,12 @@ impl Scheduler {
         self.tasks[task as usize].abandoned
     }
 
+    /// Counts and texts of one task the runner keeps beside the block
+    /// counts (workers started, errors, timeouts): see [`TaskState`].
+    pub fn task_state_mut(&mut self, task: TaskIndex) -> &mut TaskState {
+        &mut self.tasks[task as usize].state
+    }
+
     /// Give up on a task: every block of it not yet completed counts as
     /// failed (those out with workers included: their results will be
     /// refused), and every block of every transitive downstream task not

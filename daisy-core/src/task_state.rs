@@ -25,7 +25,33 @@ pub struct TaskState {
     pub orphaned_count: u64,
     /// Failed attempts, retried or not.
     pub failed_attempts: u64,
+    /// Worker processes started for the task (daisy 2.0.0's name).
+    pub worker_start_count: u64,
+    /// Workers that stopped unexpectedly (crashed, or left without taking
+    /// a block while work remained) and were replaced: what
+    /// `max_worker_restarts` caps.
+    pub worker_restart_count: u64,
+    /// Worker errors: failed attempts a worker reported (the block function
+    /// raised, set FAILED, or the check failed) and blocks lost with a
+    /// worker that died (not the timeout's reclaims: see below).
+    pub worker_failure_count: u64,
+    /// Blocks reclaimed because they ran past the task's `timeout`.
+    pub timeout_reclaim_count: u64,
+    /// The task's per-block timeout, if it has one.
+    pub timeout: Option<std::time::Duration>,
+    /// Why the task was given up, once it was.
+    pub abandon_reason: Option<String>,
+    /// The first worker error's text (for a Python failure, its traceback;
+    /// its last [`WORKER_ERROR_BYTES`]).
+    pub first_worker_error: Option<String>,
+    /// The latest worker error's text, likewise.
+    pub last_worker_error: Option<String>,
 }
+
+/// The most of a worker error's text a state keeps (its end, where a Python
+/// traceback names the exception): states are copied for every progress
+/// snapshot, so they must stay small.
+pub const WORKER_ERROR_BYTES: usize = 16 << 10;
 
 impl TaskState {
     /// Blocks still waiting for upstream blocks.
@@ -47,5 +73,33 @@ impl TaskState {
     /// True if every block completed.
     pub fn all_completed(&self) -> bool {
         self.completed_count == self.total_block_count
+    }
+
+    /// Keep a worker error's text as the first (if none yet) and the last.
+    pub fn note_worker_error(&mut self, text: &str) {
+        let mut start = text.len().saturating_sub(WORKER_ERROR_BYTES);
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        let kept = text[start..].to_string();
+        if self.first_worker_error.is_none() {
+            self.first_worker_error = Some(kept.clone());
+        }
+        self.last_worker_error = Some(kept);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_errors_keep_the_first_and_the_last_text_bounded() {
+        let mut s = TaskState::default();
+        s.note_worker_error("ValueError: one");
+        s.note_worker_error(&format!("{}\nKeyError: two", "é".repeat(20_000)));
+        assert_eq!(s.first_worker_error.as_deref(), Some("ValueError: one"));
+        let last = s.last_worker_error.unwrap();
+        assert!(last.len() <= WORKER_ERROR_BYTES && last.ends_with("KeyError: two"));
     }
 }

@@ -104,6 +104,64 @@ impl PyTaskState {
         self.inner.all_completed()
     }
 
+    /// Worker processes started for the task.
+    #[getter]
+    fn worker_start_count(&self) -> u64 {
+        self.inner.worker_start_count
+    }
+
+    /// Workers that stopped unexpectedly and were replaced (what
+    /// `max_worker_restarts` caps).
+    #[getter]
+    fn worker_restart_count(&self) -> u64 {
+        self.inner.worker_restart_count
+    }
+
+    /// Worker errors: failed attempts a worker reported and blocks lost
+    /// with a worker that died (timeouts count in `timeout_reclaim_count`).
+    #[getter]
+    fn worker_failure_count(&self) -> u64 {
+        self.inner.worker_failure_count
+    }
+
+    /// Blocks reclaimed because they ran past the task's timeout.
+    #[getter]
+    fn timeout_reclaim_count(&self) -> u64 {
+        self.inner.timeout_reclaim_count
+    }
+
+    /// The task's per-block timeout in seconds, or None without one.
+    #[getter]
+    fn timeout_secs(&self) -> Option<f64> {
+        self.inner.timeout.map(|t| t.as_secs_f64())
+    }
+
+    /// True once the task was given up (its workers kept dying, or an
+    /// upstream task was given up).
+    #[getter]
+    fn abandoned(&self) -> bool {
+        self.inner.abandon_reason.is_some()
+    }
+
+    /// Why the task was given up, or None.
+    #[getter]
+    fn abandon_reason(&self) -> Option<String> {
+        self.inner.abandon_reason.clone()
+    }
+
+    /// The first worker error's text (a traceback for a Python failure), or
+    /// None.
+    #[getter]
+    fn first_worker_error(&self) -> Option<String> {
+        self.inner.first_worker_error.clone()
+    }
+
+    /// The latest worker error's text, or None.
+    #[getter]
+    fn last_worker_error(&self) -> Option<String> {
+        self.inner.last_worker_error.clone()
+    }
+
     fn __repr__(&self) -> String {
         self.__str__()
     }

@@ -27,7 +27,9 @@ def run_blockwise(
     summary: bool = True,
     metrics_port: int | None = None,
     report_html: str | os.PathLike[str] | None = None,
-) -> bool:
+    block_tracking: bool = True,
+    return_states: bool = False,
+) -> Any:
     """Run every block of ``tasks`` (a Task, a list of tasks or a
     Pipeline; upstream tasks are included) in dependency order.
 
@@ -53,11 +55,20 @@ def run_blockwise(
         report_html: write the run's self-contained HTML performance
             report to this file (see `daisy.html_report`; tasks with a
             tracking store or file logging).
+        block_tracking: False runs without the tasks' tracking stores:
+            no block is skipped for a done marker and none is marked
+            (daisy 2.0.0's option).
+        return_states: return the ``task_id -> TaskState`` dict instead
+            of the bool (daisy 2.0.0's option): per-task counts with
+            ``abandoned``, ``abandon_reason`` and the worker errors.
 
     Returns:
         True if every block of every task completed; False if any block
-        failed, was orphaned or was left unprocessed.
+        failed, was orphaned or was left unprocessed. With
+        ``return_states=True``, the task states by task id.
     """
+    if not isinstance(return_states, bool):
+        raise TypeError(f"return_states: expected True or False, got {return_states!r}")
     if not isinstance(multiprocessing, bool):
         raise TypeError(f"multiprocessing: expected True or False, got {multiprocessing!r}")
     if report_html is not None:
@@ -73,7 +84,11 @@ def run_blockwise(
     if multiprocessing:
         server = Server(host=host, port=port)
         states = server.run_blockwise(
-            tasks, progress=progress, resources=resources, metrics_port=metrics_port
+            tasks,
+            progress=progress,
+            resources=resources,
+            metrics_port=metrics_port,
+            block_tracking=block_tracking,
         )
         notes = server.failure_notes()
         report = server.last_report
@@ -84,7 +99,9 @@ def run_blockwise(
                 "multiprocessing=True"
             )
         serial = SerialServer()
-        states = serial.run_blockwise(tasks, scheduler=Scheduler(tasks))
+        states = serial.run_blockwise(
+            tasks, scheduler=Scheduler(tasks, block_tracking=block_tracking)
+        )
         notes = {}
         report = serial.last_report
     if summary:
@@ -100,6 +117,8 @@ def run_blockwise(
         pipeline = Pipeline.of(tasks)
         files = [f for f in (runs_file_for(t) for t in pipeline.tasks) if f is not None]
         write_html_report(files, Path(report_html))
+    if return_states:
+        return states
     return all(s.completed_count == s.total_block_count for s in states.values())
 
 

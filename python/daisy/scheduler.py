@@ -13,6 +13,7 @@ from daisy._daisy import Scheduler as _NativeScheduler
 from daisy.pipeline import Pipeline
 from daisy.tracking_store import (
     TrackedTask,
+    check_block_tracking,
     resource_tracking_task_ids,
     skip_masks,
     tracking_paths,
@@ -27,15 +28,21 @@ class Scheduler:
             included automatically.
         count_all_orphans: accepted for daisy 1.x compatibility; orphans
             are always counted exactly.
+        block_tracking: False runs without the tasks' tracking stores: no
+            block is skipped for a done marker, none is marked (daisy
+            2.0.0's option).
     """
 
-    def __init__(self, tasks: Any, count_all_orphans: bool = True) -> None:
+    def __init__(
+        self, tasks: Any, count_all_orphans: bool = True, block_tracking: bool = True
+    ) -> None:
         self._pipeline = Pipeline.of(tasks)
         self._tasks = {t.task_id: t for t in self._pipeline.tasks}
+        check_block_tracking(self._tasks.values(), block_tracking)
         self._native = _NativeScheduler(
             self._pipeline.specs(),
             {tid: t._pre_check for tid, t in self._tasks.items() if t._pre_check},
-            tracking_paths(self._tasks.values()),
+            tracking_paths(self._tasks.values()) if block_tracking else {},
             skip_masks(self._tasks.values()),
             resource_tracking_task_ids(self._tasks.values()),
         )

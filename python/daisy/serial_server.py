@@ -24,15 +24,19 @@ class SerialServer(ServerObservee):
         super().__init__()
         self.last_report: RunReport | None = None
 
-    def run_blockwise(self, tasks: Any, scheduler: Scheduler | None = None) -> dict[str, TaskState]:
+    def run_blockwise(
+        self, tasks: Any, scheduler: Scheduler | None = None, block_tracking: bool = True
+    ) -> dict[str, TaskState]:
         """Run every block of ``tasks`` (a Task, a list or a Pipeline) and
         return the task states by task id, in pipeline order.
+        ``block_tracking=False`` runs without the tasks' tracking stores
+        (nothing skipped, nothing marked).
 
         A block fails when its function sets ``block.status =
         daisy.BlockStatus.FAILED`` (it is then retried up to ``max_retries``
         times); an exception stops the run and propagates."""
         if scheduler is None:
-            scheduler = Scheduler(tasks)
+            scheduler = Scheduler(tasks, block_tracking=block_tracking)
         for task in scheduler.tasks:
             if task.process_function is None:
                 raise ValueError(

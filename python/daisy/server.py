@@ -35,7 +35,7 @@ from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.server_observer import ServerObservee, StateEvents
 from daisy.spawners import advertised_host
-from daisy.tracking_store import log_skips, resource_tracking_task_ids
+from daisy.tracking_store import check_block_tracking, log_skips, resource_tracking_task_ids
 
 logger = logging.getLogger(__name__)
 
@@ -130,15 +130,18 @@ class Server(ServerObservee):
         progress: Any = True,
         resources: dict[str, int] | None = None,
         metrics_port: int | None = None,
+        block_tracking: bool = True,
     ) -> dict[str, TaskState]:
         """Run every block of ``tasks`` and return the task states by id,
         in pipeline order. ``progress`` is True (bars or log lines), False,
         or observers (see `daisy.progress`); ``resources`` caps what the
         workers of all tasks hold at once (see ``Task(requires=...)``);
         ``metrics_port`` serves live Prometheus metrics while the run goes
-        (see `daisy.metrics`)."""
+        (see `daisy.metrics`); ``block_tracking=False`` runs without the
+        tasks' tracking stores (nothing skipped, nothing marked)."""
         pipeline = scheduler._pipeline if scheduler is not None else Pipeline.of(tasks)
         task_map = {t.task_id: t for t in pipeline.tasks}
+        check_block_tracking(task_map.values(), block_tracking)
         configs: list[TaskConfig] = []
         run_tag = secrets.token_hex(4)
         log_dir = daisy_logging.get_log_basedir()
@@ -174,7 +177,11 @@ class Server(ServerObservee):
                     resource_tracking=t.resource_tracking,
                     spawner=t.spawner.name,
                     check_function=t._pre_check,
-                    tracking_path=None if t.tracking_path is None else str(t.tracking_path),
+                    tracking_path=(
+                        None
+                        if t.tracking_path is None or not block_tracking
+                        else str(t.tracking_path)
+                    ),
                     skip_mask=t._skip_mask,
                 )
             )

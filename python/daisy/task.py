@@ -376,7 +376,7 @@ class Task(Composable):
             report._task = self
         return report
 
-    def run_blockwise(self, *args: Any, **kwargs: Any) -> bool:
+    def run_blockwise(self, *args: Any, **kwargs: Any) -> Any:
         """Run this task and its upstream tasks: the same as
         ``daisy.run_blockwise([task], ...)``, with the same arguments and
         return value."""

@@ -108,6 +108,23 @@ def resource_tracking_task_ids(tasks: Iterable[TrackedTask]) -> list[str]:
     return out
 
 
+def check_block_tracking(tasks: Iterable[TrackedTask], block_tracking: bool) -> None:
+    """``block_tracking=False`` (daisy 2.0.0's run option) runs without
+    tracking stores; a task that records per-block figures in its store
+    cannot run that way, which is an error here at run start."""
+    if not isinstance(block_tracking, bool):
+        raise TypeError(f"block_tracking: expected True or False, got {block_tracking!r}")
+    if block_tracking:
+        return
+    for t in tasks:
+        if t.resource_tracking:
+            raise ValueError(
+                f"block_tracking: False runs without tracking stores, but task {t.task_id!r} "
+                "has resource_tracking=True, which records its figures in its store; drop "
+                "one of the two"
+            )
+
+
 def skip_masks(tasks: Iterable[TrackedTask]) -> dict[str, bytes]:
     """Task id to skip mask (one byte per block, C order), for the tasks
     that have one."""

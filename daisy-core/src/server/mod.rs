@@ -213,11 +213,17 @@ fn sweep_timeouts<H>(st: &mut State<H>) {
             st.task_id(key.task),
             out.worker
         );
-        st.ledger.fail(
+        st.ledger.time_out(
             &mut st.scheduler,
             key,
             out.worker,
-            "timed out (the worker was killed)".into(),
+            format!(
+                "timed out: block {spatial_id} was still running after the task's timeout of \
+                 {:?}; its worker was killed",
+                st.config.tasks[key.task as usize]
+                    .timeout
+                    .unwrap_or_default()
+            ),
         );
         // a failed block of its worker, as a failure the worker reports is
         if let Some(tl) = out.worker.and_then(|id| st.timelines.get_mut(&id)) {
@@ -239,8 +245,10 @@ fn abandon_crashing_tasks<H>(st: &mut State<H>) {
         if st.scheduler.is_task_finished(t) || rt.worker.is_none() {
             continue; // done, or served by external clients
         }
-        if let Some(reason) = policy::restart_limit(st.restarts[t as usize], rt.max_worker_restarts)
-        {
+        if let Some(reason) = policy::restart_limit(
+            st.scheduler.task_state(t).worker_restart_count as u32,
+            rt.max_worker_restarts,
+        ) {
             st.abandon(t, reason);
         }
     }
@@ -364,7 +372,7 @@ fn start_worker<H>(
             hang_up: CancellationToken::new(),
         },
     );
-    st.workers_started[task as usize] += 1;
+    st.scheduler.task_state_mut(task).worker_start_count += 1;
     st.timelines
         .insert(id, WorkerTimeline::new(id, Instant::now()));
     let exits = exit_tx.clone();
@@ -408,7 +416,7 @@ fn on_worker_exit<H>(st: &mut State<H>, id: u32, status: Option<ExitStatus>) {
     if let Some(why) = verdict.unexpected
         && !st.stopping
     {
-        st.restarts[task as usize] += 1;
+        st.scheduler.task_state_mut(task).worker_restart_count += 1;
         tracing::warn!(
             "worker {id} of task {:?} {why}; replacing it",
             st.task_id(task)

@@ -97,10 +97,6 @@ pub struct State<H> {
     pub workers: BTreeMap<u32, WorkerSlot>,
     /// The id the next worker gets.
     pub next_worker_id: u32,
-    /// Unexpected worker deaths per task.
-    pub restarts: Vec<u32>,
-    /// Workers started per task.
-    pub workers_started: Vec<u32>,
     /// Per task: no worker start before this moment (a start failed for
     /// want of descriptors, processes or memory).
     pub start_after: Vec<Option<Instant>>,
@@ -134,8 +130,11 @@ pub type Shared<H> = Rc<(RefCell<State<H>>, Notify)>;
 
 impl<H> State<H> {
     /// A fresh run over `scheduler`.
-    pub fn new(scheduler: Scheduler, config: ServerConfig, hooks: H, addr: SocketAddr) -> Self {
+    pub fn new(mut scheduler: Scheduler, config: ServerConfig, hooks: H, addr: SocketAddr) -> Self {
         let n = scheduler.pipeline().len();
+        for (t, task) in config.tasks.iter().enumerate() {
+            scheduler.task_state_mut(t as TaskIndex).timeout = task.timeout;
+        }
         Self {
             scheduler,
             config,
@@ -144,8 +143,6 @@ impl<H> State<H> {
             outstanding: HashMap::new(),
             workers: BTreeMap::new(),
             next_worker_id: 0,
-            restarts: vec![0; n],
-            workers_started: vec![0; n],
             start_after: vec![None; n],
             failing_since: vec![None; n],
             unmanaged_clients: 0,
@@ -216,7 +213,9 @@ impl<H> State<H> {
                 .map(|t| self.scheduler.task_state(t).clone())
                 .collect(),
             workers,
-            restarts: self.restarts.clone(),
+            restarts: (0..n as TaskIndex)
+                .map(|t| self.scheduler.task_state(t).worker_restart_count as u32)
+                .collect(),
             round_trips: std::mem::take(&mut self.recent_round_trips),
         }
     }
@@ -237,7 +236,9 @@ impl<H> State<H> {
                 )
             },
             self.unmanaged_clients,
-            self.workers_started.clone(),
+            (0..self.scheduler.pipeline().len() as TaskIndex)
+                .map(|t| self.scheduler.task_state(t).worker_start_count as u32)
+                .collect(),
         )
     }
 

@@ -230,7 +230,10 @@ mod tests {
         let logs = Some(PathBuf::from("/runs/logs"));
         let text = context_json("127.0.0.1", 4242, "seg", 3, "tok", &logs);
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v["logdir"], "/runs/logs", "the key 1.x and 2.0.0 workers read");
+        assert_eq!(
+            v["logdir"], "/runs/logs",
+            "the key 1.x and 2.0.0 workers read"
+        );
         assert_eq!(v["log_dir"], "/runs/logs");
     }
 

@@ -1,0 +1,68 @@
+"""``run_blockwise``'s daisy 2.0.0 options: ``return_states`` and
+``block_tracking``."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import line_task
+
+import daisy
+
+MODES = pytest.mark.parametrize("mp", [False, True], ids=["serial", "workers"])
+
+
+def noop(block):
+    pass
+
+
+@MODES
+def test_return_states_returns_the_task_states(tmp_path, mp):
+    a = line_task("a", 3, process_function=noop)
+    b = line_task("b", 2, process_function=noop, upstream_tasks=[a])
+    states = daisy.run_blockwise(
+        [b], multiprocessing=mp, return_states=True, progress=False, summary=False
+    )
+    assert isinstance(states, dict) and list(states) == ["a", "b"]
+    assert isinstance(states["a"], daisy.TaskState)
+    assert [s.completed_count for s in states.values()] == [3, 2]
+    assert not any(s.abandoned for s in states.values())
+    with pytest.raises(TypeError, match="return_states"):
+        daisy.run_blockwise([b], return_states="yes")
+
+
+@MODES
+def test_block_tracking_false_neither_skips_nor_marks(tmp_path, mp):
+    daisy.set_tracking_basedir(tmp_path)
+    calls = tmp_path / "calls"
+    calls.mkdir()
+
+    def count(block):
+        (calls / f"{block.block_id[1]}-{len(list(calls.iterdir()))}").touch()
+
+    task = line_task("t", 4, process_function=count)
+    assert daisy.run_blockwise([task], multiprocessing=mp, progress=False, summary=False)
+    assert len(list(calls.iterdir())) == 4
+    # markers exist, but block_tracking=False runs every block anyway
+    states = daisy.run_blockwise(
+        [task],
+        multiprocessing=mp,
+        block_tracking=False,
+        return_states=True,
+        progress=False,
+        summary=False,
+    )
+    assert states["t"].skipped_count == 0 and len(list(calls.iterdir())) == 8
+    # and with tracking again, the first run's markers still skip everything
+    states = daisy.run_blockwise(
+        [task], multiprocessing=mp, return_states=True, progress=False, summary=False
+    )
+    assert states["t"].skipped_count == 4 and len(list(calls.iterdir())) == 8
+
+
+def test_block_tracking_false_with_resource_tracking_is_refused(tmp_path):
+    daisy.set_tracking_basedir(tmp_path)
+    task = line_task("t", 2, process_function=noop, resource_tracking=True)
+    with pytest.raises(ValueError, match="block_tracking"):
+        daisy.run_blockwise([task], block_tracking=False, progress=False)
+    with pytest.raises(TypeError, match="block_tracking"):
+        daisy.run_blockwise([task], block_tracking=None, progress=False)
