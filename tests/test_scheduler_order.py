@@ -77,9 +77,7 @@ def one_at_a_time(scenario: dict[str, Any]) -> dict[str, Any]:
     fail = [list(k) for k in scenario.get("fail_blocks") or []]
     sequence = []
     while True:
-        got = next(
-            (b for b in (scheduler.acquire_block(t) for t in order) if b is not None), None
-        )
+        got = next((b for b in (scheduler.acquire_block(t) for t in order) if b is not None), None)
         if got is None:
             break
         sequence.append(key(got))
