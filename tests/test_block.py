@@ -463,3 +463,27 @@ def test_shrunk_block_keeps_its_context():
 def test_bare_block_requested_write_roi_is_its_write_roi():
     b = block_at((2,), (10,))
     assert b.requested_write_roi == b.write_roi
+
+
+def test_a_block_is_frozen_until_thawed_as_in_1x():
+    """daisy 1.2.2 (observed): a new block refuses new attributes with a
+    TypeError saying it is frozen, its own attributes stay settable;
+    ``thaw()`` allows new ones, ``freeze()`` refuses them again while
+    those already added stay settable."""
+    b = daisy.Block(daisy.Roi((0,), (10,)), daisy.Roi((0,), (10,)), daisy.Roi((0,), (10,)))
+    b.status = daisy.BlockStatus.SUCCESS
+    with pytest.raises(TypeError, match="is frozen"):
+        b.note = "x"
+    b.thaw()
+    b.note = "x"
+    b.freeze()
+    b.note = "y"
+    assert b.note == "y"
+    with pytest.raises(TypeError, match="is frozen"):
+        b.other = 1
+
+    class Annotated(daisy.Block):
+        pass
+
+    a = Annotated(daisy.Roi((0,), (10,)), daisy.Roi((0,), (10,)), daisy.Roi((0,), (10,)))
+    a.note = "a subclass keeps its own attributes free"

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import line_task
 
 import daisy
@@ -65,3 +66,39 @@ def test_a_worker_and_a_program_it_starts_see_the_drivers_logdir(tmp_path):
     assert daisy.run_blockwise([task], progress=False, summary=False)
     for name in ("worker.json", "program.json"):
         assert json.loads((seen / name).read_text())["logdir"] == str(logs.absolute()), name
+
+
+def test_a_client_whose_run_has_ended_gets_no_blocks_and_does_not_raise(caplog):
+    """daisy 2.0.0: a straggler (say a queued cluster job) that starts after
+    the run drained builds its Client without an error; ``connected`` is
+    False and the worker loop ends at once."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    ctx = daisy.Context(hostname="127.0.0.1", port=port, task_id="t", token="x", worker_id=0)
+    client = daisy.Client(ctx)
+    assert client.connected is False
+    with client.acquire_block() as block:
+        assert block is None
+    client.process_blocks(lambda b: None)  # returns at once
+    client.close()
+    assert "the run has ended" in caplog.text
+    # a context that names no server is still a configuration error
+    with pytest.raises(ValueError, match="context"):
+        daisy.Client(daisy.Context(task_id="t"))
+
+
+def test_a_connected_client_says_so(tmp_path):
+    seen = tmp_path / "connected"
+
+    def worker():
+        client = daisy.Client()
+        seen.write_text(str(client.connected))
+        with client.acquire_block():
+            pass
+
+    task = line_task("t", 1, process_function=worker)
+    assert daisy.run_blockwise([task], progress=False, summary=False)
+    assert seen.read_text() == "True"

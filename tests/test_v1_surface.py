@@ -4,6 +4,8 @@ Expected values below were recorded by running daisy 1.2.2."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 import daisy
@@ -307,6 +309,9 @@ def test_worker_runs_its_function_in_a_process_with_the_context(tmp_path):
     w = daisy.Worker(_write_worker_id(str(out)), context=daisy.Context(hostname="h", port=1))
     w.process.join(30)
     assert out.read_text() == str(w.worker_id)
+    # a property, as in 1.2.2
+    assert isinstance(inspect.getattr_static(daisy.Worker, "spawn_function"), property)
+    assert w.spawn_function is not None
     w.stop()
     assert w.process is None
 

@@ -136,6 +136,56 @@ fn count_with_neighbour(first: i64, period: i64, extent: i64, offsets: &[i64]) -
         .sum::<i64>() as u64
 }
 
+/// The offsets from a block of the level at `level` to the blocks of the
+/// level at `prev` it conflicts with, for levels repeating every `period`
+/// (any unit: grid cells, or world units with a world period): per axis
+/// the nearest one on each side (one where they line up), and all their
+/// combinations in C order. Also returns the per-axis choices.
+pub fn conflict_offsets(
+    level: &Coord,
+    prev: &Coord,
+    period: &Coord,
+) -> (Vec<Vec<i64>>, Vec<Coord>) {
+    let dims = level.dims();
+    let to_prev = prev.sub(level);
+    let mut options: Vec<Vec<i64>> = Vec::with_capacity(dims);
+    for d in 0..dims {
+        let (o, p) = (to_prev[d], period[d]);
+        options.push(match o.cmp(&0) {
+            std::cmp::Ordering::Less => vec![o, o + p],
+            std::cmp::Ordering::Equal => vec![0],
+            std::cmp::Ordering::Greater => vec![o - p, o],
+        });
+    }
+    let mut combos = vec![Coord::splat(0, dims)];
+    for (d, opts) in options.iter().enumerate() {
+        let mut next = Vec::with_capacity(combos.len() * opts.len());
+        for c in &combos {
+            for &o in opts {
+                let mut c2 = *c;
+                c2[d] = o;
+                next.push(c2);
+            }
+        }
+        combos = next;
+    }
+    (options, combos)
+}
+
+/// A task's levels in world units, as daisy 1.x's graph reports them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LevelLayout {
+    /// How far apart two blocks of one level are (the level period times
+    /// the block stride).
+    pub stride: Coord,
+    /// Per level: the read offset of its first block, relative to the
+    /// total read ROI's.
+    pub offsets: Vec<Coord>,
+    /// Per level: the offsets to the blocks of the previous level it
+    /// waits for.
+    pub conflicts: Vec<Vec<Coord>>,
+}
+
 /// The block layout of one task.
 #[derive(Clone, Debug)]
 pub struct BlockGrid {
@@ -244,31 +294,11 @@ impl BlockGrid {
         let mut prev = 0usize;
         let mut next_level = vec![None; level_offsets.len()];
         for level in 1..level_offsets.len() {
-            let to_prev = level_offsets[prev].sub(&level_offsets[level]);
+            let (options, combos) =
+                conflict_offsets(&level_offsets[level], &level_offsets[prev], &period);
             if non_empty(&level_offsets[level]) {
                 next_level[prev] = Some(level);
                 prev = level;
-            }
-            let mut options: Vec<Vec<i64>> = Vec::with_capacity(dims);
-            for d in 0..dims {
-                let (o, p) = (to_prev[d], period[d]);
-                options.push(match o.cmp(&0) {
-                    std::cmp::Ordering::Less => vec![o, o + p],
-                    std::cmp::Ordering::Equal => vec![0],
-                    std::cmp::Ordering::Greater => vec![o - p, o],
-                });
-            }
-            let mut combos = vec![Coord::splat(0, dims)];
-            for (d, opts) in options.iter().enumerate() {
-                let mut next = Vec::with_capacity(combos.len() * opts.len());
-                for c in &combos {
-                    for &o in opts {
-                        let mut c2 = *c;
-                        c2[d] = o;
-                        next.push(c2);
-                    }
-                }
-                combos = next;
             }
             conflicts.push(combos);
             conflict_axes.push(options);
@@ -362,6 +392,24 @@ impl BlockGrid {
     /// Total number of blocks.
     pub fn num_blocks(&self) -> u64 {
         self.grid.len()
+    }
+
+    /// The levels in world units (daisy 1.x's `compute_level_*`).
+    pub fn level_layout(&self) -> LevelLayout {
+        let base = self.first_read.begin().sub(&self.total_read.begin());
+        LevelLayout {
+            stride: self.period.mul(&self.stride),
+            offsets: self
+                .level_offsets
+                .iter()
+                .map(|o| o.mul(&self.stride).add(&base))
+                .collect(),
+            conflicts: self
+                .conflicts
+                .iter()
+                .map(|level| level.iter().map(|c| c.mul(&self.stride)).collect())
+                .collect(),
+        }
     }
 
     /// Number of levels (1 without read/write conflicts).

@@ -97,7 +97,13 @@ impl Client {
                                 )
                             })?
                     })
-                    .map_err(DaisyError::connection)?;
+                    .map_err(|e| {
+                        if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                            DaisyError::ServerGone(format!("{host}:{port}"))
+                        } else {
+                            DaisyError::connection(e)
+                        }
+                    })?;
                 tcp.set_nodelay(true).map_err(DaisyError::connection)?;
                 let fd = tcp.as_raw_fd();
                 (Box::new(tcp), fd)

@@ -58,6 +58,11 @@ pub enum DaisyError {
     /// `ConnectionError`).
     #[error("connection to the daisy server failed: {0}")]
     Connection(String),
+    /// No server listens where the context says (connection refused): the
+    /// run has ended, or never began (Python: `ConnectionRefusedError`, a
+    /// `ConnectionError`).
+    #[error("no daisy server listens at {0}: the run has ended (or not begun)")]
+    ServerGone(String),
     /// A peer sent something unexpected or undecodable (Python:
     /// `RuntimeError`).
     #[error("daisy protocol error: {0}")]

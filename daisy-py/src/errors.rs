@@ -6,7 +6,10 @@
 
 use daisy_core::DaisyError;
 use daisy_core::run_report::RunOutcome;
-use pyo3::exceptions::{PyConnectionError, PyKeyError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{
+    PyConnectionError, PyConnectionRefusedError, PyKeyError, PyOSError, PyRuntimeError,
+    PyValueError,
+};
 use pyo3::prelude::*;
 
 pyo3::create_exception!(
@@ -28,6 +31,7 @@ pub fn to_pyerr(e: DaisyError) -> PyErr {
         DaisyError::LayoutMismatch { .. } => LayoutMismatch::new_err(e.to_string()),
         DaisyError::Io(_) => PyOSError::new_err(e.to_string()),
         DaisyError::Connection(_) => PyConnectionError::new_err(e.to_string()),
+        DaisyError::ServerGone(_) => PyConnectionRefusedError::new_err(e.to_string()),
         DaisyError::Protocol(_)
         | DaisyError::Refused(_)
         | DaisyError::RunBroken(_)
@@ -86,10 +90,21 @@ pub fn stopped_run(
     outcome: &RunOutcome,
 ) -> PyErr {
     let e = cause.into_pyerr(stopped);
+    let states = || -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+        let states = pyo3::types::PyDict::new(py);
+        for (report, s) in outcome.reports.iter().zip(&outcome.states) {
+            states.set_item(
+                &report.task_id,
+                crate::py_task_state::PyTaskState::from_core(s, true),
+            )?;
+        }
+        Ok(states)
+    };
     let attached = outcome
         .report_json()
         .map_err(to_pyerr)
-        .and_then(|json| e.value(py).setattr("daisy_run_report_json", json));
+        .and_then(|json| e.value(py).setattr("daisy_run_report_json", json))
+        .and_then(|()| e.value(py).setattr("daisy_run_states", states()?));
     match attached {
         Ok(()) => e,
         Err(failed) => failed,

@@ -61,7 +61,7 @@ pub fn status_from_py(obj: &Bound<'_, PyAny>) -> PyResult<BlockStatus> {
 /// computes the spatial id from the block's position in `total_roi` when
 /// `block_id` is not given, exactly as daisy 1.x numbers blocks.
 /// `block.block_id` is the pair `(task_id, spatial_id)`.
-#[pyclass(name = "Block", module = "daisy.block", subclass)]
+#[pyclass(name = "Block", module = "daisy.block", subclass, dict)]
 pub struct PyBlock {
     pub(crate) task_id: Option<String>,
     pub(crate) spatial_id: i64,
@@ -82,6 +82,9 @@ pub struct PyBlock {
     pub(crate) stats: Option<BlockStats>,
     read_py: Option<Py<PyAny>>,
     write_py: Option<Py<PyAny>>,
+    /// `thaw()` was called: new attributes may be added (daisy 1.x's
+    /// `Freezable`; a block starts frozen).
+    thawed: bool,
 }
 
 impl PyBlock {
@@ -120,6 +123,7 @@ impl PyBlock {
             stats: block.stats,
             read_py: None,
             write_py: None,
+            thawed: false,
         }
     }
 }
@@ -185,6 +189,7 @@ impl PyBlock {
             stats: None,
             read_py: None,
             write_py: None,
+            thawed: false,
         })
     }
 
@@ -293,6 +298,7 @@ impl PyBlock {
             stats: self.stats,
             read_py: self.read_py.as_ref().map(|r| r.clone_ref(py)),
             write_py: self.write_py.as_ref().map(|r| r.clone_ref(py)),
+            thawed: false,
         }
     }
 
@@ -302,6 +308,44 @@ impl PyBlock {
 
     fn __deepcopy__(&self, py: Python<'_>, _memo: &Bound<'_, PyAny>) -> Self {
         self.copy(py)
+    }
+
+    /// Refuse new attributes (the state a block starts in, as in daisy
+    /// 1.x); its own attributes (`status`, ...) stay settable.
+    fn freeze(&mut self) {
+        self.thawed = false;
+    }
+
+    /// Allow new attributes to be added to the block (daisy 1.x).
+    fn thaw(&mut self) {
+        self.thawed = true;
+    }
+
+    fn __setattr__(
+        slf: &Bound<'_, Self>,
+        name: &Bound<'_, pyo3::types::PyString>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        // a Python subclass's instances keep their own attributes free
+        let exact = slf.get_type().is(py.get_type::<PyBlock>());
+        if exact && !slf.borrow().thawed && !slf.as_any().hasattr(name)? {
+            return Err(PyTypeError::new_err(format!(
+                "{} is frozen, you can't add attributes to it (call block.thaw() first)",
+                slf.borrow().__repr__()
+            )));
+        }
+        // SAFETY: both pointers are live references held for the call;
+        // the generic setter resolves properties and the instance dict.
+        let rc = unsafe {
+            pyo3::ffi::PyObject_GenericSetAttr(slf.as_ptr(), name.as_ptr(), value.as_ptr())
+        };
+        if rc < 0 {
+            return Err(PyErr::take(py).unwrap_or_else(|| {
+                PyTypeError::new_err(format!("could not set {name} on a block"))
+            }));
+        }
+        Ok(())
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
@@ -400,6 +444,7 @@ impl PyBlock {
             stats: None,
             read_py: None,
             write_py: None,
+            thawed: false,
         })
     }
 }

@@ -131,6 +131,54 @@ impl PyDependencyGraph {
         Ok(walk)
     }
 
+    /// A task's levels in world units: `(level stride, per-level read
+    /// offsets relative to the total read ROI, per-level conflict
+    /// offsets)`, as daisy 1.x's `compute_level_*` report them.
+    #[allow(clippy::type_complexity)]
+    fn level_layout(
+        &self,
+        task_id: &str,
+    ) -> PyResult<(Vec<i64>, Vec<Vec<i64>>, Vec<Vec<Vec<i64>>>)> {
+        let t = self.graph.pipeline().index_of(task_id).py()?;
+        let layout = self.graph.grid(t).level_layout();
+        let v = |c: &daisy_core::Coord| c.as_slice().to_vec();
+        Ok((
+            v(&layout.stride),
+            layout.offsets.iter().map(v).collect(),
+            layout
+                .conflicts
+                .iter()
+                .map(|l| l.iter().map(v).collect())
+                .collect(),
+        ))
+    }
+
+    /// The offsets from a block of the level at `level` to the blocks of
+    /// the level at `prev` it conflicts with, levels repeating every
+    /// `stride` (daisy 1.x's `get_conflict_offsets`).
+    #[staticmethod]
+    fn conflict_offsets(
+        level: Vec<i64>,
+        prev: Vec<i64>,
+        stride: Vec<i64>,
+    ) -> PyResult<Vec<Vec<i64>>> {
+        let coord = |name: &str, c: &[i64]| {
+            daisy_core::Coord::new(c).map_err(|e| PyValueError::new_err(format!("{name}: {e}")))
+        };
+        let (level, prev, stride) = (
+            coord("level_offset", &level)?,
+            coord("prev_level_offset", &prev)?,
+            coord("level_stride", &stride)?,
+        );
+        if level.dims() != prev.dims() || level.dims() != stride.dims() {
+            return Err(PyValueError::new_err(
+                "level_offset, prev_level_offset, level_stride: give them the same number of dimensions",
+            ));
+        }
+        let (_, combos) = daisy_core::block_grid::conflict_offsets(&level, &prev, &stride);
+        Ok(combos.iter().map(|c| c.as_slice().to_vec()).collect())
+    }
+
     /// The blocks of a task whose write ROI (with `read`, read ROI)
     /// intersects `roi`, row-major over the grid.
     #[pyo3(signature = (task_id, roi, read = false))]

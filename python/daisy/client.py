@@ -44,6 +44,12 @@ class Client:
             ``DAISY_CONTEXT`` environment variable that daisy sets for its
             workers (a hand-started worker can copy it from a driver).
         reraise: re-raise a block's exception after reporting it failed.
+
+    A server that no longer listens when the client is built (the run
+    ended before a straggling worker, say a queued cluster job, started)
+    is not an error, as in daisy 2.0: a warning is logged, ``connected`` is
+    False and ``acquire_block`` yields None at once, so the usual worker
+    loop ends cleanly. A missing or malformed context still raises.
     """
 
     def __init__(self, context: Context | None = None, reraise: bool = False) -> None:
@@ -57,34 +63,55 @@ class Client:
         self.worker_id: int | None = self.context.get("worker_id")
         self.task_id: str = self.context["task_id"]
         self.reraise = reraise
-        self._native = _NativeClient(
-            self.context["hostname"],
-            int(self.context["port"]),
-            self.context["token"],
-            self.task_id,
-            self.worker_id,
-        )
+        self._native: _NativeClient | None = None
+        try:
+            self._native = _NativeClient(
+                self.context["hostname"],
+                int(self.context["port"]),
+                self.context["token"],
+                self.task_id,
+                self.worker_id,
+            )
+        except ConnectionRefusedError as e:
+            logger.warning("daisy: %s; this client gets no blocks", e)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the client reached its server (and is not closed)."""
+        return self._native is not None
+
+    def _connection(self) -> _NativeClient:
+        if self._native is None:
+            raise ConnectionError(
+                "this client is not connected to a daisy server (the run had ended when it "
+                "was built, or it was closed)"
+            )
+        return self._native
 
     @contextmanager
     def acquire_block(self) -> Iterator[Block | None]:
         """Yield the next block (None when there are no more) and report
         it when the ``with`` block ends."""
-        block = self._native.acquire_block()
+        if self._native is None:
+            yield None
+            return
+        native = self._native
+        block = native.acquire_block()
         if block is None:
             yield None
             return
         try:
             yield block
         except Exception as e:
-            self._native.block_failed(block, self._failure_text(block, e))
+            native.block_failed(block, self._failure_text(block, e))
             if self.reraise:
                 raise
         else:
             error = self._outcome(block)
             if error is None:
-                self._native.release_block(block)
+                native.release_block(block)
             else:
-                self._native.block_failed(block, error)
+                native.block_failed(block, error)
 
     def _failure_text(self, block: Block, e: BaseException) -> str:
         """Log a block's exception; the text reported to the server."""
@@ -117,7 +144,10 @@ class Client:
         fails on an exception, on ``status = FAILED`` or when
         ``post_check`` returns False). A block's report and the request
         for the next one leave in one write."""
-        block = self._native.acquire_block()
+        if self._native is None:
+            return
+        native = self._native
+        block = native.acquire_block()
         while block is not None:
             try:
                 function(block)
@@ -126,23 +156,26 @@ class Client:
             except Exception as e:
                 error: str | None = self._failure_text(block, e)
                 if self.reraise:
-                    self._native.block_failed(block, error or "")
+                    native.block_failed(block, error or "")
                     raise
             else:
                 error = self._outcome(block)
-            block = self._native.release_and_acquire(block, error)
+            block = native.release_and_acquire(block, error)
 
     def release_block(self, block: Block) -> None:
         """Report a block by hand (done, or failed if its status says so)."""
+        native = self._connection()
         if block.status == BlockStatus.FAILED:
-            self._native.block_failed(block, "the block function set status FAILED")
+            native.block_failed(block, "the block function set status FAILED")
         else:
             block.status = BlockStatus.SUCCESS
-            self._native.release_block(block)
+            native.release_block(block)
 
     def close(self) -> None:
         """Close the connection (also done when the process exits)."""
-        self._native.disconnect()
+        if self._native is not None:
+            native, self._native = self._native, None
+            native.disconnect()
 
 
 # names daisy 1.x exported from this module, imported on first use

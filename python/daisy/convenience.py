@@ -122,6 +122,10 @@ def run_blockwise(
     return all(s.completed_count == s.total_block_count for s in states.values())
 
 
+# Pipeline.run_blockwise runs through here (pipeline.py cannot import this
+# module: this one imports it)
+Pipeline._runner = run_blockwise
+
 # names daisy 1.x exported from this module, imported on first use
 __getattr__ = _v1_names.lazy_names(
     __name__,

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from funlib.geometry import Roi
+from funlib.geometry import Coordinate, Roi
 
-from daisy import _v1_names
 from daisy._daisy import Block
 from daisy._daisy import DependencyGraph as _NativeGraph
 from daisy.pipeline import Pipeline
@@ -112,6 +111,7 @@ class BlockwiseDependencyGraph(DependencyGraph):
         )
         super().__init__([task])
         self.task_id = task_id
+        self._task = task
 
     @property
     def num_blocks(self) -> int:  # type: ignore[override]
@@ -154,6 +154,94 @@ class BlockwiseDependencyGraph(DependencyGraph):
         intersects ``sub_roi``, row-major over the block grid."""
         return self._native.blocks_touching(self.task_id, sub_roi, read_roi)
 
+    # -- daisy 1.x's level computation, kept for code that calls it --------
+
+    def compute_level_stride(self) -> Coordinate:
+        """How far apart (in world units) two blocks of one level are."""
+        return _coordinate(self._native.level_layout(self.task_id)[0])
+
+    def compute_level_offsets(self) -> list[Coordinate]:
+        """Per level: the read offset of its first block, relative to the
+        total read ROI's."""
+        return [_coordinate(o) for o in self._native.level_layout(self.task_id)[1]]
+
+    def compute_level_conflicts(self) -> list[list[Coordinate]]:
+        """Per level: the offsets (world units) to the blocks of the
+        previous level it waits for (none for level 0)."""
+        return [
+            [_coordinate(c) for c in level] for level in self._native.level_layout(self.task_id)[2]
+        ]
+
+    def compute_level_block_offsets(self) -> list[list[Coordinate]]:
+        """Per level: the write offsets of its blocks, row-major."""
+        return [
+            [b.write_roi.offset for b in self.level_blocks(level)]
+            for level in range(self.num_levels)
+        ]
+
+    def get_conflict_offsets(
+        self, level_offset: Coordinate, prev_level_offset: Coordinate, level_stride: Coordinate
+    ) -> list[Coordinate]:
+        """The offsets from a block at ``level_offset`` to the blocks of the
+        level at ``prev_level_offset`` it conflicts with, levels repeating
+        every ``level_stride``: per axis the nearest on each side (one where
+        they line up), all combinations."""
+        return [
+            _coordinate(c)
+            for c in _NativeGraph.conflict_offsets(
+                list(level_offset), list(prev_level_offset), list(level_stride)
+            )
+        ]
+
+    def shrink_possible(self, block: Block) -> bool:
+        """Whether ``block``'s write ROI keeps something inside the total
+        write ROI."""
+        return not block.write_roi.intersect(self._task.total_write_roi).empty
+
+    def shrink(self, block: Block) -> Block:
+        """``block`` cut to the task: its write ROI the part inside the
+        total write ROI, its read ROI the part inside the total ROI. A
+        block with nothing inside is a ``ValueError`` (daisy 1.x returned
+        one with an empty write ROI, which a daisy block cannot be): ask
+        `shrink_possible` first."""
+        write = block.write_roi.intersect(self._task.total_write_roi)
+        if write.empty:
+            raise ValueError(
+                f"block: {block} writes nothing inside the task's total write ROI "
+                f"{self._task.total_write_roi}; check shrink_possible(block) first"
+            )
+        read = block.read_roi.intersect(self._task.total_roi)
+        return Block(
+            self._task.total_roi, read, write, block_id=block.block_id[1], task_id=self.task_id
+        )
+
+    @property
+    def inclusion_criteria(self) -> Callable[[Block], bool]:
+        """Whether a block at some place belongs to the task under its fit:
+        ``valid``, its read ROI inside the total ROI; ``overhang``, its
+        write ROI starting inside the total write ROI; ``shrink``, some of
+        its write ROI inside it."""
+        total, total_write = self._task.total_roi, self._task.total_write_roi
+        fit = self._task.fit
+        if fit == "valid":
+            return lambda b: total.contains(b.read_roi)
+        if fit == "overhang":
+            return lambda b: total_write.contains(b.write_roi.begin)
+        return self.shrink_possible
+
+    @property
+    def fit_block(self) -> Callable[[Block], Block]:
+        """What the fit does to a block: ``shrink`` cuts it to the total
+        write ROI (`shrink`); ``valid`` and ``overhang`` leave it as is."""
+        if self._task.fit == "shrink":
+            return self.shrink
+        return lambda b: b
+
+
+def _coordinate(values: Any) -> Coordinate:
+    """A funlib ``Coordinate`` (its constructor carries no type hints)."""
+    return Coordinate(values)  # type: ignore[no-untyped-call]
+
 
 def _one_of(old: Roi | None, new: Roi | None, old_name: str, new_name: str) -> Roi:
     """The ROI given under one of its two names (daisy 1.x's or 2.0.0's)."""
@@ -163,12 +251,3 @@ def _one_of(old: Roi | None, new: Roi | None, old_name: str, new_name: str) -> R
     if roi is None:
         raise TypeError(f"{old_name}: missing (the block's ROI; daisy 2.0.0 calls it {new_name})")
     return roi
-
-
-# names daisy 1.x exported from this module, imported on first use
-__getattr__ = _v1_names.lazy_names(
-    __name__,
-    {
-        "Coordinate": "funlib.geometry:Coordinate",
-    },
-)

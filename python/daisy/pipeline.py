@@ -66,26 +66,81 @@ class Composable:
 
 
 class Pipeline:
-    """A validated set of tasks with their dependencies."""
+    """A validated set of tasks with their dependencies.
+
+    ``Pipeline(tasks, edges)`` takes the tasks and ``(upstream, downstream)``
+    pairs, each a task or a task id (daisy 2.0.0 takes tasks); tasks also
+    bring their ``upstream_tasks`` along. ``edges``, ``sources`` and
+    ``outputs`` give the tasks back, as 2.0.0 does."""
+
+    #: runs a pipeline (``daisy.run_blockwise``); set by `daisy.convenience`,
+    #: which owns running, so that this module need not import it
+    _runner: Any = None
 
     def __init__(
-        self, tasks: Iterable[Composable] = (), edges: Iterable[tuple[str, str]] = ()
+        self,
+        tasks: Iterable[Composable] | None = None,
+        edges: Iterable[tuple[Composable | str, Composable | str]] | None = None,
     ) -> None:
         self._tasks: dict[str, Composable] = {}
         self._edges: set[tuple[str, str]] = set()  # (upstream id, downstream id)
         # tasks given directly, as opposed to brought along as upstream tasks
         self._explicit: set[str] = set()
-        for t in tasks:
+        for t in tasks or ():
             self._add(t)
             self._explicit.add(t.task_id)
-        for up, down in edges:
-            for tid in (up, down):
-                if tid not in self._tasks:
-                    raise ValueError(
-                        f"edges: {tid!r} is not a task of this pipeline; add the Task first"
-                    )
+        for edge in edges or ():
+            up, down = (self._edge_end(e) for e in edge)
             self._edges.add((up, down))
         self._validate()
+
+    def _edge_end(self, end: Composable | str) -> str:
+        """The id of one end of an edge, which must be a task of this
+        pipeline (the very task, where a task is given)."""
+        tid = end.task_id if isinstance(end, Composable) else end
+        if not isinstance(tid, str) or tid not in self._tasks:
+            raise ValueError(f"edges: {tid!r} is not a task of this pipeline; add the Task first")
+        if isinstance(end, Composable) and self._tasks[tid] is not end:
+            raise ValueError(
+                f"edges: another task is called {tid!r} in this pipeline; give every task "
+                "its own task_id"
+            )
+        return tid
+
+    @staticmethod
+    def from_task(task: Composable) -> Pipeline:
+        """A pipeline of one task (and the upstream tasks it brings
+        along)."""
+        if not isinstance(task, Composable):
+            raise TypeError(f"task: expected a daisy.Task, got {type(task).__name__}")
+        return Pipeline([task])
+
+    def _edge_ids(self) -> list[tuple[str, str]]:
+        """The edges as id pairs, in the order of their tasks."""
+        order = {tid: i for i, tid in enumerate(self._tasks)}
+        return sorted(self._edges, key=lambda e: (order[e[0]], order[e[1]]))
+
+    @property
+    def edges(self) -> list[tuple[Any, Any]]:
+        """``(upstream task, downstream task)`` pairs."""
+        return [(self._tasks[u], self._tasks[d]) for u, d in self._edge_ids()]
+
+    @property
+    def sources(self) -> list[Any]:
+        """The tasks that wait for no other task of the pipeline."""
+        return [self._tasks[t] for t in self._sources()]
+
+    @property
+    def outputs(self) -> list[Any]:
+        """The tasks no other task of the pipeline waits for."""
+        return [self._tasks[t] for t in self._sinks()]
+
+    def run_blockwise(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the pipeline: ``daisy.run_blockwise(pipeline, ...)``, with the
+        same arguments and return value."""
+        if Pipeline._runner is None:
+            raise RuntimeError("Pipeline.run_blockwise: import daisy first")
+        return Pipeline._runner(self, *args, **kwargs)
 
     @classmethod
     def of(cls, tasks: Any) -> Pipeline:
@@ -209,5 +264,11 @@ class Pipeline:
         return iter(self.tasks)
 
     def __repr__(self) -> str:
-        edges = ", ".join(f"{u}->{d}" for u, d in sorted(self._edges))
-        return f"Pipeline(tasks={list(self._tasks)}, edges=[{edges}])"
+        def names(ids: Iterable[str]) -> str:
+            return "[" + ", ".join(f'"{t}"' for t in ids) + "]"
+
+        edges = ", ".join(f'("{u}", "{d}")' for u, d in self._edge_ids())
+        return (
+            f"Pipeline(tasks={names(self._tasks)}, sources={names(self._sources())}, "
+            f"outputs={names(self._sinks())}, edges=[{edges}])"
+        )

@@ -96,17 +96,34 @@ def _sigterm_stops_the_run() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class _StopRequested(Exception):
+    """Raised from a tick to end a run whose ``stop_event`` was set."""
+
+
 class Server(ServerObservee):
     """Runs the blocks of a pipeline on worker processes.
 
     Args:
+        stop_event: a ``threading.Event`` (or anything with ``is_set()``);
+            once it is set, the run stops within a tick, its workers are
+            stopped, and ``run_blockwise`` returns the task states so far
+            (daisy 1.x's first argument; the blocks not done count as
+            unfinished).
         host: address to listen on; loopback by default. Use ``"0.0.0.0"``
             (or this machine's address) for workers on other machines.
         port: port to listen on; 0 picks a free one.
     """
 
-    def __init__(self, host: str | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, stop_event: Any = None, host: str | None = None, port: int | None = None
+    ) -> None:
         super().__init__()
+        if stop_event is not None and not callable(getattr(stop_event, "is_set", None)):
+            raise TypeError(
+                f"stop_event: expected a threading.Event (something with is_set()), got "
+                f"{type(stop_event).__name__}"
+            )
+        self.stop_event = stop_event
         self._host_given = host is not None
         self.host = host or "127.0.0.1"
         if port is not None and (
@@ -231,6 +248,8 @@ class Server(ServerObservee):
                 events.update(tid, state)
             if metrics is not None:
                 metrics.update(states, workers, restarts, round_trips)
+            if self.stop_event is not None and self.stop_event.is_set():
+                raise _StopRequested()
 
         try:
             with _sigterm_stops_the_run():
@@ -250,6 +269,10 @@ class Server(ServerObservee):
                 self.last_report = RunReport.from_json(partial)
                 self.last_report.attach(list(task_map.values()))
                 e.daisy_run_report = self.last_report  # type: ignore[attr-defined]
+            if isinstance(e, _StopRequested):
+                # asked for: the states so far are the result, as in 1.x
+                logger.info("daisy: the run stopped: its stop_event was set")
+                return dict(getattr(e, "daisy_run_states", {}))
             raise
         finally:
             for obs in observers:

@@ -203,6 +203,15 @@ class Task(Composable):
             )
         self.read_write_conflict = read_write_conflict
 
+        if num_workers is not None:
+            # daisy 2.0.0's warning, word for word
+            warnings.warn(
+                "Task(num_workers=N) is the daisy 1.x kwarg; daisy v2 uses max_workers=N. This "
+                "compat alias keeps your code working but for the v2-native API use "
+                "`import daisy.v2 as daisy`.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         if num_workers is not None and max_workers is not None and num_workers != max_workers:
             raise ValueError(
                 f"max_workers={max_workers} and num_workers={num_workers} disagree; "
@@ -243,6 +252,15 @@ class Task(Composable):
                 )
         self.timeout = timeout
 
+        if upstream_tasks is not None:
+            warnings.warn(
+                "Task(upstream_tasks=[...]) is the daisy 1.x way to declare block-level "
+                "dependencies. daisy v2 expresses this via `Pipeline` composition: "
+                "`upstream_task + downstream_task`. This compat alias keeps your code working "
+                "— `run_blockwise` will build a Pipeline from the upstream list automatically.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         if upstream_tasks is None:
             upstream: list[Task] = []
         elif isinstance(upstream_tasks, Task):

@@ -53,13 +53,23 @@ class Worker:
         error_queue: Any = None,
     ) -> None:
         self.worker_id = Worker.get_next_id()
-        self.spawn_function = spawn_function
+        self._spawn_function = spawn_function
         self.context = context.copy() if context is not None else None
         if self.context is not None:
             self.context["worker_id"] = self.worker_id
         self.error_queue = error_queue
         self.process: Any = None
         self.start()
+
+    @property
+    def spawn_function(self) -> Callable[[], Any]:
+        """The function the worker process runs (a property, as in daisy
+        1.x)."""
+        return self._spawn_function
+
+    @spawn_function.setter
+    def spawn_function(self, function: Callable[[], Any]) -> None:
+        self._spawn_function = function
 
     @staticmethod
     def get_next_id() -> int:
