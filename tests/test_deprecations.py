@@ -27,3 +27,18 @@ def test_task_warns_as_2_0_0_does(tmp_path):
     release = json.loads((FIXTURES / "daisy_2.0.0.json").read_text())["warnings"]
     assert ours == release
     assert release["num_workers"] and release["upstream_tasks"] and not release["plain"]
+
+
+def test_get_done_marker_basedir_is_2_0_0s_deprecated_alias(tmp_path):
+    import warnings
+
+    import daisy
+
+    daisy.set_tracking_basedir(tmp_path)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        assert daisy.get_done_marker_basedir() == daisy.get_tracking_basedir()
+    # 2.0.0's words
+    assert [str(w.message) for w in got] == [
+        "get_done_marker_basedir() is deprecated; use get_tracking_basedir()."
+    ]

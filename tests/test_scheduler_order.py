@@ -132,3 +132,19 @@ def test_sequence_matches_1_2_2(name: str, policy: str) -> None:
     ours = one_at_a_time(scenario)
     assert ours["sequence"] == recorded(scenario, policy, "sequence")
     assert ours["final"] == recorded_final(scenario, policy)
+
+
+def test_the_scheduler_has_its_dependency_graph() -> None:
+    """2.0.0's ``Scheduler.dependency_graph``: ``upstream`` / ``downstream``
+    of a block, the same blocks 1.2.2's graph names (recorded in the
+    fixture's probe)."""
+    scenario = SCENARIOS["test_2d"]
+    scheduler = build(scenario)
+    graph = scheduler.dependency_graph
+    first = scheduler.acquire_block("a")
+    assert first is not None
+    probe = scenario["probe"]
+    down = [key(b) for b in graph.downstream(first)]
+    up = [key(b) for b in graph.upstream(first)]
+    assert up == probe["first_block_upstream"]["blocks"] == []
+    assert down == probe["first_block_downstream"]["blocks"] == [["a", 2], ["a", 7]]

@@ -64,6 +64,7 @@ from daisy.spawners import DaskSpawner, LocalSpawner, SlurmSpawner, Spawner
 from daisy.task import Task
 from daisy.task_state import TaskState
 from daisy.tracking_store import (
+    get_done_marker_basedir,
     get_tracking_basedir,
     set_done_marker_basedir,
     set_tracking_basedir,
@@ -116,6 +117,7 @@ __all__ = [
     "expand_write_roi_to_grid",
     "freezable",
     "get_worker_log_basename",
+    "get_done_marker_basedir",
     "get_tracking_basedir",
     "logging",
     "metrics",

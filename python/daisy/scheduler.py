@@ -9,6 +9,7 @@ from typing import Any
 
 from daisy import _v1_names
 from daisy._daisy import Block, TaskState
+from daisy._daisy import DependencyGraph as _NativeGraph
 from daisy._daisy import Scheduler as _NativeScheduler
 from daisy.pipeline import Pipeline
 from daisy.tracking_store import (
@@ -60,6 +61,13 @@ class Scheduler:
     def release_block(self, block: Block) -> None:
         """Take back a block whose ``status`` is SUCCESS or FAILED."""
         self._native.release_block(block)
+
+    @property
+    def dependency_graph(self) -> _NativeGraph:
+        """The block dependency graph of the scheduler's pipeline, as the
+        core holds it: ``upstream(block)`` and ``downstream(block)``, as in
+        daisy 2.0.0 (and ``num_blocks``, ``roots``, ... by task id)."""
+        return _NativeGraph(self._pipeline.specs())
 
     @property
     def task_states(self) -> dict[str, TaskState]:

@@ -69,6 +69,16 @@ def set_done_marker_basedir(path: str | os.PathLike[str] | None) -> None:
     set_tracking_basedir(path)
 
 
+def get_done_marker_basedir() -> Path | None:
+    """Deprecated name of `get_tracking_basedir` (daisy 2.0.0's)."""
+    warnings.warn(
+        "get_done_marker_basedir() is deprecated; use get_tracking_basedir().",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return get_tracking_basedir()
+
+
 def resolve_tracking_path(task_id: str, explicit: Any) -> Path | None:
     """A task's store: its explicit path, ``<basedir>/<task_id>``, or None
     (``explicit=False`` opts out even when a base directory is set)."""
