@@ -93,3 +93,42 @@ def test_a_set_stop_event_ends_the_run_with_the_states_so_far(tmp_path):
     assert server.last_report["t"].outcome == "interrupted"
     with pytest.raises(TypeError, match="stop_event"):
         daisy.Server(stop_event=5)
+
+
+def fail_block_1(block):
+    if block.block_id[1] == 1:
+        raise ValueError("block 1 is bad")
+
+
+def test_task_knows_its_failed_blocks_timeout_and_marker_path(tmp_path):
+    """daisy 2.0.0's ``Task.failed_blocks()``, ``timeout_secs`` and
+    ``done_marker_path`` (observed: ``failed_blocks()`` lists the failed
+    block as a Block; ``done_marker_path`` is what was passed)."""
+    daisy.set_tracking_basedir(tmp_path)
+    task = line_task("t", 3, process_function=fail_block_1, max_retries=0, timeout=5)
+    assert task.failed_blocks() == []
+    assert not daisy.run_blockwise([task], progress=False, summary=False)
+    failed = task.failed_blocks()
+    assert [b.block_id for b in failed] == [("t", 1)]
+    assert failed[0].write_roi == daisy.Roi((10,), (10,))
+    assert task.timeout_secs == 5.0
+    assert line_task("u", 1, process_function=noop).timeout_secs is None
+    assert task.done_marker_path is None
+    assert line_task("u", 1, process_function=noop, tracking_path=False).done_marker_path is False
+
+
+def test_run_blockwise_takes_2_0_0s_positional_order_and_pipeline_keyword():
+    task = line_task("t", 2, process_function=noop)
+    # (pipeline, multiprocessing, resources, progress, block_tracking,
+    #  return_states, host, summary), as 2.0.0's signature reads
+    states = daisy.run_blockwise(task, False, None, False, True, True, None, False)
+    assert states["t"].completed_count == 2
+    assert daisy.run_blockwise(pipeline=task, multiprocessing=False, progress=False, summary=False)
+    with pytest.raises(TypeError, match="pass one"):
+        daisy.run_blockwise(task, pipeline=task)
+
+
+def test_an_empty_list_is_an_empty_success_as_in_1x(caplog):
+    assert daisy.run_blockwise([]) is True
+    assert daisy.run_blockwise([], return_states=True) == {}
+    assert "no tasks" in caplog.text

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -15,26 +16,34 @@ from daisy.scheduler import Scheduler
 from daisy.serial_server import SerialServer
 from daisy.server import Server
 
+logger = logging.getLogger(__name__)
+
 
 def run_blockwise(
-    tasks: Any,
+    tasks: Any = None,
     multiprocessing: bool = True,
-    *,
-    host: str | None = None,
-    port: int | None = None,
     resources: dict[str, int] | None = None,
     progress: Any = True,
-    summary: bool = True,
-    metrics_port: int | None = None,
-    report_html: str | os.PathLike[str] | None = None,
     block_tracking: bool = True,
     return_states: bool = False,
+    host: str | None = None,
+    summary: bool = True,
+    *,
+    port: int | None = None,
+    metrics_port: int | None = None,
+    report_html: str | os.PathLike[str] | None = None,
+    pipeline: Any = None,
 ) -> Any:
     """Run every block of ``tasks`` (a Task, a list of tasks or a
     Pipeline; upstream tasks are included) in dependency order.
 
+    The positional order is daisy 2.0.0's (``tasks``, ``multiprocessing``,
+    ``resources``, ``progress``, ``block_tracking``, ``return_states``,
+    ``host``, ``summary``), and its first parameter's 2.0.0 name,
+    ``pipeline=``, works as a keyword too.
+
     Args:
-        tasks: what to run.
+        tasks: what to run (``pipeline=`` in daisy 2.0.0).
         multiprocessing: True (the default) runs blocks on worker
             processes, up to ``max_workers`` per task; an exception fails
             its block, which is retried. False runs every block in this
@@ -69,6 +78,16 @@ def run_blockwise(
     """
     if not isinstance(return_states, bool):
         raise TypeError(f"return_states: expected True or False, got {return_states!r}")
+    if pipeline is not None:
+        if tasks is not None:
+            raise TypeError("run_blockwise: tasks and pipeline name the same thing; pass one")
+        tasks = pipeline
+    if tasks is None:
+        raise TypeError("run_blockwise: missing what to run: a Task, a list of tasks or a Pipeline")
+    if isinstance(tasks, list | tuple | Pipeline) and len(tasks) == 0:
+        # daisy 1.x ran an empty list as an empty success
+        logger.warning("daisy: run_blockwise was given no tasks; nothing to run")
+        return {} if return_states else True
     if not isinstance(multiprocessing, bool):
         raise TypeError(f"multiprocessing: expected True or False, got {multiprocessing!r}")
     if report_html is not None:

@@ -21,7 +21,7 @@ from typing import Any
 from funlib.geometry import Roi
 
 from daisy import _v1_names
-from daisy._daisy import Block, TaskSpec, TrackingStore, validated_roi
+from daisy._daisy import Block, DependencyGraph, TaskSpec, TrackingStore, validated_roi
 from daisy.convenience import run_blockwise
 from daisy.pipeline import Composable
 from daisy.run_report import BlockRecord, TaskReport, read_last_run, runs_file_for
@@ -380,6 +380,29 @@ class Task(Composable):
     def tracking_path(self) -> Path | None:
         """The task's tracking store directory, or None if it has none."""
         return resolve_tracking_path(self.task_id, self._tracking_path)
+
+    @property
+    def done_marker_path(self) -> str | os.PathLike[str] | bool | None:
+        """What was given as ``tracking_path`` (or ``done_marker_path``) at
+        construction: a path, False (no store) or None (the tracking base
+        directory's), as daisy 2.0.0 reports it."""
+        return self._tracking_path
+
+    @property
+    def timeout_secs(self) -> float | None:
+        """The per-block timeout in seconds, or None without one (daisy
+        2.0.0 defaulted to 600 s; this package has no default timeout)."""
+        return None if self.timeout is None else float(self.timeout)
+
+    def failed_blocks(self) -> list[Block]:
+        """The blocks the tracking store records as failed and not done
+        (daisy 2.0.0), level by level as they are handed out. Empty without
+        a store."""
+        failed = {r.block_id[1] for r in self.block_records() if r.failures and not r.done}
+        if not failed:
+            return []
+        graph = DependencyGraph([self._spec])
+        return [b for b in graph.walk(self.task_id) if b.block_id[1] in failed]
 
     def report(self) -> TaskReport | None:
         """The report of this task's last run: the last line of its
