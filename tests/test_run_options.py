@@ -132,3 +132,32 @@ def test_an_empty_list_is_an_empty_success_as_in_1x(caplog):
     assert daisy.run_blockwise([]) is True
     assert daisy.run_blockwise([], return_states=True) == {}
     assert "no tasks" in caplog.text
+
+
+ONE_BLOCK = """
+import daisy
+client = daisy.Client()
+with client.acquire_block() as block:
+    pass
+"""
+
+
+def test_a_worker_that_leaves_cleanly_after_its_work_is_not_a_crash(tmp_path):
+    """A worker function that hands one block to a program it starts and
+    then returns (exit status 0) while blocks are pending: not a crash, so
+    even ``max_worker_restarts=0`` does not abandon the task, and it is
+    replaced while work remains. Recorded with daisy 2.0.0
+    (``/tmp/exit0/run.py``): 4 blocks, 2 workers, 4 workers started, all
+    blocks done; ours the same."""
+    import subprocess
+    import sys
+
+    def worker():
+        subprocess.run([sys.executable, "-c", ONE_BLOCK], check=True, timeout=120)
+
+    task = line_task("t", 4, process_function=worker, max_workers=2, max_worker_restarts=0)
+    states = daisy.run_blockwise([task], return_states=True, progress=False, summary=False)
+    s = states["t"]
+    assert s.completed_count == 4 and not s.abandoned
+    assert s.worker_restart_count == 0
+    assert 2 <= s.worker_start_count <= 4

@@ -20,6 +20,39 @@ impl From<BlockStats> for PyBlockStats {
 
 #[pymethods]
 impl PyBlockStats {
+    /// Figures given by hand (daisy 2.0.0 let code build one, say for a
+    /// test double); the profiler makes the real ones. Counts must not be
+    /// negative.
+    #[new]
+    #[pyo3(signature = (
+        wall_seconds = 0.0,
+        cpu_seconds = 0.0,
+        peak_rss_bytes = 0,
+        io_read_bytes = 0,
+        io_write_bytes = 0,
+        gpu_util_pct = f32::NAN,
+        gpu_mem_bytes = 0
+    ))]
+    fn new(
+        wall_seconds: f64,
+        cpu_seconds: f64,
+        peak_rss_bytes: u64,
+        io_read_bytes: u64,
+        io_write_bytes: u64,
+        gpu_util_pct: f32,
+        gpu_mem_bytes: u64,
+    ) -> Self {
+        Self(BlockStats {
+            wall_seconds,
+            cpu_seconds,
+            peak_rss_bytes,
+            io_read_bytes,
+            io_write_bytes,
+            gpu_util_pct,
+            gpu_mem_bytes,
+        })
+    }
+
     /// Elapsed seconds in the block.
     #[getter]
     fn wall_seconds(&self) -> f64 {

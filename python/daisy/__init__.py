@@ -56,6 +56,7 @@ from daisy.run_report import (
     TaskReport,
     WorkerRecord,
     WorkerSummary,
+    last_report,
 )
 from daisy.scheduler import Scheduler
 from daisy.serial_server import SerialServer
@@ -104,6 +105,7 @@ __all__ = [
     "WorkerPool",
     "WorkerSummary",
     "__version__",
+    "last_report",
     "block",
     "cl_monitor",
     "blocks",
@@ -144,4 +146,14 @@ __all__ = [
 
 # daisy 1.x's transport modules, imported on first use (tornado is slow to
 # import, and daisy itself does not use them)
-__getattr__ = _v1_names.lazy_names(__name__, {"messages": "daisy.messages", "tcp": "daisy.tcp"})
+__getattr__ = _v1_names.lazy_names(
+    __name__,
+    {
+        "messages": "daisy.messages",
+        "tcp": "daisy.tcp",
+        # daisy 2.0.0's namespaces: `import daisy.v2 as daisy` for its strict
+        # API, `daisy.v1_compat` for its 1.x layer
+        "v2": "daisy.v2",
+        "v1_compat": "daisy.v1_compat",
+    },
+)

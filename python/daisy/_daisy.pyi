@@ -270,6 +270,16 @@ def run_distributed(
 
 @final
 class BlockStats:
+    def __new__(
+        cls,
+        wall_seconds: float = 0.0,
+        cpu_seconds: float = 0.0,
+        peak_rss_bytes: int = 0,
+        io_read_bytes: int = 0,
+        io_write_bytes: int = 0,
+        gpu_util_pct: float = ...,
+        gpu_mem_bytes: int = 0,
+    ) -> BlockStats: ...
     @property
     def wall_seconds(self) -> float: ...
     @property

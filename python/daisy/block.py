@@ -7,14 +7,16 @@ them. `BlockStatus` is a Python enum with the 1.x members and values.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import IntEnum
 
 from daisy import _v1_names
 
 
-class BlockStatus(Enum):
+class BlockStatus(IntEnum):
     """Where a block is in its life; set ``block.status`` to ``SUCCESS`` or
-    ``FAILED`` in a worker to report the outcome."""
+    ``FAILED`` in a worker to report the outcome. An ``IntEnum``: daisy 1.x
+    code compares members, daisy 2.0.0 code compares the numbers (2 is
+    ``SUCCESS``), and both work."""
 
     CREATED = 0
     PROCESSING = 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from funlib.geometry import Coordinate, Roi
 
+from daisy import _v1_names
+
 
 def expand_write_roi_to_grid(roi: Roi, write_roi: Roi) -> Roi:
     """``roi`` grown to whole multiples of ``write_roi``'s shape (a grid
@@ -32,3 +34,7 @@ def expand_request_roi_to_grid(req_roi: Roi, total_roi: Roi, read_roi: Roi, writ
 
 
 __all__ = ["expand_request_roi_to_grid", "expand_roi_to_grid", "expand_write_roi_to_grid"]
+
+
+# names daisy 1.x exported from this module, imported on first use
+__getattr__ = _v1_names.lazy_names(__name__, {"Block": "daisy.block:Block"})

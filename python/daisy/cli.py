@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from daisy._daisy import __version__
 from daisy.run_history import find_runs_files, stat_array, store_of
 from daisy.run_report import RUNS_FILE, TaskReport, read_runs
 
@@ -232,6 +233,7 @@ def compare_command(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``daisy`` command."""
     parser = argparse.ArgumentParser(prog="daisy", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"daisy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     rep = sub.add_parser("report", help="print the Resource Utilization panel of a run")

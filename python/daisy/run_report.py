@@ -755,6 +755,17 @@ class TaskReport:
         return out
 
 
+#: the report of this process's last run (see `last_report`)
+_last_run: RunReport | None = None
+
+
+def last_report() -> RunReport | None:
+    """The `RunReport` of the last run in this process (by
+    ``daisy.run_blockwise``, a `Server` or a `SerialServer`, finished or
+    stopped), or None before any run. Per task: ``task.report()``."""
+    return _last_run
+
+
 class RunReport:
     """The reports of every task of one run, by task id."""
 
@@ -813,10 +824,14 @@ class RunReport:
 
     def attach(self, tasks: Sequence[ReportedTask]) -> None:
         """Give each task report its `Task` (for `TaskReport.block`), keep
-        it on the task (for `Task.report` when nothing is on disk) and
+        it on the task (for `Task.report` when nothing is on disk), keep
+        the whole report as this process's last run (`last_report`) and
         append the report of each task without a tracking store to the
         ``runs.jsonl`` next to its worker logs (the core already appended
-        it to the store of every task that has one)."""
+        it to the store of every task that has one). Every runner attaches
+        the report of every run, finished or stopped."""
+        global _last_run
+        _last_run = self
         for task in tasks:
             report = self.tasks.get(task.task_id)
             if report is None:

@@ -55,7 +55,10 @@ class Scheduler:
 
     def acquire_block(self, task_id: str) -> Block | None:
         """The next ready block of ``task_id`` (skipping blocks its
-        ``check_function`` reports done), or None if none is ready now."""
+        ``check_function`` reports done), or None if none is ready now, or
+        if the scheduler has no such task (as in 1.2.2 and 2.0.0)."""
+        if task_id not in self._tasks:
+            return None
         return self._native.acquire_block(task_id)
 
     def release_block(self, block: Block) -> None:
@@ -89,5 +92,6 @@ __getattr__ = _v1_names.lazy_names(
     {
         "BlockStatus": "daisy.block:BlockStatus",
         "DependencyGraph": "daisy.dependency_graph:DependencyGraph",
+        "Task": "daisy.task:Task",
     },
 )

@@ -252,7 +252,7 @@ class Task(Composable):
                 )
         self.timeout = timeout
 
-        if upstream_tasks is not None:
+        if upstream_tasks:  # (2.0.0 warns for a non-empty list only)
             warnings.warn(
                 "Task(upstream_tasks=[...]) is the daisy 1.x way to declare block-level "
                 "dependencies. daisy v2 expresses this via `Pipeline` composition: "

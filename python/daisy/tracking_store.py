@@ -62,7 +62,9 @@ def get_tracking_basedir() -> Path | None:
 def set_done_marker_basedir(path: str | os.PathLike[str] | None) -> None:
     """Deprecated name of `set_tracking_basedir`."""
     warnings.warn(
-        "set_done_marker_basedir is deprecated; use daisy.set_tracking_basedir",
+        # daisy 2.0.0's words
+        "set_done_marker_basedir() is deprecated; use set_tracking_basedir(). The directory "
+        "now holds failure counts and resource measurements alongside the done markers.",
         DeprecationWarning,
         stacklevel=2,
     )

@@ -1,0 +1,45 @@
+"""``daisy.last_report()`` and ``daisy --version`` (issue 14)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import line_task
+
+import daisy
+
+
+def noop(block):
+    pass
+
+
+def test_last_report_is_none_before_any_run_in_a_process():
+    out = subprocess.run(
+        [sys.executable, "-c", "import daisy; print(daisy.last_report())"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.stdout.strip() == "None", out.stderr
+
+
+@pytest.mark.parametrize("mp", [False, True], ids=["serial", "workers"])
+def test_last_report_is_the_last_run_of_run_blockwise(mp):
+    a = line_task("a", 3, process_function=noop)
+    assert daisy.run_blockwise([a], multiprocessing=mp, progress=False, summary=False)
+    first = daisy.last_report()
+    assert isinstance(first, daisy.RunReport) and list(first) == ["a"]
+    b = line_task("b", 2, process_function=noop)
+    assert daisy.run_blockwise([b], multiprocessing=mp, progress=False, summary=False)
+    second = daisy.last_report()
+    assert second is not first and list(second) == ["b"]
+    assert second["b"].blocks.count == 2
+
+
+def test_daisy_version():
+    out = subprocess.run(
+        [sys.executable, "-m", "daisy", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0 and out.stdout.strip() == f"daisy {daisy.__version__}"
