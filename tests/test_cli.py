@@ -86,8 +86,8 @@ def test_report_of_a_resumed_run_and_of_an_earlier_run(tmp_path, capsys):
     assert first["run"] == 0 and first["skipped"] == 0 and first["wall_total_s"] > 0
     code, out = run_cli(capsys, "report", str(tmp_path / "seg"))
     assert "5 blocks (5 skipped)" in out
-    with pytest.raises(SystemExit, match="--run 7"):
-        main(["report", str(tmp_path / "seg"), "--run", "7"])
+    assert main(["report", str(tmp_path / "seg"), "--run", "7"]) == 2
+    assert "--run 7 is not one" in capsys.readouterr().err
 
 
 def test_report_of_a_run_with_failures(tmp_path, capsys, log_dir):
@@ -206,3 +206,40 @@ def test_a_fully_resumed_runs_row_is_consistent(tmp_path, capsys):
     assert row["skipped"] == 4
     assert row["wall_total_s"] is None
     assert row["wall_p50_s"] is None and row["wall_p95_s"] is None
+
+
+def run_daisy(*argv, **kw):
+    return subprocess.run(
+        [sys.executable, "-m", "daisy", *argv], capture_output=True, text=True, timeout=120, **kw
+    )
+
+
+def test_cli_errors_are_one_line_on_stderr_with_exit_2(tmp_path):
+    """Issue 14: every CLI error is one line on stderr, exit status 2, no
+    traceback."""
+    path = tmp_path / "runs.jsonl"
+    append_run(path, synthetic(10.0, 0.1))
+    for argv in (("report", str(path), "--run", "7"), ("report", str(tmp_path / "none"))):
+        out = run_daisy(*argv)
+        assert out.returncode == 2, (argv, out)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("daisy: "), out.stderr
+        assert "Traceback" not in out.stderr
+
+
+def test_a_closed_pipe_ends_the_output_quietly(tmp_path):
+    """``daisy report ... | head -1``: no BrokenPipeError."""
+    line = json.dumps(synthetic(10.0, 0.1).to_dict())
+    for i in range(3000):
+        d = tmp_path / f"t{i}"
+        d.mkdir()
+        (d / "runs.jsonl").write_text(line.replace('"seg"', f'"t{i}"') + "\n")
+    out = subprocess.run(
+        f"{sys.executable} -m daisy report {tmp_path} | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.stdout.startswith("Resource Utilization")
+    assert "BrokenPipeError" not in out.stderr and "Traceback" not in out.stderr, out.stderr

@@ -43,3 +43,23 @@ def test_daisy_version():
         [sys.executable, "-m", "daisy", "--version"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0 and out.stdout.strip() == f"daisy {daisy.__version__}"
+
+
+def corrupt_block_1(block):
+    if block.block_id[1] == 1:
+        raise ValueError("corrupt section")
+
+
+def test_raise_on_failure_raises_run_failed_with_the_report():
+    a = line_task("a", 3, process_function=corrupt_block_1, max_retries=1)
+    b = line_task("b", 3, process_function=noop, upstream_tasks=[a])
+    with pytest.raises(daisy.RunFailed, match="first failure: a: ValueError: corrupt section") as e:
+        daisy.run_blockwise([b], raise_on_failure=True, progress=False, summary=False)
+    err = e.value
+    assert err.states["a"].failed_count == 1
+    assert err.states["b"].orphaned_count >= 1
+    assert err.report is daisy.last_report()
+    assert [(t, i) for t, i, _w, _r in err.failures] == [("a", 1), ("a", 1)]
+    assert isinstance(err, RuntimeError)
+    # the default stays 1.x's: False, no exception
+    assert daisy.run_blockwise([b], progress=False, summary=False) is False

@@ -43,7 +43,7 @@ from daisy.block import Block, BlockStatus
 from daisy.blocks import expand_roi_to_grid, expand_write_roi_to_grid
 from daisy.client import Client
 from daisy.context import Context
-from daisy.convenience import run_blockwise
+from daisy.convenience import RunFailed, run_blockwise
 from daisy.dependency_graph import BlockwiseDependencyGraph, DependencyGraph
 from daisy.logging import get_worker_log_basename, redirect_stdouterr
 from daisy.pipeline import Pipeline
@@ -106,6 +106,7 @@ __all__ = [
     "WorkerSummary",
     "__version__",
     "last_report",
+    "RunFailed",
     "block",
     "cl_monitor",
     "blocks",

@@ -21,6 +21,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -103,14 +104,19 @@ def _top_failure(report: TaskReport) -> str | None:
     return f"{ranked[0][1]}× {ranked[0][0]}" if ranked else None
 
 
+class CliError(Exception):
+    """A mistake in how the command was called or what it was pointed at:
+    printed as one line on stderr, exit status 2."""
+
+
 def _select(runs: list[TaskReport], run: int | None, where: Path) -> tuple[int, TaskReport]:
     if not runs:
-        raise SystemExit(f"daisy: {where} has no runs yet")
+        raise CliError(f"{where} has no runs yet")
     index = len(runs) - 1 if run is None else run
     if index < 0:
         index += len(runs)
     if not 0 <= index < len(runs):
-        raise SystemExit(f"daisy: {where} has runs 0..{len(runs) - 1}; --run {run} is not one")
+        raise CliError(f"{where} has runs 0..{len(runs) - 1}; --run {run} is not one")
     return index, runs[index]
 
 
@@ -254,7 +260,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     cmp_.set_defaults(func=compare_command)
 
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except CliError as e:
+        print(f"daisy: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # the reader went away (`daisy report ... | head -1`): stop quietly,
+        # and keep Python from failing again on flushing stdout at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

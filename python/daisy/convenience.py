@@ -19,6 +19,42 @@ from daisy.server import Server
 logger = logging.getLogger(__name__)
 
 
+class RunFailed(RuntimeError):
+    """``run_blockwise(..., raise_on_failure=True)`` found blocks failed,
+    orphaned or left unprocessed. Carries ``states`` (task id to
+    `TaskState`), ``report`` (the run's `RunReport`, whose task reports
+    hold ``failure_causes``) and ``failures`` (``(task_id, spatial_id,
+    worker_id, reason)`` of every failed attempt a distributed run saw)."""
+
+    def __init__(
+        self,
+        states: dict[str, Any],
+        report: RunReport | None,
+        failures: list[tuple[str, int, int | None, str]],
+    ) -> None:
+        self.states, self.report, self.failures = states, report, failures
+        bad = {
+            tid: (s.failed_count, s.orphaned_count, s.total_block_count - s.completed_count)
+            for tid, s in states.items()
+            if s.completed_count != s.total_block_count
+        }
+        parts = [
+            f"{tid}: {failed} failed, {orphaned} orphaned, {left} not completed"
+            for tid, (failed, orphaned, left) in bad.items()
+        ]
+        first = None
+        if report is not None:
+            for task in report:
+                causes = report[task].failure_causes
+                if causes.messages:
+                    first = f"{task}: {causes.messages[0][0]}"
+                    break
+        message = "the run did not complete: " + "; ".join(parts)
+        if first is not None:
+            message += f" (first failure: {first})"
+        super().__init__(message)
+
+
 def run_blockwise(
     tasks: Any = None,
     multiprocessing: bool = True,
@@ -33,6 +69,7 @@ def run_blockwise(
     metrics_port: int | None = None,
     report_html: str | os.PathLike[str] | None = None,
     pipeline: Any = None,
+    raise_on_failure: bool = False,
 ) -> Any:
     """Run every block of ``tasks`` (a Task, a list of tasks or a
     Pipeline; upstream tasks are included) in dependency order.
@@ -70,12 +107,17 @@ def run_blockwise(
         return_states: return the ``task_id -> TaskState`` dict instead
             of the bool (daisy 2.0.0's option): per-task counts with
             ``abandoned``, ``abandon_reason`` and the worker errors.
+        raise_on_failure: raise `RunFailed` (carrying the states, the run
+            report and the failed attempts) instead of returning False
+            when a block failed, was orphaned or was left unprocessed.
 
     Returns:
         True if every block of every task completed; False if any block
         failed, was orphaned or was left unprocessed. With
         ``return_states=True``, the task states by task id.
     """
+    if not isinstance(raise_on_failure, bool):
+        raise TypeError(f"raise_on_failure: expected True or False, got {raise_on_failure!r}")
     if not isinstance(return_states, bool):
         raise TypeError(f"return_states: expected True or False, got {return_states!r}")
     if pipeline is not None:
@@ -100,6 +142,7 @@ def run_blockwise(
             )
     report: RunReport | None
     notes: dict[str, list[str]]
+    failures: list[tuple[str, int, int | None, str]] = []
     if multiprocessing:
         server = Server(host=host, port=port)
         states = server.run_blockwise(
@@ -110,6 +153,7 @@ def run_blockwise(
             block_tracking=block_tracking,
         )
         notes = server.failure_notes()
+        failures = list(server.failures)
         report = server.last_report
     else:
         if metrics_port is not None:
@@ -136,9 +180,12 @@ def run_blockwise(
         pipeline = Pipeline.of(tasks)
         files = [f for f in (runs_file_for(t) for t in pipeline.tasks) if f is not None]
         write_html_report(files, Path(report_html))
+    ok = all(s.completed_count == s.total_block_count for s in states.values())
+    if raise_on_failure and not ok:
+        raise RunFailed(dict(states), report, failures)
     if return_states:
         return states
-    return all(s.completed_count == s.total_block_count for s in states.values())
+    return ok
 
 
 # Pipeline.run_blockwise runs through here (pipeline.py cannot import this
