@@ -161,3 +161,23 @@ def test_a_worker_that_leaves_cleanly_after_its_work_is_not_a_crash(tmp_path):
     assert s.completed_count == 4 and not s.abandoned
     assert s.worker_restart_count == 0
     assert 2 <= s.worker_start_count <= 4
+
+
+def test_a_fully_resumed_run_starts_no_workers(tmp_path):
+    """Issue 15 ("no workers for nothing"): a task whose blocks are all
+    marked done starts no worker process; a downstream task whose blocks
+    are all done neither. Before, each started one that found nothing."""
+    daisy.set_tracking_basedir(tmp_path)
+    a = line_task("a", 4, process_function=noop, max_workers=2)
+    b = line_task("b", 4, process_function=noop, upstream_tasks=[a])
+    assert daisy.run_blockwise([b], progress=False, summary=False)
+    states = daisy.run_blockwise([b], return_states=True, progress=False, summary=False)
+    assert [s.skipped_count for s in states.values()] == [4, 4]
+    assert [s.worker_start_count for s in states.values()] == [0, 0]
+    report = daisy.last_report()
+    assert report is not None and [report[t].workers.count for t in "ab"] == [0, 0]
+    # half done: workers start for the other half only
+    b.reset()
+    states = daisy.run_blockwise([b], return_states=True, progress=False, summary=False)
+    assert states["a"].worker_start_count == 0 and states["b"].worker_start_count >= 1
+    assert states["b"].skipped_count == 0 and states["b"].completed_count == 4

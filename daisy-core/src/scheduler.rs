@@ -321,6 +321,22 @@ impl Scheduler {
         }
     }
 
+    /// Skip, without handing anything out, the ready blocks at the front of
+    /// `task`'s queue that its done markers or skip mask say are done (a
+    /// memory read each; the caller's check is not asked), stopping at the
+    /// first block that may need work. Returns how many were skipped. The
+    /// server calls it before it starts a task's first worker, so a task
+    /// whose blocks are all done never starts one.
+    pub fn skip_marked(&mut self, task: TaskIndex) -> u64 {
+        struct MayNeedWork;
+        let before = self.tasks[task as usize].state.skipped_count;
+        // the check is only reached for a block neither marked nor masked:
+        // refusing it puts that block back at the front, and stops
+        let handed_out = self.acquire_block(task, |_| Err::<bool, _>(MayNeedWork));
+        debug_assert!(!matches!(handed_out, Ok(Some(_))));
+        self.tasks[task as usize].state.skipped_count - before
+    }
+
     /// Take back a block handed out by [`Scheduler::acquire_block`], with
     /// the status its worker gave it.
     pub fn release_block(
@@ -476,6 +492,28 @@ mod tests {
         )
         .unwrap();
         Scheduler::new(Pipeline::new(vec![a, b]).unwrap())
+    }
+
+    #[test]
+    fn skip_marked_skips_the_done_front_and_stops_at_work() {
+        let mut s = chain(0);
+        let n = s.graph().num_blocks(0) as usize;
+        // everything masked: all of a's roots go, nothing is handed out
+        s.set_skip_mask(0, vec![1; n]).unwrap();
+        let skipped = s.skip_marked(0);
+        assert!(skipped > 0);
+        assert_eq!(s.task_state(0).processing_count, 0);
+        assert_eq!(s.task_state(0).skipped_count, skipped);
+        // a fresh run masking all but the first block handed out: nothing
+        // is skipped in front of it, and that block is handed out next
+        let mut s = chain(0);
+        let first = acquire(&mut chain(0), 0).unwrap();
+        let mut mask = vec![1u8; n];
+        mask[first.key.index as usize] = 0;
+        s.set_skip_mask(0, mask).unwrap();
+        assert_eq!(s.skip_marked(0), 0);
+        let next = acquire(&mut s, 0).unwrap();
+        assert_eq!(next.key, first.key, "the block that needs work stays first");
     }
 
     #[test]

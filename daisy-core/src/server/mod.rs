@@ -268,6 +268,15 @@ fn staff<H>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
         if st.start_after[t as usize].is_some_and(|after| now < after) {
             continue; // a start failed for want of resources: wait a moment
         }
+        // no worker for nothing: the blocks its markers say are done are
+        // skipped here before a task's first worker is started for them
+        let alive = st.flags().any(|(_, w)| w.alive && w.task == t);
+        if !alive && st.scheduler.task_state(t).ready_count > 0 {
+            st.scheduler.skip_marked(t);
+            if st.scheduler.is_task_finished(t) {
+                continue;
+            }
+        }
         let ready = st.scheduler.task_state(t).ready_count;
         loop {
             let rt = &st.config.tasks[t as usize];
