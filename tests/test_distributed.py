@@ -483,9 +483,11 @@ def test_failed_run_returns_false_and_summary_lists_failures(log_dir, capsys):
     assert "completed ✔: 3" in out
     assert "failed    ✗: 1" in out
     assert "Failed Blocks:" in out
-    assert out.count("block 1 in worker 0: RuntimeError: boom in block 1") == 2
-    assert "See the worker logs" in out
-    assert str(log_dir.absolute() / "failing" / "worker_0") in out
+    # one line for the block, with both attempts, not one per attempt
+    assert out.count("block 1 [10:20]: failed 2 of 2 attempts: RuntimeError: boom in block 1") == 1
+    # that line, the first traceback and the panel's "failed because"
+    assert out.count("RuntimeError: boom in block 1") == 3
+    assert f"worker logs: {log_dir.absolute() / 'failing' / 'worker_0.err'}" in out
     err = (log_dir / "failing" / "worker_0.err").read_text()
     assert "RuntimeError: boom in block 1" in err
     assert "Traceback" in err

@@ -282,6 +282,16 @@ impl Roi {
         self.shape.as_slice().iter().any(|&s| s <= 0)
     }
 
+    /// The ROI as numpy slices, `[begin:end, ...]` per axis, as a user
+    /// would index an array with it (`[128:196, 192:256]`).
+    pub fn slices(&self) -> String {
+        let end = self.end();
+        let parts: Vec<String> = (self.offset.as_slice().iter().zip(end.as_slice()))
+            .map(|(b, e)| format!("{b}:{e}"))
+            .collect();
+        format!("[{}]", parts.join(", "))
+    }
+
     /// Number of unit cells covered.
     pub fn size(&self) -> u64 {
         self.shape.product()
@@ -429,6 +439,12 @@ mod tests {
 
     fn roi(o: &[i64], s: &[i64]) -> Roi {
         Roi::from_slices(o, s).unwrap()
+    }
+
+    #[test]
+    fn slices_read_as_numpy_indexing() {
+        assert_eq!(roi(&[30], &[10]).slices(), "[30:40]");
+        assert_eq!(roi(&[-2, 0, 5], &[4, 1, 2]).slices(), "[-2:2, 0:1, 5:7]");
     }
 
     #[test]

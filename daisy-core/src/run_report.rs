@@ -19,8 +19,9 @@ use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
 use crate::block_profile::BlockStats;
 use crate::clock::wall_clock;
 use crate::error::DaisyError;
+use crate::geometry::Roi;
 use crate::run_stats::{StatSummary, Trend, Welford};
-use crate::scheduler::Scheduler;
+use crate::scheduler::{ReleaseOutcome, Scheduler};
 use crate::task_state::TaskState;
 use crate::worker_timeline::WorkerSummary;
 use serde::{Deserialize, Serialize};
@@ -309,10 +310,33 @@ pub struct FailureNote {
     pub task: TaskIndex,
     /// Spatial id of the block.
     pub spatial_id: u64,
+    /// What the block writes.
+    pub write_roi: Roi,
+    /// The block failed for good with this attempt (its retries were used
+    /// up); otherwise it was put back to be retried.
+    pub last_attempt: bool,
     /// Worker that reported it (None: unmanaged client, or a serial run).
     pub worker_id: Option<u32>,
     /// What happened.
     pub reason: String,
+}
+
+/// One block's failed attempts in a run, for the summary: what a user
+/// reads instead of one line per attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FailedBlock {
+    /// Task of the block.
+    pub task: TaskIndex,
+    /// Spatial id of the block.
+    pub spatial_id: u64,
+    /// What the block writes.
+    pub write_roi: Roi,
+    /// Failed attempts in this run.
+    pub attempts: u32,
+    /// The block failed for good (not retried successfully, or not yet).
+    pub failed: bool,
+    /// The last line of the latest attempt's failure text.
+    pub message: String,
 }
 
 /// What a finished run reports, whichever runner ran it.
@@ -338,6 +362,34 @@ pub struct RunOutcome {
 }
 
 impl RunOutcome {
+    /// Every block with a failed attempt, once, in the order of its first
+    /// failure: what the Execution Summary lists.
+    pub fn failed_blocks(&self) -> Vec<FailedBlock> {
+        let mut index: std::collections::HashMap<(TaskIndex, u64), usize> =
+            std::collections::HashMap::new();
+        let mut out: Vec<FailedBlock> = Vec::new();
+        for note in &self.failures {
+            let at = *index
+                .entry((note.task, note.spatial_id))
+                .or_insert_with(|| {
+                    out.push(FailedBlock {
+                        task: note.task,
+                        spatial_id: note.spatial_id,
+                        write_roi: note.write_roi,
+                        attempts: 0,
+                        failed: false,
+                        message: String::new(),
+                    });
+                    out.len() - 1
+                });
+            let block = &mut out[at];
+            block.attempts += 1;
+            block.failed |= note.last_attempt;
+            block.message = last_line(&note.reason);
+        }
+        out
+    }
+
     /// The whole run's report as one JSON object, `{task_id: report}`, in
     /// pipeline order: what Python parses into `daisy.RunReport`.
     pub fn report_json(&self) -> Result<String, DaisyError> {
@@ -505,11 +557,14 @@ impl RunLedger {
         if scheduler.is_abandoned(key.task) {
             return;
         }
-        let spatial_id = scheduler.graph().block(key).spatial_id;
-        if let Err(e) = scheduler.release_block(key, BlockStatus::Failed) {
-            tracing::warn!("could not record a failure: {e}");
-            return;
-        }
+        let block = scheduler.graph().block(key);
+        let last_attempt = match scheduler.release_block(key, BlockStatus::Failed) {
+            Ok(outcome) => outcome == ReleaseOutcome::Failed,
+            Err(e) => {
+                tracing::warn!("could not record a failure: {e}");
+                return;
+            }
+        };
         self.returned(key.task);
         if let Some(causes) = self.causes.get_mut(key.task as usize) {
             causes.note(&reason);
@@ -527,7 +582,9 @@ impl RunLedger {
         self.failure_text += reason.len();
         self.failures.push(FailureNote {
             task: key.task,
-            spatial_id,
+            spatial_id: block.spatial_id,
+            write_roi: block.write_roi,
+            last_attempt,
             worker_id: worker,
             reason,
         });
@@ -630,6 +687,43 @@ mod tests {
         assert_eq!(causes.other, 7);
         let total: u64 = causes.messages.iter().map(|c| c.count).sum::<u64>() + causes.other;
         assert_eq!(total, 3 + 1 + MAX_CAUSES as u64 + 5);
+    }
+
+    #[test]
+    fn failed_blocks_group_attempts_in_order_of_first_failure() {
+        let note = |spatial_id: u64, last_attempt: bool, reason: &str| FailureNote {
+            task: 0,
+            spatial_id,
+            write_roi: Roi::from_slices(&[spatial_id as i64 * 10], &[10]).unwrap(),
+            last_attempt,
+            worker_id: Some(1),
+            reason: reason.into(),
+        };
+        let outcome = RunOutcome {
+            states: vec![],
+            failures: vec![
+                note(7, false, "Traceback ...\nValueError: first"),
+                note(3, false, "KeyError: 'x'"),
+                note(7, true, "Traceback ...\nValueError: second"),
+            ],
+            abandoned: vec![],
+            unmanaged_clients: 0,
+            workers_started: vec![],
+            reports: vec![],
+            stopped: None,
+        };
+        let blocks = outcome.failed_blocks();
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(
+            (blocks[0].spatial_id, blocks[0].attempts, blocks[0].failed),
+            (7, 2, true)
+        );
+        assert_eq!(blocks[0].message, "ValueError: second");
+        assert_eq!(blocks[0].write_roi.slices(), "[70:80]");
+        assert_eq!(
+            (blocks[1].spatial_id, blocks[1].attempts, blocks[1].failed),
+            (3, 1, false)
+        );
     }
 
     #[test]

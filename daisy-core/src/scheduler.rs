@@ -222,6 +222,7 @@ impl Scheduler {
                 s.failed_count += remaining;
             } else {
                 s.orphaned_count += remaining;
+                s.orphaned_by_upstream_count += remaining;
             }
             s.ready_count = 0;
             s.processing_count = 0;
@@ -433,7 +434,9 @@ impl Scheduler {
         ReleaseOutcome::Failed
     }
 
-    /// Orphan every transitive downstream block of `key`, each once.
+    /// Orphan every transitive downstream block of `key`, each once, and
+    /// say why: a block of `key`'s own task waits on a failed conflicting
+    /// neighbour; a block of another task on a failed upstream block.
     fn orphan_downstream_of(&mut self, key: BlockKey) {
         let mut stack = Vec::new();
         self.graph.downstream(&self.graph.block(key), &mut stack);
@@ -442,7 +445,13 @@ impl Scheduler {
                 continue;
             }
             self.waiting.remove(&d);
-            self.tasks[d.task as usize].state.orphaned_count += 1;
+            let state = &mut self.tasks[d.task as usize].state;
+            state.orphaned_count += 1;
+            if d.task == key.task {
+                state.orphaned_by_neighbour_count += 1;
+            } else {
+                state.orphaned_by_upstream_count += 1;
+            }
             self.graph.downstream(&self.graph.block(d), &mut stack);
         }
     }
@@ -612,6 +621,7 @@ mod tests {
         assert_eq!(a.failed_count, a.total_block_count - 1);
         let b = s.task_state(1);
         assert_eq!(b.orphaned_count, b.total_block_count);
+        assert_eq!(b.orphaned_by_upstream_count, b.total_block_count);
         assert!(s.is_done());
         s.abandon_task(0);
         assert_eq!(

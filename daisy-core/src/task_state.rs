@@ -23,6 +23,12 @@ pub struct TaskState {
     pub failed_count: u64,
     /// Blocks that can never run because an upstream block failed.
     pub orphaned_count: u64,
+    /// Of the orphaned blocks, those cut off by a failed block of their own
+    /// task (a conflicting neighbour, directly or through other orphans).
+    pub orphaned_by_neighbour_count: u64,
+    /// Of the orphaned blocks, those cut off by a failed block (or an
+    /// abandoned run) of an upstream task.
+    pub orphaned_by_upstream_count: u64,
     /// Failed attempts, retried or not.
     pub failed_attempts: u64,
     /// Worker processes started for the task (daisy 2.0.0's name).

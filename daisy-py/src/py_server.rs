@@ -224,7 +224,9 @@ impl RunHooks for PyHooks {
 
 /// Run `specs` with worker processes, one [`PyTaskConfig`] per task (in
 /// any order); returns a dict with `states` (task id to TaskState),
-/// `failures` (task id, spatial id, worker id, reason), `abandoned` (task
+/// `failures` (task id, spatial id, worker id, reason), `failed_blocks`
+/// (task id, spatial id, write ROI as slices, failed attempts, failed for
+/// good, last message; a block once, in order), `abandoned` (task
 /// id, reason), `unmanaged_clients`, `workers_started` (task id to count)
 /// and `report` (the run report as JSON). A run stopped early raises the
 /// exception that stopped it, carrying `daisy_run_report_json`.
@@ -309,6 +311,21 @@ pub fn run_distributed(
         })
         .collect();
     out.set_item("failures", failures)?;
+    let failed_blocks: Vec<(String, u64, String, u32, bool, String)> = outcome
+        .failed_blocks()
+        .into_iter()
+        .map(|b| {
+            (
+                task_ids[b.task as usize].clone(),
+                b.spatial_id,
+                b.write_roi.slices(),
+                b.attempts,
+                b.failed,
+                b.message,
+            )
+        })
+        .collect();
+    out.set_item("failed_blocks", failed_blocks)?;
     let abandoned: Vec<(String, String)> = outcome
         .abandoned
         .iter()

@@ -81,6 +81,20 @@ impl PyTaskState {
         self.inner.orphaned_count
     }
 
+    /// Of the orphaned blocks, those cut off by a failed block of this
+    /// task (a conflicting neighbour, directly or through other orphans).
+    #[getter]
+    fn orphaned_by_neighbour_count(&self) -> u64 {
+        self.inner.orphaned_by_neighbour_count
+    }
+
+    /// Of the orphaned blocks, those cut off by a failed block (or the
+    /// abandoning) of an upstream task.
+    #[getter]
+    fn orphaned_by_upstream_count(&self) -> u64 {
+        self.inner.orphaned_by_upstream_count
+    }
+
     /// Failed attempts, retried or not.
     #[getter]
     fn failed_attempts(&self) -> u64 {

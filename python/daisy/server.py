@@ -12,12 +12,15 @@ gathers the settings, shows progress and keeps what the run reported.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import pickle
 import secrets
 import signal
 import sys
 import tempfile
+import types
+from collections import ChainMap
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -48,12 +51,38 @@ MAX_LISTED_FAILURES = 10
 LARGE_PAYLOAD_BYTES = 10 * 2**20
 
 
+class _SourcePathPickler(cloudpickle.Pickler):  # type: ignore[misc]
+    """cloudpickle, but functions pickled by value (those of a script's
+    ``__main__``, of a notebook cell) keep their file name: cloudpickle
+    names their code ``<dynamic-code>``, so a worker's traceback could not
+    say where the failing line is. The file name is not part of what the
+    code does; only the payload's bytes differ per place of definition."""
+
+    dispatch_table = ChainMap(
+        {types.CodeType: lambda code: _code_keeping_path(code)},
+        cloudpickle.Pickler.dispatch_table,
+    )
+
+
+def _code_keeping_path(code: types.CodeType) -> Any:
+    rebuild, args = cloudpickle.Pickler.dispatch_table[types.CodeType](code)
+    return rebuild, tuple(
+        code.co_filename if isinstance(a, str) and a == "<dynamic-code>" else a for a in args
+    )
+
+
+def _dumps_keeping_source_paths(obj: object) -> bytes:
+    buffer = io.BytesIO()
+    _SourcePathPickler(buffer, protocol=pickle.DEFAULT_PROTOCOL).dump(obj)
+    return buffer.getvalue()
+
+
 def worker_payload(function: object, post_check: object = None, task_id: str = "?") -> bytes:
     """What a worker process reads from stdin (see `daisy._worker`): this
     process's ``sys.path``, then the cloudpickled ``(function, post_check)``.
     A function that cannot be pickled is a TypeError naming the task."""
     try:
-        pickled: bytes = cloudpickle.dumps((function, post_check))
+        pickled = _dumps_keeping_source_paths((function, post_check))
     except Exception as e:
         raise TypeError(
             f"process_function: task {task_id!r}'s function cannot be sent to worker processes: "
@@ -138,6 +167,11 @@ class Server(ServerObservee):
         self.last_report: RunReport | None = None
         self.abandoned: list[tuple[str, str]] = []
         self.unmanaged_clients = 0
+        # what failure_notes() explains, from the last run
+        self._failed_blocks: list[tuple[str, int, str, int, bool, str]] = []
+        self._states: dict[str, TaskState] = {}
+        self._task_map: dict[str, Any] = {}
+        self._block_tracking = True
 
     def run_blockwise(
         self,
@@ -282,11 +316,15 @@ class Server(ServerObservee):
         self.last_report = RunReport.from_json(out["report"])
         self.last_report.attach(list(task_map.values()))
         self.failures = list(out["failures"])
+        self._failed_blocks = list(out["failed_blocks"])
+        self._task_map = task_map
+        self._block_tracking = block_tracking
         self.abandoned = list(out["abandoned"])
         self.unmanaged_clients = out["unmanaged_clients"]
         for tid, reason in self.abandoned:
             logger.error("daisy: task %r was abandoned: %s", tid, reason)
         states = dict(out["states"])
+        self._states = states
         for tid, state in states.items():
             events.update(tid, state)
         for tid, spatial_id, worker_id, reason in self.failures:
@@ -297,29 +335,70 @@ class Server(ServerObservee):
         return states
 
     def failure_notes(self) -> dict[str, list[str]]:
-        """Per task, the lines the Execution Summary shows under it: the
-        failed attempts (at most `MAX_LISTED_FAILURES`), why a task was
-        abandoned, and where the worker logs are."""
+        """Per task, the lines the Execution Summary shows under it: each
+        failed block once with its write ROI and attempts (at most
+        `MAX_LISTED_FAILURES`), why blocks were orphaned, why a task was
+        abandoned, the run's first traceback (once, under its task), and
+        what to do next: rerun, and which worker logs to read."""
         notes: dict[str, list[str]] = {}
         log_dir = daisy_logging.get_log_basedir()
         for tid, reason in self.abandoned:
             notes.setdefault(tid, []).append(f"abandoned: {reason}")
-        by_task: dict[str, list[tuple[int, int | None, str]]] = {}
-        for tid, spatial_id, worker_id, reason in self.failures:
-            by_task.setdefault(tid, []).append((spatial_id, worker_id, reason))
-        for tid, rows in by_task.items():
-            lines = notes.setdefault(tid, [])
-            lines.append("Failed Blocks:")
-            for spatial_id, worker_id, reason in rows[:MAX_LISTED_FAILURES]:
-                last = reason.strip().splitlines()[-1] if reason.strip() else reason
-                lines.append(f"  block {spatial_id} in worker {worker_id}: {last}")
+        blocks: dict[str, list[tuple[int, str, int, bool, str]]] = {}
+        for tid, spatial_id, roi, attempts, failed, message in self._failed_blocks:
+            blocks.setdefault(tid, []).append((spatial_id, roi, attempts, failed, message))
+        first = self.failures[0] if self.failures else None
+        for tid, state in self._states.items():
+            lines: list[str] = []
+            rows = sorted(blocks.get(tid, []), key=lambda r: not r[3])  # failed ones first
+            task = self._task_map.get(tid)
+            allowed = None if task is None else int(task.max_retries) + 1
+            if rows:
+                lines.append("Failed Blocks:")
+            for spatial_id, roi, attempts, failed, message in rows[:MAX_LISTED_FAILURES]:
+                if failed and allowed is not None and attempts <= allowed:
+                    what = f"failed {attempts} of {allowed} attempts"
+                else:
+                    plural = "s" if attempts != 1 else ""
+                    what = f"failed {attempts} attempt{plural}" + ("" if failed else ", retried")
+                lines.append(f"  block {spatial_id} {roi}: {what}: {message}")
             if len(rows) > MAX_LISTED_FAILURES:
-                lines.append(f"  ... and {len(rows) - MAX_LISTED_FAILURES} more failed attempts")
-            workers = sorted({w for _, w, _ in rows if w is not None})
+                lines.append(f"  ... and {len(rows) - MAX_LISTED_FAILURES} more blocks")
+            if state.orphaned_by_neighbour_count:
+                lines.append(
+                    f"{state.orphaned_by_neighbour_count} orphaned: a conflicting block of this "
+                    "task failed, and they may not run before it"
+                )
+            if state.orphaned_by_upstream_count:
+                lines.append(
+                    f"{state.orphaned_by_upstream_count} orphaned: a block of an upstream task "
+                    "failed, and they read its output"
+                )
+            if first is not None and first[0] == tid:
+                _, spatial_id, worker_id, reason = first
+                where = "" if worker_id is None else f", worker {worker_id}"
+                lines.append(f"First failure (block {spatial_id}{where}):")
+                lines += [f"  {line}" for line in reason.rstrip().splitlines()]
+            if rows or state.failed_count:
+                lines.append(
+                    "Next: rerun to retry the failed blocks ("
+                    + (
+                        f"done blocks are skipped: tracking store at {task.tracking_path})"
+                        if task is not None
+                        and task.tracking_path is not None
+                        and self._block_tracking
+                        else "without a tracking store every block runs again; give the task "
+                        "a tracking_path to skip the done ones)"
+                    )
+                )
+            workers = sorted({w for t, _, w, _ in self.failures if t == tid and w is not None})
             if log_dir is not None and workers:
-                lines.append("See the worker logs for details:")
-                for w in workers[:MAX_LISTED_FAILURES]:
-                    lines.append(f"  {Path(log_dir) / tid / f'worker_{w}'}.err / .out")
+                logs = [str(Path(log_dir) / tid / f"worker_{w}.err") for w in workers]
+                shown = ", ".join(logs[:MAX_LISTED_FAILURES])
+                more = len(logs) - MAX_LISTED_FAILURES
+                lines.append(f"worker logs: {shown}" + (f" and {more} more" if more > 0 else ""))
+            if lines:
+                notes.setdefault(tid, []).extend(lines)
         return notes
 
 

@@ -1,0 +1,130 @@
+"""What a user reads after a run in which blocks failed: one line per
+failed block with its ROI and attempts, the first traceback once (with
+the script's real path, also in the worker log), why blocks were
+orphaned, and what to do next.
+
+The pipeline runs as a script (``python pipeline.py``), as a user runs
+one, so its block function lives in ``__main__`` and travels to the
+workers by value.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """\
+    import sys
+
+    import daisy
+
+
+    def extract(block):
+        start = block.write_roi.begin[0]
+        if start in (30, 100):
+            raise ValueError(f"corrupt section at {start}")
+
+
+    def smooth(block):
+        pass
+
+
+    if __name__ == "__main__":
+        trk = sys.argv[1]
+        a = daisy.Task(
+            "extract", daisy.Roi((0,), (160,)), daisy.Roi((-10,), (30,)), daisy.Roi((0,), (10,)),
+            process_function=extract, max_workers=2, max_retries=1, tracking_path=trk + "/a",
+        )
+        b = daisy.Task(
+            "smooth", daisy.Roi((0,), (160,)), daisy.Roi((0,), (10,)), daisy.Roi((0,), (10,)),
+            process_function=smooth, max_workers=1, tracking_path=trk + "/b",
+        )
+        print("RESULT", daisy.run_blockwise(a + b))
+    """
+)
+#: the line of ``raise`` in SCRIPT, 1-based
+RAISE_LINE = 9
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    tmp = tmp_path_factory.mktemp("failed_run")
+    script = tmp / "pipeline.py"
+    script.write_text(SCRIPT)
+    assert SCRIPT.splitlines()[RAISE_LINE - 1].strip().startswith("raise ValueError")
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp / "trk")],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "RESULT False" in proc.stdout, proc.stdout + proc.stderr
+    return tmp, proc.stdout
+
+
+def _task_section(out: str, task: str) -> str:
+    start = out.index(f"Task {task}:")
+    end = out.find("\n  Task ", start + 1)
+    res = out.find("Resource Utilization", start)
+    ends = [e for e in (end, res) if e != -1]
+    return out[start : min(ends)] if ends else out[start:]
+
+
+def test_one_line_per_failed_block_with_its_roi_and_attempts(failed_run):
+    _, out = failed_run
+    section = _task_section(out, "extract")
+    for start in (30, 100):
+        pattern = (
+            rf"block \d+ \[{start}:{start + 10}\]: failed 2 of 2 attempts: "
+            rf"ValueError: corrupt section at {start}"
+        )
+        assert len(re.findall(pattern, section)) == 1, section
+    # no repeated lines for the attempts of one block
+    lines = [line.strip() for line in section.splitlines() if line.strip().startswith("block ")]
+    assert len(lines) == 2, section
+
+
+def test_the_first_traceback_is_printed_once_with_the_scripts_path(failed_run):
+    tmp, out = failed_run
+    assert out.count("Traceback (most recent call last)") == 1, out
+    assert f'File "{tmp / "pipeline.py"}", line {RAISE_LINE}, in extract' in out, out
+    assert "<dynamic-code>" not in out
+
+
+def test_worker_logs_name_the_scripts_path(failed_run):
+    tmp, _ = failed_run
+    errs = "".join(p.read_text() for p in (tmp / "daisy_logs" / "extract").glob("worker_*.err"))
+    assert "corrupt section at 30" in errs
+    assert f'File "{tmp / "pipeline.py"}", line {RAISE_LINE}, in extract' in errs, errs
+    assert "<dynamic-code>" not in errs
+
+
+def test_the_summary_says_why_blocks_were_orphaned(failed_run):
+    _, out = failed_run
+    extract, smooth = _task_section(out, "extract"), _task_section(out, "smooth")
+    # a failed block of extract orphans the conflicting neighbour after it
+    # in extract, and every smooth block that reads a failed or orphaned one
+    assert "orphaned  ∅: 2" in extract, extract
+    assert re.search(r"2 orphaned: a conflicting block of this task failed", extract), extract
+    assert "orphaned  ∅: 4" in smooth, smooth
+    assert re.search(r"4 orphaned: a block of an upstream task failed", smooth), smooth
+
+
+def test_the_summary_says_what_to_do_next(failed_run):
+    tmp, out = failed_run
+    section = _task_section(out, "extract")
+    assert (
+        "rerun to retry the failed blocks (done blocks are skipped: tracking store at "
+        f"{tmp / 'trk' / 'a'})" in section
+    ), section
+    logs = re.findall(r"worker logs: (\S+\.err)", section)
+    assert logs, section
+    assert all((tmp / log).exists() or Path(log).exists() for log in logs), logs
