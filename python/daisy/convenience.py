@@ -70,6 +70,7 @@ def run_blockwise(
     report_html: str | os.PathLike[str] | None = None,
     pipeline: Any = None,
     raise_on_failure: bool = False,
+    progress_interval: float | None = None,
 ) -> Any:
     """Run every block of ``tasks`` (a Task, a list of tasks or a
     Pipeline; upstream tasks are included) in dependency order.
@@ -91,9 +92,13 @@ def run_blockwise(
         port: port the server listens on (a free one by default).
         resources: caps on what all workers hold at once, e.g.
             ``{"gpu": 2}`` with ``Task(requires={"gpu": 1})``.
-        progress: True (a bar per task on a terminal, a log line every 30 s
-            otherwise), False, or progress observers such as
+        progress: True (a bar per task in a Jupyter notebook or on a
+            terminal; elsewhere, as in a batch job's log, a line per task on
+            stderr at its start, every 30 s and at its end), False (no
+            progress at all), or progress observers such as
             ``daisy.JsonProgressObserver(path)``.
+        progress_interval: seconds between those lines (default: the
+            ``DAISY_PROGRESS_INTERVAL`` environment variable, else 30).
         summary: print the Execution Summary and the Resource Utilization
             panel to stdout when the run ends.
         metrics_port: serve live Prometheus metrics on this port while the
@@ -130,6 +135,15 @@ def run_blockwise(
         # daisy 1.x ran an empty list as an empty success
         logger.warning("daisy: run_blockwise was given no tasks; nothing to run")
         return {} if return_states else True
+    if progress_interval is not None and (
+        isinstance(progress_interval, bool)
+        or not isinstance(progress_interval, int | float)
+        or not progress_interval > 0
+    ):
+        raise ValueError(
+            "progress_interval: expected seconds between progress lines (a number above 0), "
+            f"got {progress_interval!r}"
+        )
     if not isinstance(multiprocessing, bool):
         raise TypeError(f"multiprocessing: expected True or False, got {multiprocessing!r}")
     if report_html is not None:
@@ -151,6 +165,7 @@ def run_blockwise(
             resources=resources,
             metrics_port=metrics_port,
             block_tracking=block_tracking,
+            progress_interval=progress_interval,
         )
         notes = server.failure_notes()
         failures = list(server.failures)

@@ -1,6 +1,7 @@
-"""Progress of a running pipeline: a tqdm bar per task on a terminal, a
-log line every few seconds otherwise (cluster logs must not grow by
-gigabytes of redrawn bars), and `JsonProgressObserver` for machines.
+"""Progress of a running pipeline: a tqdm bar per task on a terminal or
+in a notebook, a compact line per task every 30 s otherwise (cluster logs
+must not grow by gigabytes of redrawn bars), and `JsonProgressObserver`
+for machines.
 
 Observers get ``update(task_id, state, workers)`` on every server tick
 (about 20 times a second) and ``close()`` when the run ends. Observers
@@ -12,19 +13,18 @@ all tasks' states at once) are driven from the same ticks by
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 from daisy._daisy import TaskState
 
-logger = logging.getLogger("daisy.progress")
-
-#: seconds between progress log lines when stderr is not a terminal
+#: seconds between progress lines when stderr is not a terminal: two lines
+#: a minute per running task keep a week-long job's log small and still
+#: tell a user looking at it that the run moves
 LOG_INTERVAL = 30.0
 
 
@@ -47,24 +47,31 @@ def _counts(state: TaskState) -> dict[str, int]:
 
 
 class TqdmProgress:
-    """One tqdm bar per task, in pipeline order, on stderr."""
+    """One tqdm bar per task, in pipeline order, on stderr; with
+    ``notebook=True``, ``tqdm.auto``'s bars (widgets in a Jupyter kernel
+    with ipywidgets), updated in place."""
 
-    def __init__(self, task_ids: Sequence[str]) -> None:
+    def __init__(self, task_ids: Sequence[str], notebook: bool = False) -> None:
         self._bars: dict[str, Any] = {}
         self._order = list(task_ids)
+        self._notebook = notebook
 
     def update(self, task_id: str, state: TaskState, workers: int) -> None:
         bar = self._bars.get(task_id)
         if bar is None:
-            from tqdm import tqdm  # imported here: worker processes never need it
-
+            # imported here: worker processes never need it
+            if self._notebook:
+                from tqdm.auto import tqdm
+            else:
+                from tqdm import tqdm
+            where = {} if self._notebook else {"position": self._order.index(task_id)}
             bar = tqdm(
                 total=state.total_block_count,
                 desc=f"{task_id} ▶",
                 unit="blocks",
-                position=self._order.index(task_id),
                 leave=True,
                 file=sys.stderr,
+                **where,
             )
             self._bars[task_id] = bar
         done = state.completed_count + state.failed_count + state.orphaned_count
@@ -89,40 +96,121 @@ class TqdmProgress:
             bar.close()
 
 
-class LogProgress:
-    """A log line per task every `LOG_INTERVAL` seconds, and a last one."""
+def _duration(seconds: float) -> str:
+    """``1m32s``, ``2h05m``, ``41s``: short enough for a log line."""
+    seconds = max(0, round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
 
-    def __init__(self, interval: float = LOG_INTERVAL) -> None:
-        self.interval = interval
-        self._last = 0.0
+
+class LineProgress:
+    """Progress for logs (stderr not a terminal: a batch job, a pipe): a
+    compact line per task on stderr when it starts, at most one per
+    ``interval`` seconds while it runs, and one when it ends::
+
+        daisy: smooth 1234/5000 done, 3 failed, 2 workers, 41.0 blk/s, eta 1m32s
+
+    ``done`` counts completed blocks (skipped ones included), ``blk/s`` the
+    blocks this run processed per second since the task started, and the
+    last line says ``finished in`` instead of ``eta``. A run of a day with
+    the default interval writes a few thousand lines, not gigabytes.
+    """
+
+    def __init__(self, interval: float | None = None, file: TextIO | None = None) -> None:
+        self.interval = progress_interval() if interval is None else float(interval)
+        self._file = file
+        #: per task: when it was first seen, when its last line was written
+        self._started: dict[str, float] = {}
+        self._written: dict[str, float] = {}
         self._latest: dict[str, tuple[TaskState, int]] = {}
+        self._ended: set[str] = set()
 
     def update(self, task_id: str, state: TaskState, workers: int) -> None:
-        self._latest[task_id] = (state, workers)
+        """Write the task's line if it starts, ends or is due."""
+        if task_id in self._ended:
+            return
         now = time.monotonic()
-        if now - self._last >= self.interval and task_id == next(iter(self._latest)):
-            self._last = now
-            self._emit()
-
-    def _emit(self) -> None:
-        for task_id, (state, workers) in self._latest.items():
-            c = _counts(state)
-            logger.info(
-                "%s: %d/%d blocks done (pending %d, processing %d, completed %d, failed %d, "
-                "orphaned %d), %d workers",
-                task_id,
-                c["completed"] + c["failed"] + c["orphaned"],
-                state.total_block_count,
-                c["pending"],
-                c["processing"],
-                c["completed"],
-                c["failed"],
-                c["orphaned"],
-                workers,
-            )
+        self._latest[task_id] = (state, workers)
+        if task_id not in self._started:
+            self._started[task_id] = now
+            self._write(task_id, now)
+        elif state.is_done():
+            self._write(task_id, now)
+        elif now - self._written[task_id] >= self.interval:
+            self._write(task_id, now)
 
     def close(self) -> None:
-        self._emit()
+        """The run ended: the last line of every task that has not ended."""
+        now = time.monotonic()
+        for task_id in list(self._latest):
+            if task_id not in self._ended:
+                self._write(task_id, now, last=True)
+
+    def _write(self, task_id: str, now: float, last: bool = False) -> None:
+        state, workers = self._latest[task_id]
+        self._written[task_id] = now
+        elapsed = now - self._started[task_id]
+        ran = state.completed_count - state.skipped_count + state.failed_count
+        rate = ran / elapsed if elapsed > 0 else 0.0
+        left = (
+            state.total_block_count
+            - state.completed_count
+            - state.failed_count
+            - state.orphaned_count
+        )
+        if state.is_done() or last:
+            self._ended.add(task_id)
+            tail = f"finished in {_duration(elapsed)}"
+        else:
+            tail = f"eta {_duration(left / rate)}" if rate > 0 else "eta ?"
+        orphaned = f", {state.orphaned_count} orphaned" if state.orphaned_count else ""
+        plural = "s" if workers != 1 else ""
+        file = self._file or sys.stderr
+        print(
+            f"daisy: {task_id} {state.completed_count}/{state.total_block_count} done, "
+            f"{state.failed_count} failed{orphaned}, {workers} worker{plural}, "
+            f"{rate:.1f} blk/s, {tail}",
+            file=file,
+            flush=True,
+        )
+
+
+#: the environment variable that sets `LineProgress`'s interval in seconds
+INTERVAL_VARIABLE = "DAISY_PROGRESS_INTERVAL"
+
+
+def progress_interval() -> float:
+    """Seconds between `LineProgress` lines: ``$DAISY_PROGRESS_INTERVAL``,
+    else `LOG_INTERVAL` (30 s)."""
+    text = os.environ.get(INTERVAL_VARIABLE)
+    if text is None or text.strip() == "":
+        return LOG_INTERVAL
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(
+            f"{INTERVAL_VARIABLE}: expected seconds between progress lines (a number above 0, "
+            f"e.g. 30), got {text!r}"
+        )
+    return value
+
+
+def in_notebook() -> bool:
+    """True in a Jupyter kernel (where stderr is not a terminal, but a
+    notebook can show live bars)."""
+    shell = sys.modules.get("IPython")
+    if shell is None or "ipykernel" not in sys.modules:
+        return False
+    get_ipython = getattr(shell, "get_ipython", None)
+    ip = get_ipython() if get_ipython is not None else None
+    return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
 
 
 #: what `JsonProgressObserver` writes for each state counter, in order
@@ -276,18 +364,23 @@ class StagedObserver:
             method(TickStates(self._states, self._states.workers))
 
 
-def default_observers(task_ids: Sequence[str], progress: Any) -> list[ProgressObserver]:
-    """What ``run_blockwise(progress=...)`` asks for: True (a bar per task on
-    a terminal, log lines otherwise), False (nothing), an observer or a
-    list of observers. An observer has ``update()``/``close()``, or daisy
+def default_observers(
+    task_ids: Sequence[str], progress: Any, interval: float | None = None
+) -> list[ProgressObserver]:
+    """What ``run_blockwise(progress=...)`` asks for: True (a bar per task in
+    a notebook or on a terminal, `LineProgress` lines every ``interval``
+    seconds otherwise), False (nothing), an observer or a list of
+    observers. An observer has ``update()``/``close()``, or daisy
     2.0's ``on_start()``/``on_progress()``/``on_finish()`` (such as
     `JsonProgressObserver`), driven by a `StagedObserver`."""
     if progress is False or progress is None:
         return []
     if progress is True:
+        if in_notebook():
+            return [TqdmProgress(task_ids, notebook=True)]
         if sys.stderr.isatty():
             return [TqdmProgress(task_ids)]
-        return [LogProgress()]
+        return [LineProgress(interval)]
     observers: list[ProgressObserver] = []
     for observer in progress if isinstance(progress, list | tuple) else [progress]:
         if hasattr(observer, "update"):

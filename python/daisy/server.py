@@ -182,10 +182,12 @@ class Server(ServerObservee):
         resources: dict[str, int] | None = None,
         metrics_port: int | None = None,
         block_tracking: bool = True,
+        progress_interval: float | None = None,
     ) -> dict[str, TaskState]:
         """Run every block of ``tasks`` and return the task states by id,
-        in pipeline order. ``progress`` is True (bars or log lines), False,
-        or observers (see `daisy.progress`); ``resources`` caps what the
+        in pipeline order. ``progress`` is True (bars, or lines on stderr
+        every ``progress_interval`` seconds), False, or observers (see
+        `daisy.progress`); ``resources`` caps what the
         workers of all tasks hold at once (see ``Task(requires=...)``);
         ``metrics_port`` serves live Prometheus metrics while the run goes
         (see `daisy.metrics`); ``block_tracking=False`` runs without the
@@ -255,7 +257,7 @@ class Server(ServerObservee):
         stop_all: list[str] = next((c for c in (s.stop_all(run_tag) for s in remote) if c), [])
         specs = pipeline.specs()
         order = [s.task_id for s in specs]
-        observers: list[ProgressObserver] = default_observers(order, progress)
+        observers: list[ProgressObserver] = default_observers(order, progress, progress_interval)
 
         def on_listening(host: str, port: int, token: str) -> None:
             for tid, t in task_map.items():

@@ -1,0 +1,132 @@
+"""Progress where stderr is not a terminal (a batch job's log, a pipe): a
+compact line per task at its start, at most one per interval while it
+runs, and one at its end, on stderr, with no logging configured.
+
+The runs are scripts in a subprocess whose stderr is a pipe, as in a batch
+job with its output redirected.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from collections import defaultdict
+from pathlib import Path
+
+SCRIPT = textwrap.dedent(
+    """\
+    import sys
+    import time
+
+    import daisy
+
+
+    def slow(block):
+        time.sleep(0.05)
+
+
+    if __name__ == "__main__":
+        mode = sys.argv[1]
+        kwargs = {}
+        if mode == "param":
+            kwargs["progress_interval"] = 0.5
+        elif mode == "off":
+            kwargs["progress"] = False
+        a = daisy.Task("extract", daisy.Roi((0,), (400,)), daisy.Roi((0,), (10,)),
+                       daisy.Roi((0,), (10,)), process_function=slow, max_workers=1)
+        b = daisy.Task("smooth", daisy.Roi((0,), (400,)), daisy.Roi((0,), (10,)),
+                       daisy.Roi((0,), (10,)), process_function=slow, max_workers=1)
+        start = time.monotonic()
+        ok = daisy.run_blockwise(a + b, summary=False, **kwargs)
+        print("ELAPSED", time.monotonic() - start)
+        print("RESULT", ok)
+    """
+)
+
+LINE = re.compile(
+    r"^daisy: (?P<task>\w+) (?P<done>\d+)/(?P<total>\d+) done, (?P<failed>\d+) failed, "
+    r"(?P<workers>\d+) workers?, (?P<rate>[\d.]+) blk/s, (?P<tail>eta \S+|finished in \S+)$"
+)
+
+
+def _run(tmp_path: Path, mode: str, env: dict[str, str] | None = None) -> tuple[str, str, float]:
+    script = tmp_path / "pipeline.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, str(script), mode],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "RESULT True" in proc.stdout, proc.stdout + proc.stderr
+    elapsed = float(re.search(r"ELAPSED (\S+)", proc.stdout).group(1))  # type: ignore[union-attr]
+    return proc.stdout, proc.stderr, elapsed
+
+
+def _lines_by_task(stderr: str) -> dict[str, list[re.Match[str]]]:
+    by_task: dict[str, list[re.Match[str]]] = defaultdict(list)
+    for line in stderr.splitlines():
+        if line.startswith("daisy: "):
+            m = LINE.match(line)
+            assert m, f"not a progress line: {line!r}\n{stderr}"
+            by_task[m["task"]].append(m)
+    return by_task
+
+
+def _check_lines(stderr: str, elapsed: float, interval: float) -> None:
+    by_task = _lines_by_task(stderr)
+    assert set(by_task) == {"extract", "smooth"}, stderr
+    for task, lines in by_task.items():
+        # the start line, one per interval while the task runs, the end line
+        assert len(lines) <= 2 + int(elapsed / interval) + 1, (task, stderr)
+        assert len(lines) >= 3, (task, stderr)  # each task runs 2 s, 4 intervals
+        last = lines[-1]
+        assert last["done"] == last["total"] == "40", stderr
+        assert last["tail"].startswith("finished in"), stderr
+        assert all(m["tail"].startswith("eta") for m in lines[:-1]), stderr
+        assert [int(m["done"]) for m in lines] == sorted(int(m["done"]) for m in lines)
+        # a middle line measures a rate (blocks of 50 ms, one worker)
+        middle = [float(m["rate"]) for m in lines[1:-1]]
+        assert any(0 < r for r in middle), stderr
+
+
+def test_lines_at_start_per_interval_and_at_the_end_with_the_parameter(tmp_path):
+    _, err, elapsed = _run(tmp_path, "param")
+    _check_lines(err, elapsed, 0.5)
+
+
+def test_the_interval_comes_from_the_environment(tmp_path):
+    _, err, elapsed = _run(tmp_path, "default", {"DAISY_PROGRESS_INTERVAL": "0.5"})
+    _check_lines(err, elapsed, 0.5)
+
+
+def test_by_default_a_short_run_writes_a_start_and_an_end_line_per_task(tmp_path):
+    _, err, _ = _run(tmp_path, "default")
+    by_task = _lines_by_task(err)
+    assert {t: len(lines) for t, lines in by_task.items()} == {"extract": 2, "smooth": 2}, err
+
+
+def test_progress_false_writes_no_progress(tmp_path):
+    _, err, _ = _run(tmp_path, "off", {"DAISY_PROGRESS_INTERVAL": "0.5"})
+    assert not [line for line in err.splitlines() if line.startswith("daisy: ")], err
+
+
+def test_a_bad_interval_names_the_variable(tmp_path):
+    script = tmp_path / "pipeline.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, str(script), "default"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DAISY_PROGRESS_INTERVAL": "soon"},
+    )
+    assert proc.returncode != 0
+    assert "DAISY_PROGRESS_INTERVAL" in proc.stderr and "'soon'" in proc.stderr, proc.stderr
