@@ -257,6 +257,17 @@ class Stat:
     def __str__(self) -> str:
         return self.format()
 
+    def __repr__(self) -> str:
+        if not self:
+            return "Stat(n=0)"
+        if self.unit == "B":
+            shown = [format_bytes(v) for v in (self.mean, self.std, self.min, self.max, self.total)]
+        else:
+            shown = [format_seconds(v) for v in (self.mean, self.std, self.min, self.max)]
+            shown.append(format_seconds(self.total))
+        mean, std, lo, hi, total = shown
+        return f"Stat(n={self.n}, mean={mean}, std={std}, min={lo}, max={hi}, total={total})"
+
 
 @dataclass(frozen=True)
 class BlockSummary:
@@ -309,6 +320,19 @@ class BlockSummary:
                 for k in cls._STATS
             },
         )
+
+    def __repr__(self) -> str:
+        shown = f"BlockSummary(count={self.count}, skipped={self.skipped}, failures={self.failures}"
+        if self.round_trip:
+            shown += f", round_trip={self.round_trip.format()}"
+        if self.has_stats:
+            shown += f", wall={self.wall.format()}, peak_rss={self.peak_rss.format('B')}"
+        return shown + ")"
+
+    def _repr_html_(self) -> str:
+        from daisy.report_view import block_summary_html
+
+        return block_summary_html(self)
 
     def trend_ms(self, x: float) -> float:
         """The core's least-squares line of block wall time (ms) against
@@ -422,6 +446,18 @@ class WorkerSummary:
             by_id={r.worker_id: r for r in records},
             spawner=str(f["spawner"]),
         )
+
+    def __repr__(self) -> str:
+        exits = {k: n for k, n in self.exits.items() if n}
+        return (
+            f"WorkerSummary(count={self.count}, exits={exits}, startup={self.startup.format()}, "
+            f"teardown={self.teardown.format()})"
+        )
+
+    def _repr_html_(self) -> str:
+        from daisy.report_view import worker_summary_html
+
+        return worker_summary_html(self)
 
     def to_dict(self) -> dict[str, Any]:
         """The report JSON."""
@@ -664,6 +700,12 @@ class TaskReport:
             f"workers={self.workers.count})"
         )
 
+    def _repr_html_(self) -> str:
+        """This task's panel as HTML, for Jupyter (see `daisy.report_view`)."""
+        from daisy.report_view import task_report_html
+
+        return task_report_html(self)
+
     # -- the panel -------------------------------------------------------
 
     def render(self, max_workers: int = 10) -> str:
@@ -803,6 +845,13 @@ class RunReport:
 
     def __repr__(self) -> str:
         return f"RunReport({sorted(self.tasks)})"
+
+    def _repr_html_(self) -> str:
+        """The Resource Utilization panel as HTML, for Jupyter (see
+        `daisy.report_view`)."""
+        from daisy.report_view import run_report_html
+
+        return run_report_html(self)
 
     @property
     def measured(self) -> dict[str, TaskReport]:
