@@ -109,6 +109,19 @@ class CliError(Exception):
     printed as one line on stderr, exit status 2."""
 
 
+#: what ``daisy report --html`` says, alone on stderr, where bokeh is missing
+NEEDS_BOKEH = 'the HTML report needs bokeh: pip install "daisy[report]"'
+
+
+def _has_bokeh() -> bool:
+    """Whether bokeh (the ``daisy[report]`` extra) can be imported."""
+    try:
+        import bokeh  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _select(runs: list[TaskReport], run: int | None, where: Path) -> tuple[int, TaskReport]:
     if not runs:
         raise CliError(f"{where} has no runs yet")
@@ -122,6 +135,9 @@ def _select(runs: list[TaskReport], run: int | None, where: Path) -> tuple[int, 
 
 def report_command(args: argparse.Namespace) -> int:
     """``daisy report``."""
+    if args.html and not _has_bokeh():
+        print(NEEDS_BOKEH, file=sys.stderr)
+        return 2
     files = find_runs_files(Path(args.path))
     if not files:
         print(f"daisy: no {RUNS_FILE} at {args.path}", file=sys.stderr)
@@ -210,6 +226,14 @@ def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> lis
 
 def compare_command(args: argparse.Namespace) -> int:
     """``daisy compare``."""
+    if args.history < 1:
+        raise CliError(
+            f"--history {args.history}: give how many earlier runs to compare with (1 or more)"
+        )
+    if not args.factor > 0:
+        raise CliError(
+            f"--factor {args.factor}: give the growth to flag, a number above 0 (e.g. 2)"
+        )
     files = find_runs_files(Path(args.path))
     if not files:
         print(f"daisy: no {RUNS_FILE} at {args.path}", file=sys.stderr)
@@ -236,27 +260,98 @@ def compare_command(args: argparse.Namespace) -> int:
     return 1 if any(r["flagged"] for r in rows) else 0
 
 
+# The --help texts: plain text, no reST markup (argparse shows them as
+# written); every option's help gives its default.
+_DESCRIPTION = "The daisy command line: look at runs without writing code."
+
+_REPORT_DESCRIPTION = (
+    "Print the Resource Utilization panel of the last run (or of --run N) of every task "
+    "found at PATH; --format json|csv prints the per-task summary table instead, and "
+    "--html writes a self-contained HTML performance report (it needs bokeh, the "
+    "daisy[report] extra)."
+)
+
+_COMPARE_DESCRIPTION = (
+    "Set each task's last run against the median of up to --history runs before it "
+    "(runs that skipped every block left out) and flag every figure that grew by more "
+    "than --factor, and failed attempts that appear where the median had none. Exits "
+    "with status 1 when it finds a regression (a flagged figure), 0 when it finds "
+    "none or has fewer than two runs to compare, 2 when there is no runs.jsonl at PATH."
+)
+
+_PATH_HELP = "a tracking store, a tracking base directory or a runs.jsonl"
+
+_RUN_HELP = (
+    "which run of each task: runs are numbered in the order they ran, 0 is the first; "
+    "negative numbers count back from the last, -1 the last, -2 the one before "
+    "(default: the last run)"
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``daisy`` command."""
-    parser = argparse.ArgumentParser(prog="daisy", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="daisy",
+        description=_DESCRIPTION,
+        epilog="daisy COMMAND --help tells more about each command. "
+        "Also available as python -m daisy.",
+    )
     parser.add_argument("--version", action="version", version=f"daisy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    rep = sub.add_parser("report", help="print the Resource Utilization panel of a run")
-    rep.add_argument("path", help="a tracking store, a tracking base directory or a runs.jsonl")
-    rep.add_argument("--run", type=int, default=None, help="run number (default: the last)")
-    rep.add_argument(
-        "--format", choices=["panel", "json", "csv"], default="panel", help="output format"
+    rep = sub.add_parser(
+        "report",
+        help="print the Resource Utilization panel of a run",
+        description=_REPORT_DESCRIPTION,
     )
-    rep.add_argument("--max-workers", type=int, default=10, help="rows of the worker table")
-    rep.add_argument("--html", help="write a self-contained HTML report to this file")
+    rep.add_argument("path", help=_PATH_HELP)
+    rep.add_argument("--run", type=int, default=None, help=_RUN_HELP)
+    rep.add_argument(
+        "--format",
+        choices=["panel", "json", "csv"],
+        default="panel",
+        help="output format: the panel, or the per-task summary table as json or csv "
+        "(default: %(default)s)",
+    )
+    rep.add_argument(
+        "--max-workers",
+        type=int,
+        default=10,
+        help="rows of the worker table of the panel (default: %(default)s)",
+    )
+    rep.add_argument(
+        "--html",
+        metavar="OUT",
+        help="write a self-contained HTML report to the file OUT instead of printing the "
+        "panel or the table (default: none)",
+    )
     rep.set_defaults(func=report_command)
 
-    cmp_ = sub.add_parser("compare", help="flag figures of the last run that got worse")
-    cmp_.add_argument("path", help="a tracking store, a tracking base directory or a runs.jsonl")
-    cmp_.add_argument("--history", type=int, default=7, help="previous runs to compare with")
-    cmp_.add_argument("--factor", type=float, default=2.0, help="how much worse is flagged")
-    cmp_.add_argument("--format", choices=["table", "json"], default="table")
+    cmp_ = sub.add_parser(
+        "compare",
+        help="flag figures of the last run that got worse; exit status 1 if any",
+        description=_COMPARE_DESCRIPTION,
+    )
+    cmp_.add_argument("path", help=_PATH_HELP)
+    cmp_.add_argument(
+        "--history",
+        type=int,
+        default=7,
+        help="how many runs before the last make the median (default: %(default)s)",
+    )
+    cmp_.add_argument(
+        "--factor",
+        type=float,
+        default=2.0,
+        help="flag a figure that grew by more than this factor over the median "
+        "(default: %(default)s)",
+    )
+    cmp_.add_argument(
+        "--format",
+        choices=["table", "json"],
+        default="table",
+        help="output format (default: %(default)s)",
+    )
     cmp_.set_defaults(func=compare_command)
 
     args = parser.parse_args(argv)
