@@ -96,17 +96,24 @@ class Task(Composable):
             (crash, kill) before the task is abandoned.
         requires: resources one worker of this task holds, e.g.
             ``{"gpu": 1}``; ``run_blockwise(resources=...)`` caps the total.
-        tracking_path: directory of the task's tracking store (done
-            markers, failure counts; see DONE_MARKERS.md). ``None`` (the
-            default) uses ``<basedir>/<task_id>`` when
-            `daisy.set_tracking_basedir` was called, else no store;
-            ``False`` opts out. Blocks marked done are skipped next time.
+        tracking_path: directory of the task's tracking store, a Zarr v3
+            group with a done marker and a failure count per block (and,
+            with ``resource_tracking``, each block's measurements), plus
+            ``runs.jsonl``, one report line per run. ``None`` (the default)
+            uses ``<basedir>/<task_id>`` when `daisy.set_tracking_basedir`
+            was called, else no store; ``False`` opts out. Blocks marked
+            done are skipped by the next run (the run's summary says how
+            many); ``Task.reset()`` clears the markers after a code change
+            and keeps the run history.
         done_marker_path: deprecated name of ``tracking_path``.
         skip_mask: an array of shape `block_grid_shape`, nonzero for blocks
             to skip in this run only (never recorded as done).
-        resource_tracking: measure every block (wall, CPU, peak RSS, IO)
-            and record it in the tracking store (which it requires); see
-            RUN_STATS.md.
+        resource_tracking: measure every block inside its worker (wall
+            and CPU seconds, peak resident memory of that block alone,
+            bytes read and written) and record it in the tracking store
+            (which it requires); ``task.report()`` and the Resource
+            Utilization panel summarise them, ``task.report().block(...)``
+            reads one block's figures. It costs about 10 µs per block.
         spawner: where the task's workers run: ``daisy.LocalSpawner()``
             (the default), ``daisy.SlurmSpawner(...)``,
             ``daisy.DaskSpawner(...)``; see `daisy.spawners`.

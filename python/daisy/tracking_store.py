@@ -1,8 +1,9 @@
 """Where tasks keep their tracking stores, and what a run skipped.
 
-A task's tracking store (see DONE_MARKERS.md) is a Zarr v3 group of
-memory-mapped arrays written by the Rust core: which blocks are done, how
-often each failed. A task is tracked when it has an explicit
+A task's tracking store is a Zarr v3 group of memory-mapped arrays
+written by the Rust core: which blocks are done, how often each failed
+(and, with resource tracking, what each block cost), next to
+``runs.jsonl``, the task's run history. A task is tracked when it has an explicit
 ``Task(tracking_path=...)`` or when a base directory is set with
 `set_tracking_basedir`, which gives every task without an explicit path
 the store ``<basedir>/<task_id>``. Nothing is tracked otherwise, and
