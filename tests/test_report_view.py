@@ -131,3 +131,32 @@ def test_summaries_repr_stays_short_with_many_workers():
     html = w._repr_html_()
     _parse(html)
     assert html.count("<g>") <= 32 and "468 more workers" in html
+
+
+def test_the_view_renders_offline_in_a_browser(run, tmp_path):
+    """What a notebook shows, in headless Chromium with the network off:
+    the tables and the timeline take space on the page. The screenshot is
+    the README's picture of the notebook view."""
+    from pathlib import Path
+
+    from browser import chrome
+
+    _, report = run
+    page = tmp_path / "view.html"
+    page.write_text(f"<!doctype html><html><body>{report._repr_html_()}</body></html>")
+    driver = chrome()
+    try:
+        driver.get(page.absolute().as_uri())
+        sizes = driver.execute_script(
+            "return [...document.querySelectorAll('table, svg')]"
+            ".map(e => [e.tagName.toLowerCase(), e.getBoundingClientRect().width,"
+            " e.getBoundingClientRect().height])"
+        )
+        artifacts = Path(__file__).parent.parent / "test-artifacts"
+        artifacts.mkdir(exist_ok=True)
+        driver.set_window_size(900, 700)
+        driver.save_screenshot(str(artifacts / "notebook_view.png"))
+    finally:
+        driver.quit()
+    kinds = [k for k, w, h in sizes if w > 50 and h > 10]
+    assert kinds.count("svg") == 1 and kinds.count("table") >= 3, sizes

@@ -40,6 +40,9 @@ _CELL = 'style="padding:1px 8px;text-align:left;border-bottom:1px solid #eee"'
 _NUM = 'style="padding:1px 8px;text-align:right;border-bottom:1px solid #eee"'
 
 
+_SIDE_BY_SIDE = '<div style="display:flex;flex-wrap:wrap;gap:0 32px;align-items:flex-start">'
+
+
 def _rows(rows: list[tuple[str, str]]) -> str:
     body = "".join(
         f"<tr><th {_CELL}>{escape(k)}</th><td {_CELL}>{escape(v)}</td></tr>" for k, v in rows
@@ -173,14 +176,17 @@ def task_report_html(t: TaskReport) -> str:
         head += f" — {escape(format_seconds(t.elapsed))} wall"
     if t.outcome != "completed":
         head += f" — {escape(t.outcome)}"
-    parts = [f"<div>{head}", block_summary_html(t.blocks)]
+    # the block and worker figures side by side, the worker rows and the
+    # timeline under them: a task fits a notebook cell's first screen
+    parts = [f'<div style="margin-bottom:12px"><div>{head}</div>', _SIDE_BY_SIDE]
+    parts.append(f"<div>{block_summary_html(t.blocks)}</div>")
+    parts.append(f"<div>{worker_summary_html(t.workers)}</div></div>")
     if t.failure_causes:
         ranked = sorted(t.failure_causes.messages, key=lambda mn: -mn[1])
         items = "".join(f"<li>{n}× <code>{escape(m)}</code></li>" for m, n in ranked[:5])
         if t.failure_causes.other:
             items += f"<li>… {t.failure_causes.other} more</li>"
-        parts.append(f"<p>failed because</p><ul>{items}</ul>")
-    parts.append(worker_summary_html(t.workers))
+        parts.append(f'<div>failed because</div><ul style="margin:2px 0">{items}</ul>')
     parts.append("</div>")
     return "".join(parts)
 
