@@ -14,12 +14,13 @@ classes; nothing is computed here.
 from __future__ import annotations
 
 from html import escape
-from typing import TYPE_CHECKING
+from typing import Any
 
-from daisy.run_report import format_bytes, format_seconds
+from daisy.units import format_bytes, format_seconds
 
-if TYPE_CHECKING:
-    from daisy.run_report import BlockSummary, RunReport, TaskReport, WorkerSummary
+# The report objects are typed Any here: `daisy.run_report` imports this
+# module for its ``_repr_html_`` methods, so this one may not import it
+# back (tests/test_layering.py keeps modules free of import circles).
 
 #: the most workers drawn in a task's timeline (the table says how many
 #: more there are): a notebook cell of 10^3 SVG rows helps nobody
@@ -50,7 +51,7 @@ def _rows(rows: list[tuple[str, str]]) -> str:
     return f"<table {_TABLE}>{body}</table>"
 
 
-def block_summary_html(b: BlockSummary) -> str:
+def block_summary_html(b: Any) -> str:
     """The per-block figures of one task as a two-column table."""
     rows = [("blocks", f"{b.count}" + (f" ({b.skipped} skipped)" if b.skipped else ""))]
     if b.failures:
@@ -71,7 +72,7 @@ def block_summary_html(b: BlockSummary) -> str:
     return _rows(rows)
 
 
-def worker_summary_html(w: WorkerSummary, max_workers: int = MAX_TIMELINE_WORKERS) -> str:
+def worker_summary_html(w: Any, max_workers: int = MAX_TIMELINE_WORKERS) -> str:
     """The workers of one task: their pooled figures, a row per worker, and
     the timeline."""
     if not w.count:
@@ -115,7 +116,7 @@ def worker_summary_html(w: WorkerSummary, max_workers: int = MAX_TIMELINE_WORKER
     return pooled + table + more + timeline_svg(w, max_workers)
 
 
-def timeline_svg(w: WorkerSummary, max_workers: int = MAX_TIMELINE_WORKERS) -> str:
+def timeline_svg(w: Any, max_workers: int = MAX_TIMELINE_WORKERS) -> str:
     """Each worker's life as a row of phase segments (startup, compute,
     idle, final wait, teardown), all rows on one time scale, with a
     legend. Empty when no worker has a measured phase."""
@@ -169,7 +170,7 @@ def timeline_svg(w: WorkerSummary, max_workers: int = MAX_TIMELINE_WORKERS) -> s
     return "".join(parts)
 
 
-def task_report_html(t: TaskReport) -> str:
+def task_report_html(t: Any) -> str:
     """One task's section of the panel."""
     head = f"<b>{escape(t.task_id)}</b>"
     if t.elapsed > 0:
@@ -191,7 +192,7 @@ def task_report_html(t: TaskReport) -> str:
     return "".join(parts)
 
 
-def run_report_html(r: RunReport) -> str:
+def run_report_html(r: Any) -> str:
     """The whole Resource Utilization panel: a section per task."""
     sections = [task_report_html(t) for t in r.tasks.values()]
     body = "".join(sections) or "<p>no tasks</p>"

@@ -31,6 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from daisy.units import format_bytes as format_bytes
+from daisy.units import format_seconds as format_seconds
+from daisy.units import seconds_scale, seconds_text
+
 if TYPE_CHECKING:
     from daisy._daisy import BlockStats
 
@@ -119,40 +123,6 @@ def append_run(path: str | os.PathLike[str], report: TaskReport) -> None:
 
 def _opt_float(x: Any) -> float | None:
     return None if x is None else float(x)
-
-
-# -- number formats -----------------------------------------------------------
-
-
-def format_bytes(n: float) -> str:
-    """``1.1 KB``: one decimal, powers of 1024."""
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(value) < 1024.0:
-            return f"{value:.1f} {unit}"
-        value /= 1024.0
-    return f"{value:.1f} PB"
-
-
-def _seconds_scale(x: float) -> tuple[float, str]:
-    magnitude = abs(x)
-    if magnitude >= 1.0 or magnitude == 0.0:
-        return 1.0, "s"
-    if magnitude >= 1e-3:
-        return 1e3, "ms"
-    return 1e6, "µs"
-
-
-def _scaled(x: float, scale: float, unit: str) -> str:
-    value = x * scale
-    return f"{value:.2f} {unit}" if unit == "s" else f"{value:.1f} {unit}"
-
-
-def format_seconds(x: float | None) -> str:
-    """``50.5 ms``, ``1.25 s``, ``60.1 µs``; ``—`` for None."""
-    if x is None:
-        return "—"
-    return _scaled(x, *_seconds_scale(x))
 
 
 # -- the report objects --------------------------------------------------------
@@ -248,8 +218,8 @@ class Stat:
         unit = unit or self.unit
         if unit == "B":
             return f"{format_bytes(self.mean)} ± {format_bytes(self.std)}"
-        scale, name = _seconds_scale(self.mean)
-        return f"{_scaled(self.mean, scale, name)} ± {_scaled(self.std, scale, name)}"
+        scale, name = seconds_scale(self.mean)
+        return f"{seconds_text(self.mean, scale, name)} ± {seconds_text(self.std, scale, name)}"
 
     def __bool__(self) -> bool:
         return self.n > 0
