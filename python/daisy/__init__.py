@@ -70,7 +70,7 @@ from daisy.tracking_store import (
     set_done_marker_basedir,
     set_tracking_basedir,
 )
-from daisy.worker import Worker
+from daisy.worker import Worker, at_worker_exit
 from daisy.worker_pool import WorkerPool
 
 __all__ = [
@@ -105,6 +105,7 @@ __all__ = [
     "WorkerPool",
     "WorkerSummary",
     "__version__",
+    "at_worker_exit",
     "last_report",
     "RunFailed",
     "block",
