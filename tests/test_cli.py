@@ -279,11 +279,6 @@ def test_the_html_report_without_bokeh_is_one_line_with_exit_2(tmp_path):
     assert not (tmp_path / "out.html").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="daisy.html_report._trend draws an empty figure when the task has no tracking "
-    "store, and bokeh logs W-1000 (MISSING_RENDERERS) for it",
-)
 def test_runs_without_a_tracking_store_give_no_warnings(tmp_path, log_dir):
     """The panel and the HTML report of a run without a tracking store (its
     runs.jsonl in the log directory) say nothing on stderr: no bokeh

@@ -1,7 +1,8 @@
 """The HTML performance report, checked in a real browser: headless
-Chromium loads the file with the network off, logs no console error, and
-the timeline holds one bar per block the run executed. A screenshot is
-kept in ``test-artifacts/`` (or ``$DAISY_TEST_ARTIFACTS``)."""
+Chromium loads the file with the network off, logs no console error, the
+timeline holds one bar per block the run executed, and the tick labels of
+the histograms' x axes stay apart (with a unit on the axis). Screenshots
+are kept in ``test-artifacts/`` (or ``$DAISY_TEST_ARTIFACTS``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
-from browser import chrome, load, report_of_100k_blocks, timeline_bars
+from browser import (
+    HISTOGRAMS,
+    chrome,
+    histogram_tick_labels,
+    load,
+    overlapping_tick_labels,
+    report_of_10k_blocks,
+    report_of_100k_blocks,
+    timeline_bars,
+)
 from conftest import line_task
 
 import daisy
@@ -21,6 +31,24 @@ ARTIFACTS = Path(os.environ.get("DAISY_TEST_ARTIFACTS", "test-artifacts"))
 
 def severe_console_messages(driver) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def unreadable_axes(driver, tasks: int) -> list[str]:
+    """What is wrong with the histograms' x axes of the loaded report of
+    ``tasks`` tasks: labels that overlap (or nearly), axes with fewer than
+    three labels or no unit; empty when every axis reads well."""
+    axes = histogram_tick_labels(driver)
+    assert sorted(a["title"] for a in axes) == sorted(HISTOGRAMS * tasks), axes
+    problems = []
+    for axis in axes:
+        where = f"{axis['title']} {axis['labels']}"
+        if overlaps := overlapping_tick_labels(axis):
+            problems.append(f"{where}: overlapping tick labels {overlaps}")
+        if len(axis["labels"]) < 3:
+            problems.append(f"{where}: fewer than 3 tick labels")
+        if not axis["axis_label"]:
+            problems.append(f"{where}: no unit on the axis")
+    return problems
 
 
 def pipeline(tmp_path):
@@ -54,6 +82,8 @@ def test_the_report_opens_offline_with_one_bar_per_block(tmp_path):
         load(driver, out)
         assert sorted(timeline_bars(driver)) == [6, 12]
         assert severe_console_messages(driver) == []
+        problems = unreadable_axes(driver, tasks=2)
+        assert not problems, "\n".join(problems)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = ARTIFACTS / "html_report.png"
         driver.save_screenshot(str(shot))
@@ -71,6 +101,24 @@ def test_a_run_of_100k_blocks_stays_small_and_opens_quickly(tmp_path):
         # it opens is measured by benchmarks/test_report_bench.py
         load(driver, out)
         assert timeline_bars(driver) == [100_000]
+        assert severe_console_messages(driver) == []
+    finally:
+        driver.quit()
+
+
+def test_the_histograms_of_10k_blocks_have_readable_axes(tmp_path):
+    out = report_of_10k_blocks(tmp_path)
+    driver = chrome()
+    try:
+        load(driver, out)
+        assert timeline_bars(driver) == [10_000]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / "html_report_10k.png"
+        driver.save_screenshot(str(shot))
+        assert shot.stat().st_size > 10_000
+        # blocks of a few µs: plain seconds would be labelled 2.000e−5, 4.000e−5, …
+        problems = unreadable_axes(driver, tasks=1)
+        assert not problems, "\n".join(problems)
         assert severe_console_messages(driver) == []
     finally:
         driver.quit()

@@ -150,36 +150,64 @@ def _timeline(bk: Any, report: TaskReport, arrays: dict[str, np.ndarray]) -> lis
     return [fig, bk.models.Div(text=text)]
 
 
-def _histogram(bk: Any, title: str, values: np.ndarray, unit: str) -> Any:
+#: units of the histograms' axes, largest first: (name, size in the base unit)
+SECONDS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
+BYTES = (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))
+
+
+def unit_for(values: np.ndarray, units: Sequence[tuple[str, float]]) -> tuple[str, float]:
+    """The largest of ``units`` (``(name, size)``, largest first) in which
+    the largest of ``values`` is at least 1: tick labels of at most a few
+    digits, never in scientific notation. The smallest unit when every
+    value is below it (or there are none)."""
+    top = float(np.max(np.abs(values))) if values.size else 0.0
+    for name, size in units:
+        if top >= size:
+            return name, size
+    return units[-1]
+
+
+def _histogram(bk: Any, title: str, values: np.ndarray, units: Sequence[tuple[str, float]]) -> Any:
+    """A histogram of ``values`` (in the base unit of ``units``), drawn in
+    the unit that suits them, with a few ticks and plain numbers so that
+    the tick labels stay apart (tests/test_html_report.py checks it in a
+    browser)."""
     values = values[np.isfinite(values)]
-    fig = bk.plotting.figure(title=title, height=220, width=330, tools="")
+    unit, size = unit_for(values, units)
+    fig = bk.plotting.figure(title=title, height=220, width=440, tools="", name="histogram")
     if values.size:
-        counts, edges = np.histogram(values, bins=min(40, max(1, values.size)))
+        counts, edges = np.histogram(values / size, bins=min(40, max(1, values.size)))
         fig.quad(bottom=0, top=counts, left=edges[:-1], right=edges[1:], alpha=0.7)
+    fig.xaxis.ticker = bk.models.BasicTicker(desired_num_ticks=6)
+    fig.xaxis.formatter = bk.models.BasicTickFormatter(use_scientific=False)
     fig.xaxis.axis_label = unit
+    fig.yaxis.formatter = bk.models.BasicTickFormatter(use_scientific=False)
+    fig.yaxis.axis_label = "blocks"
     return fig
 
 
 def _trend(bk: Any, report: TaskReport, arrays: dict[str, np.ndarray]) -> Any:
+    wall, ret = arrays.get("wall_seconds"), arrays.get("returned_at")
+    if wall is None or ret is None:
+        # an empty figure would make bokeh log W-1000 (MISSING_RENDERERS)
+        return bk.models.Div(text="<p>No block wall times: the task has no resource tracking.</p>")
     fig = bk.plotting.figure(
         title=f"block wall time over the run (trend {report.blocks.trend_slope_ms:+.4f} ms/block)",
         height=220,
         width=480,
         tools="",
     )
-    wall, ret = arrays.get("wall_seconds"), arrays.get("returned_at")
-    if wall is not None and ret is not None:
-        ok = np.isfinite(wall) & np.isfinite(ret)
-        order = np.argsort(ret[ok])
-        y = wall[ok][order].astype(np.float64) * 1e3
-        x = np.arange(y.size)
-        shown = np.linspace(0, y.size - 1, min(y.size, MAX_TREND_POINTS)).astype(np.int64)
-        fig.scatter(x[shown], y[shown], size=3, alpha=0.6)
-        b = report.blocks
-        if b.wall.n >= 2:
-            # the core's trend, drawn from its slope and mean
-            ends = [0, b.wall.n - 1]
-            fig.line(ends, [b.trend_ms(x) for x in ends], line_width=2, color="firebrick")
+    ok = np.isfinite(wall) & np.isfinite(ret)
+    order = np.argsort(ret[ok])
+    y = wall[ok][order].astype(np.float64) * 1e3
+    x = np.arange(y.size)
+    shown = np.linspace(0, y.size - 1, min(y.size, MAX_TREND_POINTS)).astype(np.int64)
+    fig.scatter(x[shown], y[shown], size=3, alpha=0.6)
+    b = report.blocks
+    if b.wall.n >= 2:
+        # the core's trend, drawn from its slope and mean
+        ends = [0, b.wall.n - 1]
+        fig.line(ends, [b.trend_ms(x) for x in ends], line_width=2, color="firebrick")
     fig.xaxis.axis_label = "completion order"
     fig.yaxis.axis_label = "ms"
     return fig
@@ -256,14 +284,9 @@ def _task_section(bk: Any, report: TaskReport, store: Path | None) -> list[Any]:
     hist = []
     if "wall_seconds" in arrays:
         hist = [
-            _histogram(bk, "block wall time", arrays["wall_seconds"].astype(np.float64), "s"),
-            _histogram(bk, "block CPU", arrays["cpu_seconds"].astype(np.float64), "s"),
-            _histogram(
-                bk,
-                "block peak RSS",
-                arrays["peak_rss_bytes"].astype(np.float64) / 2**20,
-                "MiB",
-            ),
+            _histogram(bk, "block wall time", arrays["wall_seconds"].astype(np.float64), SECONDS),
+            _histogram(bk, "block CPU", arrays["cpu_seconds"].astype(np.float64), SECONDS),
+            _histogram(bk, "block peak RSS", arrays["peak_rss_bytes"].astype(np.float64), BYTES),
         ]
     if hist:
         parts.append(bk.layouts.row(*hist))

@@ -1,0 +1,213 @@
+"""daisy in a real Jupyter kernel: a notebook is built with nbformat and
+executed by nbclient on an IPython kernel of the Python running the tests.
+
+What a notebook user sees: the run cell shows a notebook progress bar (an
+ipywidgets widget, as ``tqdm.auto`` draws one when ipywidgets is
+installed), ``daisy.last_report()`` and ``task.report()`` show the
+Resource Utilization panel as an HTML table, and no cell writes anything
+to stderr or raises. The executed notebook is kept as
+``<tmp_path>/executed.ipynb``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat")
+nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbclient")
+pytest.importorskip("ipykernel", reason="the notebook test needs ipykernel")
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+KERNEL = "daisy-test-python"
+N_BLOCKS = 10
+
+
+def kernel_manager(tmp_path: Path) -> Any:
+    """A kernel manager whose kernel is ``sys.executable -m ipykernel_launcher``:
+    a kernelspec written to a private directory, so no kernel installed
+    elsewhere (another Python, another daisy) can be picked up."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    spec_dir = tmp_path / "kernels" / KERNEL
+    spec_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "daisy test kernel",
+        "language": "python",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    ksm = KernelSpecManager(kernel_dirs=[str(spec_dir.parent)])
+    ksm.ensure_native_kernel = False
+    return KernelManager(kernel_name=KERNEL, kernel_spec_manager=ksm)
+
+
+def notebook(store: Path) -> Any:
+    v4 = nbformat.v4
+    run = f"""\
+import daisy
+
+task = daisy.Task(
+    "nb",
+    total_roi=daisy.Roi((0,), ({10 * N_BLOCKS},)),
+    read_roi=daisy.Roi((0,), (10,)),
+    write_roi=daisy.Roi((0,), (10,)),
+    process_function=lambda b: None,
+    max_workers=1,
+    tracking_path={str(store)!r},
+)
+ok = daisy.run_blockwise([task])
+assert ok, ok
+"""
+    nb = v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "daisy test kernel"}
+    nb.cells = [
+        v4.new_code_cell(run),
+        v4.new_code_cell("daisy.last_report()"),
+        v4.new_code_cell("task.report()"),
+    ]
+    return nb
+
+
+def execute(nb: Any, tmp_path: Path) -> Any:
+    client = nbclient.NotebookClient(
+        nb,
+        km=kernel_manager(tmp_path),
+        timeout=300,
+        startup_timeout=120,
+        allow_errors=True,  # every cell runs; the assertions below say what went wrong
+        store_widget_state=True,
+        resources={"metadata": {"path": str(tmp_path)}},  # the kernel's cwd
+    )
+    try:
+        client.execute()
+    finally:
+        nbformat.write(nb, tmp_path / "executed.ipynb")
+    return nb
+
+
+def _short(text: str, n: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def dump(nb: Any) -> str:
+    """Every cell's outputs, one line each: type, stream name or mime types,
+    and the start of the text."""
+    lines = []
+    for i, cell in enumerate(nb.cells, 1):
+        lines.append(f"cell {i}: {len(cell.get('outputs', []))} output(s)")
+        for out in cell.get("outputs", []):
+            kind = out["output_type"]
+            if kind == "stream":
+                lines.append(f"  stream/{out['name']}: {_short(out['text'])!r}")
+            elif kind == "error":
+                lines.append(f"  error: {out['ename']}: {_short(out['evalue'])}")
+            else:
+                data = out.get("data", {})
+                plain = _short(str(data.get("text/plain", "")), 80)
+                lines.append(f"  {kind}: {sorted(data)} text/plain={plain!r}")
+    return "\n".join(lines)
+
+
+def htmls(cell: Any) -> list[str]:
+    return [
+        str(out["data"]["text/html"])
+        for out in cell.get("outputs", [])
+        if "text/html" in out.get("data", {})
+    ]
+
+
+def progress_models(nb: Any) -> list[dict[str, Any]]:
+    """The states of the progress bar widgets the notebook keeps (nbclient
+    stores the widget state in the notebook's metadata)."""
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    return [
+        m.get("state", {})
+        for m in state.values()
+        if m.get("model_name") in ("FloatProgressModel", "IntProgressModel")
+    ]
+
+
+def has_progress_bar(cell: Any) -> str | None:
+    """How the cell shows progress: a widget, an HTML ``<progress>``, or a
+    tqdm-like text bar on stdout; None when it does not."""
+    for out in cell.get("outputs", []):
+        data = out.get("data", {})
+        if WIDGET_VIEW in data:
+            return "widget"
+        if "<progress" in str(data.get("text/html", "")):
+            return "html"
+        if out["output_type"] == "stream" and out["name"] == "stdout":
+            if re.search(r"\d+%\|", out["text"]):
+                return "text"
+    return None
+
+
+def test_a_notebook_shows_a_progress_widget_and_html_reports_without_stderr(tmp_path):
+    nb = execute(notebook(tmp_path / "store"), tmp_path)
+    context = f"\n(executed notebook: {tmp_path / 'executed.ipynb'})\n{dump(nb)}"
+    run_cell, last_report_cell, task_report_cell = nb.cells
+    problems = []
+
+    errors = [
+        f"cell {i}: {o['ename']}: {_short(o['evalue'])}"
+        for i, c in enumerate(nb.cells, 1)
+        for o in c.get("outputs", [])
+        if o["output_type"] == "error"
+    ]
+    if errors:
+        problems.append(f"cells raised: {errors}")
+
+    stderr = [
+        f"cell {i}: {_short(o['text'])!r}"
+        for i, c in enumerate(nb.cells, 1)
+        for o in c.get("outputs", [])
+        if o["output_type"] == "stream" and o["name"] == "stderr"
+    ]
+    if stderr:
+        problems.append(f"stderr output: {stderr}")
+
+    shown = has_progress_bar(run_cell)
+    if shown not in (None, "widget") and importlib.util.find_spec("ipywidgets") is not None:
+        # with ipywidgets (the test extra has it) tqdm.auto draws a widget
+        problems.append(f"the run cell shows a {shown} progress bar, not a widget")
+    if shown is None:
+        problems.append(
+            f"the run cell shows no progress bar (no {WIDGET_VIEW} output, no HTML "
+            "<progress>, no text bar on stdout)"
+        )
+    elif shown == "widget":
+        # the bar ends full: every block done (when the widget's state was kept)
+        bars = progress_models(nb)
+        if not bars:
+            problems.append("the notebook kept no progress widget state")
+        elif not any(b.get("value") == b.get("max") == N_BLOCKS for b in bars):
+            problems.append(f"no progress widget ends at {N_BLOCKS}/{N_BLOCKS}: {bars}")
+
+    for name, cell, panel_title in (
+        ("daisy.last_report()", last_report_cell, True),
+        ("task.report()", task_report_cell, False),
+    ):
+        pages = htmls(cell)
+        if not pages:
+            problems.append(f"{name} has no text/html output")
+            continue
+        page = pages[-1]
+        text = re.sub(r"<[^>]+>", " ", page)
+        missing = [w for w in ("<table", "</table>") if w not in page.lower()]
+        missing += [w for w in ("nb", "blocks", "workers") if w not in text]
+        if panel_title and "Resource Utilization" not in text:
+            missing.append("Resource Utilization")
+        if missing:
+            problems.append(f"{name}'s HTML lacks {missing}: {_short(page, 300)!r}")
+
+    assert not problems, "\n".join(problems) + context
