@@ -59,9 +59,50 @@ pub struct Client {
     profiler: Option<BlockProfiler>,
 }
 
+/// The first wait before connecting again after the server closed a new
+/// connection unanswered; it doubles up to [`MAX_REFUSED_BACKOFF`].
+const REFUSED_BACKOFF: Duration = Duration::from_millis(20);
+
+/// The longest wait between such attempts: a refused worker is back within
+/// half a second of the server having room.
+const MAX_REFUSED_BACKOFF: Duration = Duration::from_millis(500);
+
 impl Client {
     /// Connect and say hello with the run's token.
+    ///
+    /// A server answers [`protocol::BUSY`] when too many connections are
+    /// waiting to say hello at once (`MAX_PENDING_HELLOS`: a thousand
+    /// workers starting together meet it); the client then tries again,
+    /// with growing waits, for up to [`CONNECT_TIMEOUT`]. Any other
+    /// refusal (a wrong token, an unknown task) is final.
     pub fn connect(
+        host: &str,
+        port: u16,
+        token: &str,
+        task_id: &str,
+        worker_id: Option<u32>,
+    ) -> Result<Self, DaisyError> {
+        let deadline = std::time::Instant::now() + CONNECT_TIMEOUT;
+        let mut wait = REFUSED_BACKOFF;
+        loop {
+            match Self::connect_once(host, port, token, task_id, worker_id) {
+                Err(DaisyError::Refused(why))
+                    if why == protocol::BUSY && std::time::Instant::now() + wait < deadline =>
+                {
+                    // spread the retries of many workers refused together
+                    let noise = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| u64::from(d.subsec_nanos() % 16));
+                    let jitter = noise * wait.as_millis() as u64 / 16;
+                    std::thread::sleep(wait + Duration::from_millis(jitter));
+                    wait = (wait * 2).min(MAX_REFUSED_BACKOFF);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn connect_once(
         host: &str,
         port: u16,
         token: &str,

@@ -52,6 +52,10 @@ pub const MAX_FRAME_BYTES: usize = 1 << 20;
 /// connections grow the driver by 200 MiB).
 pub const MAX_HELLO_BYTES: usize = 4096;
 
+/// The server's answer to a hello it has no room for yet (too many
+/// connections waiting to say hello at once): the client tries again.
+pub const BUSY: &str = "busy: too many connections are saying hello at once; try again";
+
 /// Error texts are cut to this many bytes before they are sent.
 pub const MAX_ERROR_BYTES: usize = 64 * 1024;
 

@@ -253,3 +253,44 @@ fn non_finite_figures_close_the_connection() {
         assert_eq!(st.completed_count, st.total_block_count);
     }
 }
+
+/// More connections than `MAX_PENDING_HELLOS` waiting to say hello at
+/// once (a thousand workers starting together) make the server close new
+/// ones unanswered; a client tries again until there is room, instead of
+/// failing its worker.
+#[test]
+fn a_client_refused_for_too_many_pending_hellos_gets_in_when_there_is_room() {
+    let (server, addr) = start("cr0wd");
+    let host = addr.ip().to_string();
+    let silent: Vec<TcpStream> = (0..daisy_core::server::MAX_PENDING_HELLOS)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    // let the server count them all as pending
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        drop(silent);
+    });
+    let started = std::time::Instant::now();
+    let mut c = Client::connect(&host, addr.port(), "cr0wd", "a", None)
+        .expect("the client waits for room instead of failing");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(100),
+        "the server had no room when the client first came"
+    );
+    releaser.join().unwrap();
+    for task in ["a", "b"] {
+        if task == "b" {
+            c = Client::connect(&host, addr.port(), "cr0wd", task, None).unwrap();
+        }
+        while let Some(mut b) = c.acquire_block().unwrap() {
+            b.status = BlockStatus::Success;
+            c.release_block(b).unwrap();
+        }
+    }
+    c.disconnect();
+    let outcome = server.join().unwrap().unwrap();
+    for st in &outcome.states {
+        assert_eq!(st.completed_count, st.total_block_count);
+    }
+}

@@ -41,6 +41,11 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// once.
 pub const MAX_PENDING_HELLOS: usize = 256;
 
+/// How long a connection beyond `MAX_PENDING_HELLOS` is read before it is
+/// told the server is busy: a hello arrives within a round trip, and a
+/// stranger holds the descriptor no longer than this.
+const BUSY_READ: Duration = Duration::from_millis(100);
+
 /// How long the accept loop waits after a failed accept (out of file
 /// descriptors, say) before trying again: long enough not to spin, short
 /// enough that a worker's connect (which retries for 30 s) gets through.
@@ -182,13 +187,27 @@ async fn handle_connection<H: RunHooks + 'static>(
     // a stranger gets a tiny frame allowance, and only so many at once
     conn.codec_mut()
         .set_max_frame_length(protocol::MAX_HELLO_BYTES);
-    {
+    let full = {
         let mut st = shared.0.borrow_mut();
-        if st.pending_hellos >= MAX_PENDING_HELLOS {
-            tracing::warn!("refused a connection: {MAX_PENDING_HELLOS} are waiting to say hello");
-            return;
+        let full = st.pending_hellos >= MAX_PENDING_HELLOS;
+        if !full {
+            st.pending_hellos += 1;
         }
-        st.pending_hellos += 1;
+        full
+    };
+    if full {
+        tracing::debug!("deferred a connection: {MAX_PENDING_HELLOS} are waiting to say hello");
+        // read the hello (so closing sends no reset that could swallow the
+        // answer), then say busy: a worker tries again
+        let _ = tokio::time::timeout(BUSY_READ, recv(&mut conn)).await;
+        let _ = send(
+            &mut conn,
+            &ServerMessage::Error {
+                message: protocol::BUSY.into(),
+            },
+        )
+        .await;
+        return;
     }
     let hello = tokio::time::timeout(HELLO_TIMEOUT, recv(&mut conn)).await;
     shared.0.borrow_mut().pending_hellos -= 1;

@@ -35,7 +35,7 @@ pub mod state;
 pub mod supervision;
 
 pub use self::config::{LogMode, ServerConfig, TaskRuntime, WorkerCommand};
-pub use self::connection::HELLO_TIMEOUT;
+pub use self::connection::{HELLO_TIMEOUT, MAX_PENDING_HELLOS};
 pub use self::hooks::RunHooks;
 pub use self::state::RunSnapshot;
 pub use crate::run_report::{FailureNote, RunOutcome};
