@@ -457,8 +457,9 @@ def test_an_interrupt_in_an_init_callback_stops_the_run() -> None:
 
 def test_only_so_many_strangers_may_wait_to_say_hello(tmp_path: Path) -> None:
     """Connections that never say hello hold at most MAX_PENDING_HELLOS
-    slots (256); the ones past that are closed at once, not after the 10 s
-    hello timeout."""
+    slots (256); the ones past that are told the server is busy (so a
+    worker among them tries again) and closed within a moment, not after
+    the 10 s hello timeout."""
     import socket
 
     with HeldRun(tmp_path) as run:
@@ -470,9 +471,13 @@ def test_only_so_many_strangers_may_wait_to_say_hello(tmp_path: Path) -> None:
             # well before the 10 s hello timeout would close them anyway
             deadline = time.monotonic() + 5
             for s in strangers[-40:]:
-                s.settimeout(max(0.01, deadline - time.monotonic()))
                 try:
-                    closed += s.recv(1) == b""
+                    # a busy answer may come first; then the server closes
+                    while True:
+                        s.settimeout(max(0.01, deadline - time.monotonic()))
+                        if s.recv(4096) == b"":
+                            closed += 1
+                            break
                 except ConnectionResetError:
                     closed += 1
                 except TimeoutError:
