@@ -11,6 +11,7 @@ from typing import Any
 from daisy import _v1_names
 from daisy.execution_summary import print_execution_summary
 from daisy.pipeline import Pipeline
+from daisy.progress import check_interval
 from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.serial_server import SerialServer
@@ -135,15 +136,8 @@ def run_blockwise(
         # daisy 1.x ran an empty list as an empty success
         logger.warning("daisy: run_blockwise was given no tasks; nothing to run")
         return {} if return_states else True
-    if progress_interval is not None and (
-        isinstance(progress_interval, bool)
-        or not isinstance(progress_interval, int | float)
-        or not progress_interval > 0
-    ):
-        raise ValueError(
-            "progress_interval: expected seconds between progress lines (a number above 0), "
-            f"got {progress_interval!r}"
-        )
+    if progress_interval is not None:
+        check_interval(progress_interval, "progress_interval")
     if not isinstance(multiprocessing, bool):
         raise TypeError(f"multiprocessing: expected True or False, got {multiprocessing!r}")
     if report_html is not None:

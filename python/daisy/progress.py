@@ -184,22 +184,30 @@ class LineProgress:
 INTERVAL_VARIABLE = "DAISY_PROGRESS_INTERVAL"
 
 
+def check_interval(value: Any, name: str) -> float:
+    """``value`` (a number, or its text) as seconds between progress lines;
+    a ValueError naming ``name`` unless it is a number above 0."""
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    if isinstance(number, bool) or not isinstance(number, int | float) or not number > 0:
+        raise ValueError(
+            f"{name}: expected seconds between progress lines (a number above 0, e.g. 30), "
+            f"got {value!r}"
+        )
+    return float(number)
+
+
 def progress_interval() -> float:
     """Seconds between `LineProgress` lines: ``$DAISY_PROGRESS_INTERVAL``,
     else `LOG_INTERVAL` (30 s)."""
     text = os.environ.get(INTERVAL_VARIABLE)
     if text is None or text.strip() == "":
         return LOG_INTERVAL
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(
-            f"{INTERVAL_VARIABLE}: expected seconds between progress lines (a number above 0, "
-            f"e.g. 30), got {text!r}"
-        )
-    return value
+    return check_interval(text, INTERVAL_VARIABLE)
 
 
 def in_notebook() -> bool:

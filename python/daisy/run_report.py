@@ -230,12 +230,10 @@ class Stat:
     def __repr__(self) -> str:
         if not self:
             return "Stat(n=0)"
-        if self.unit == "B":
-            shown = [format_bytes(v) for v in (self.mean, self.std, self.min, self.max, self.total)]
-        else:
-            shown = [format_seconds(v) for v in (self.mean, self.std, self.min, self.max)]
-            shown.append(format_seconds(self.total))
-        mean, std, lo, hi, total = shown
+        shown = format_bytes if self.unit == "B" else format_seconds
+        mean, std, lo, hi, total = (
+            shown(v) for v in (self.mean, self.std, self.min, self.max, self.total)
+        )
         return f"Stat(n={self.n}, mean={mean}, std={std}, min={lo}, max={hi}, total={total})"
 
 

@@ -51,6 +51,13 @@ MAX_LISTED_FAILURES = 10
 LARGE_PAYLOAD_BYTES = 10 * 2**20
 
 
+def _code_keeping_path(code: types.CodeType) -> Any:
+    rebuild, args = cloudpickle.Pickler.dispatch_table[types.CodeType](code)
+    return rebuild, tuple(
+        code.co_filename if isinstance(a, str) and a == "<dynamic-code>" else a for a in args
+    )
+
+
 class _SourcePathPickler(cloudpickle.Pickler):  # type: ignore[misc]
     """cloudpickle, but functions pickled by value (those of a script's
     ``__main__``, of a notebook cell) keep their file name: cloudpickle
@@ -59,15 +66,8 @@ class _SourcePathPickler(cloudpickle.Pickler):  # type: ignore[misc]
     code does; only the payload's bytes differ per place of definition."""
 
     dispatch_table = ChainMap(
-        {types.CodeType: lambda code: _code_keeping_path(code)},
+        {types.CodeType: _code_keeping_path},
         cloudpickle.Pickler.dispatch_table,
-    )
-
-
-def _code_keeping_path(code: types.CodeType) -> Any:
-    rebuild, args = cloudpickle.Pickler.dispatch_table[types.CodeType](code)
-    return rebuild, tuple(
-        code.co_filename if isinstance(a, str) and a == "<dynamic-code>" else a for a in args
     )
 
 
