@@ -1,5 +1,6 @@
 """Run ``benchmarks/test_core_bench.py``, ``test_runtime_bench.py``,
-``test_tracking_bench.py`` and ``test_graph_bench.py`` under this package and under the
+``test_tracking_bench.py``, ``test_graph_bench.py`` and ``test_pipeline_bench.py``
+(which needs funlib.persistence and zarr in both) under this package and under the
 published daisy 2.0.0, one after the other, and print a markdown table of
 the median times.
 
@@ -45,6 +46,7 @@ BENCH_FILES = [
     HERE / "test_runtime_bench.py",
     HERE / "test_tracking_bench.py",
     HERE / "test_graph_bench.py",
+    HERE / "test_pipeline_bench.py",
 ]
 DEFAULT_OURS = REPO / ".venv" / "bin" / "python"
 DEFAULT_THEIRS = Path("/work/venvs/daisy200/bin/python")

@@ -309,8 +309,11 @@ def test_worker_function_exception_fails_block_which_is_retried(rec_dir, tmp_pat
     assert_each_block_once(records, block_ids(task), log_dir)
     # the exception was swallowed: the one worker went on with other blocks
     assert len({r["pid"] for r in records}) == 1
-    # one worker's logs (and the task's run report, runs.jsonl, beside them)
+    # one worker's logs (the task's run report, runs.jsonl, and its warm
+    # launcher's logs beside them)
     assert sorted(p.name for p in (log_dir / "wf_raise").iterdir()) == [
+        "launcher.err",
+        "launcher.out",
         "runs.jsonl",
         "worker_0.err",
         "worker_0.out",

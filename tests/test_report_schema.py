@@ -76,8 +76,13 @@ def test_only_keys_the_core_added_later_may_be_missing(tracking: Path) -> None:
     for key in ADDED_LATER:
         raw.pop(key, None)
         raw["workers"].pop(key, None)
+        for record in raw["workers"]["by_id"]:
+            record.pop(key, None)
     old = TaskReport.from_dict(raw, strict=True)
     assert old.utilisation is None and old.workers.spawner == ""
+    # workers of lines written before warm starts started cold
+    assert old.workers.warm_starts == 0 and old.workers.launcher_startup is None
+    assert {r.start for r in old.workers.by_id.values()} <= {"cold"}
 
 
 def test_utilisation_is_the_cores(tracking: Path) -> None:

@@ -493,6 +493,7 @@ def test_worker_record_json_has_every_phase():
         "final_wait",
         "teardown",
         "exit",
+        "start",
     }
     assert d["exit"] == "clean" and d["blocks_ok"] == 2
     assert daisy.WorkerRecord.from_dict(d) == task.report().worker(0)

@@ -89,6 +89,7 @@ fn run(n: usize) -> Figures {
             max_worker_restarts: 0,
             requires: BTreeMap::new(),
             worker: None,
+            launcher: None,
             resource_tracking: false,
             spawner: "external".into(),
         }],

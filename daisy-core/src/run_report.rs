@@ -852,7 +852,7 @@ mod tests {
 
     #[test]
     fn utilisation_is_block_seconds_over_worker_seconds() {
-        use crate::worker_timeline::WorkerRecord;
+        use crate::worker_timeline::{StartKind, WorkerRecord};
         let record = |startup: f64, idle: f64, compute: f64, teardown: f64| WorkerRecord {
             worker_id: 0,
             startup: Some(startup),
@@ -871,6 +871,7 @@ mod tests {
             final_wait: Some(0.0),
             teardown: Some(teardown),
             exit: None,
+            start: StartKind::Cold,
         };
         let workers = WorkerSummary {
             count: 2,

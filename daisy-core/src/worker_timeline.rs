@@ -38,11 +38,25 @@ pub enum WorkerExit {
     Interrupted,
 }
 
+/// How a worker process was started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StartKind {
+    /// A fresh process: an interpreter that imports what the function
+    /// needs (every remote spawner, and local workers without a launcher).
+    #[default]
+    Cold,
+    /// Forked by the task's launcher, which had already loaded the
+    /// function (see `server::launcher`).
+    Warm,
+}
+
 /// One worker's stamps.
 #[derive(Clone, Debug)]
 pub struct WorkerTimeline {
     worker_id: u32,
     spawned: Instant,
+    start: StartKind,
     first_acquire: Option<Instant>,
     last_return: Option<Instant>,
     sent: Option<Instant>,
@@ -77,14 +91,19 @@ pub struct WorkerRecord {
     pub teardown: Option<f64>,
     /// How it ended; None if still running.
     pub exit: Option<WorkerExit>,
+    /// How it was started. Absent from lines written before daisy 2.1
+    /// (cold: there was no other way then).
+    #[serde(default)]
+    pub start: StartKind,
 }
 
 impl WorkerTimeline {
-    /// A worker spawned at `spawned`.
-    pub fn new(worker_id: u32, spawned: Instant) -> Self {
+    /// A worker spawned at `spawned`, started the `start` way.
+    pub fn new(worker_id: u32, spawned: Instant, start: StartKind) -> Self {
         Self {
             worker_id,
             spawned,
+            start,
             first_acquire: None,
             last_return: None,
             sent: None,
@@ -97,6 +116,23 @@ impl WorkerTimeline {
             teardown: None,
             exit: None,
         }
+    }
+
+    /// The worker's process exists from `now` on, started the `start`
+    /// way: a warm start's fork, or the cold start that replaced it when
+    /// the launcher could not fork. Its startup counts from here; the wait
+    /// for the launcher to load the function is the launcher's own startup
+    /// in the report.
+    pub fn restart_at(&mut self, now: Instant, start: StartKind) {
+        if self.first_acquire.is_none() {
+            self.spawned = now;
+        }
+        self.start = start;
+    }
+
+    /// How the worker was started.
+    pub fn start(&self) -> StartKind {
+        self.start
     }
 
     /// An acquire request arrived.
@@ -172,6 +208,7 @@ impl WorkerTimeline {
             final_wait: self.final_wait,
             teardown: self.teardown,
             exit: self.exit,
+            start: self.start,
         }
     }
 }
@@ -199,6 +236,19 @@ pub struct WorkerSummary {
     pub exits: BTreeMap<String, u64>,
     /// Every worker, by id.
     pub by_id: Vec<WorkerRecord>,
+    /// Workers forked warm by the task's launcher (the rest started
+    /// cold). Absent from lines written before daisy 2.1.
+    #[serde(default)]
+    pub warm_starts: u64,
+    /// Seconds from starting the task's launcher to it having loaded the
+    /// function and being ready to fork; None without a launcher.
+    #[serde(default)]
+    pub launcher_startup: Option<f64>,
+    /// Why workers of a task that asked for warm starts were started cold
+    /// (the launcher had a thread, failed to load the function, died);
+    /// None when nothing went wrong or nothing was asked.
+    #[serde(default)]
+    pub cold_start_reason: Option<String>,
 }
 
 impl WorkerSummary {
@@ -215,7 +265,11 @@ impl WorkerSummary {
         );
         let mut exits = BTreeMap::new();
         let mut by_id = Vec::new();
+        let mut warm_starts = 0;
         for t in timelines {
+            if t.start == StartKind::Warm {
+                warm_starts += 1;
+            }
             let r = t.record();
             if let Some(s) = r.startup {
                 startup.push(s);
@@ -245,6 +299,9 @@ impl WorkerSummary {
             teardown: teardown.summary(),
             exits,
             by_id,
+            warm_starts,
+            launcher_startup: None,
+            cold_start_reason: None,
         }
     }
 }
@@ -258,7 +315,7 @@ mod tests {
     fn phases_follow_the_stamps() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let mut w = WorkerTimeline::new(3, t0);
+        let mut w = WorkerTimeline::new(3, t0, StartKind::Cold);
         w.on_acquire(at(60));
         w.on_send(at(61));
         w.on_return(at(111), true);
@@ -280,17 +337,42 @@ mod tests {
         assert_eq!(s.count, 1);
         assert_eq!(s.unmanaged_clients, 2);
         assert_eq!(s.exits.get("clean"), Some(&1));
+        assert_eq!((s.warm_starts, s.by_id[0].start), (0, StartKind::Cold));
+    }
+
+    #[test]
+    fn a_warm_start_counts_its_startup_from_the_fork() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // asked at 0, forked at 700 (the launcher loaded), first request at 710
+        let mut w = WorkerTimeline::new(4, t0, StartKind::Warm);
+        w.restart_at(at(700), StartKind::Warm);
+        w.on_acquire(at(710));
+        let r = w.record();
+        assert!((r.startup.unwrap() - 0.010).abs() < 1e-9, "{:?}", r.startup);
+        assert_eq!(r.start, StartKind::Warm);
+        // a warm start the launcher could not fork became a cold one
+        let mut c = WorkerTimeline::new(5, t0, StartKind::Warm);
+        c.restart_at(at(50), StartKind::Cold);
+        c.on_acquire(at(850));
+        // after connecting, nothing moves the spawn stamp
+        c.restart_at(at(900), StartKind::Cold);
+        assert!((c.record().startup.unwrap() - 0.800).abs() < 1e-9);
+        let s = WorkerSummary::fold([w, c].iter(), 0);
+        assert_eq!((s.count, s.warm_starts), (2, 1));
+        let json = serde_json::to_value(&s.by_id[0]).unwrap();
+        assert_eq!(json["start"], "warm");
     }
 
     #[test]
     fn only_clean_exits_have_a_teardown() {
         let t0 = Instant::now();
-        let mut w = WorkerTimeline::new(0, t0);
+        let mut w = WorkerTimeline::new(0, t0, StartKind::Warm);
         w.on_acquire(t0);
         w.on_dismiss(t0);
         w.on_exit(t0 + Duration::from_millis(5), WorkerExit::Error);
         assert_eq!(w.record().teardown, None);
-        let never = WorkerTimeline::new(1, t0);
+        let never = WorkerTimeline::new(1, t0, StartKind::Cold);
         assert_eq!(never.record().startup, None);
     }
 }

@@ -64,6 +64,7 @@ fn config(token: &str) -> ServerConfig {
         max_worker_restarts: 0,
         requires: BTreeMap::new(),
         worker: None,
+        launcher: None,
         resource_tracking: false,
         spawner: "external".into(),
     };

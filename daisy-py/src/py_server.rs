@@ -22,6 +22,7 @@ use pyo3::types::{PyAny, PyDict, PyList};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How one task of a distributed run is served: its workers, limits,
@@ -37,9 +38,11 @@ pub struct PyTaskConfig {
 #[pymethods]
 impl PyTaskConfig {
     /// `program=None` means no worker processes: only external clients
-    /// (`daisy.Client`) serve the task.
+    /// (`daisy.Client`) serve the task. `launcher_args`, where given, are
+    /// the arguments of `program` that start the task's launcher (warm
+    /// starts: it gets the same `stdin`); None starts every worker cold.
     #[new]
-    #[pyo3(signature = (task_id, *, max_workers, timeout, max_worker_restarts, requires, program, args, stdin, stop, resource_tracking, spawner, check_function=None, tracking_path=None, skip_mask=None))]
+    #[pyo3(signature = (task_id, *, max_workers, timeout, max_worker_restarts, requires, program, args, stdin, stop, resource_tracking, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         task_id: String,
@@ -56,7 +59,10 @@ impl PyTaskConfig {
         check_function: Option<Py<PyAny>>,
         tracking_path: Option<PathBuf>,
         skip_mask: Option<Vec<u8>>,
+        launcher_args: Option<Vec<String>>,
     ) -> PyResult<Self> {
+        // one copy of the payload, shared by every worker and the launcher
+        let stdin: Arc<[u8]> = stdin.into();
         let timeout = timeout
             .map(|t| {
                 Duration::try_from_secs_f64(t)
@@ -83,6 +89,15 @@ impl PyTaskConfig {
                 timeout,
                 max_worker_restarts,
                 requires,
+                launcher: program.as_ref().zip(launcher_args).map(|(program, args)| {
+                    WorkerCommand {
+                        program: program.clone(),
+                        args,
+                        env: Vec::new(),
+                        stdin: stdin.clone(),
+                        stop: Vec::new(),
+                    }
+                }),
                 worker: program.map(|program| WorkerCommand {
                     program,
                     args,

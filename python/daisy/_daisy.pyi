@@ -244,6 +244,7 @@ class TaskConfig:
         check_function: Callable[[Block], Any] | None = None,
         tracking_path: str | None = None,
         skip_mask: bytes | None = None,
+        launcher_args: Sequence[str] | None = None,
     ) -> TaskConfig: ...
     @property
     def task_id(self) -> str: ...

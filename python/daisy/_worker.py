@@ -15,11 +15,13 @@ stdout and stderr are already the worker's log files.
 
 from __future__ import annotations
 
+import atexit
 import io
 import logging
 import os
 import pickle
 import sys
+from typing import Any
 
 import cloudpickle
 
@@ -29,14 +31,28 @@ from daisy.task import _count_required_args
 from daisy.worker import run_exit_hooks
 
 
-def run_payload(payload: bytes, context: Context | None = None) -> None:
-    """Run one worker: unpack the payload and process blocks until the
-    task has none left for it."""
+def load_payload(payload: bytes) -> tuple[Any, Any]:
+    """The payload's ``(function, post_check)``, the driver's ``sys.path``
+    entries added first so the function's modules import here."""
     stream = io.BytesIO(payload)
     for entry in reversed(pickle.load(stream)):
         if entry not in sys.path:
             sys.path.insert(0, entry)
     function, post_check = cloudpickle.load(stream)
+    return function, post_check
+
+
+def run_payload(payload: bytes, context: Context | None = None) -> None:
+    """Run one worker: unpack the payload and process blocks until the
+    task has none left for it."""
+    function, post_check = load_payload(payload)
+    run_function(function, post_check, context)
+
+
+def run_function(function: Any, post_check: Any, context: Context | None = None) -> None:
+    """Run one worker of a loaded function: a block function is called for
+    every block this worker acquires; a worker function (no arguments)
+    once."""
     if _count_required_args(function) == 0:
         function()
         return
@@ -65,21 +81,25 @@ def _fast_exit_wanted() -> bool:
     return False
 
 
-def leave(code: int) -> None:
+def leave(code: int, forked: bool = False) -> None:
     """End the worker: run the `daisy.at_worker_exit` hooks, flush the
     logs and both streams, then leave at once with ``os._exit`` (unless
     ``DAISY_WORKER_FAST_EXIT=0``): the interpreter's finalisation of
     everything the function imported is the slowest part of a worker's
-    life and does no work for the run."""
+    life and does no work for the run. A worker ``forked`` by a launcher
+    never returns into the launcher's code: without the fast exit it runs
+    the ``atexit`` handlers, then leaves the same way."""
     run_exit_hooks()
     fast = _fast_exit_wanted()
+    if forked and not fast:
+        atexit._run_exitfuncs()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             pass  # a closed or broken stream: nothing left to save
-    if fast:
+    if fast or forked:
         os._exit(code)
     sys.exit(code)
 

@@ -136,6 +136,10 @@ ADDED_LATER: dict[str, Any] = {
     "last_block_at": None,
     "failure_causes": None,
     "peak_rss_source": "",
+    "start": "cold",
+    "warm_starts": 0,
+    "launcher_startup": None,
+    "cold_start_reason": None,
 }
 
 #: the key of a reset record in ``runs.jsonl`` (``Task.reset()`` writes
@@ -338,13 +342,15 @@ class WorkerRecord:
     teardown: float | None = None
     #: "clean", "error", "timeout", "interrupted", or None if still running
     exit: str | None = None
+    #: "warm" (forked by the task's launcher) or "cold" (a fresh process)
+    start: str = "cold"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], strict: bool = False) -> WorkerRecord:
         """From the report JSON. ``strict``: every key must be there."""
         defaults: dict[str, Any] = {"worker_id": None, "startup": None, "blocks_ok": 0}
         defaults.update(blocks_failed=0, idle=None, compute=None)
-        defaults.update(final_wait=None, teardown=None, exit=None)
+        defaults.update(final_wait=None, teardown=None, exit=None, start="cold")
         f = _fields(d, defaults, "a worker record", strict)
         return cls(
             worker_id=int(f["worker_id"]),
@@ -356,6 +362,7 @@ class WorkerRecord:
             final_wait=f["final_wait"],
             teardown=f["teardown"],
             exit=f["exit"],
+            start=str(f["start"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -370,6 +377,7 @@ class WorkerRecord:
             "final_wait": self.final_wait,
             "teardown": self.teardown,
             "exit": self.exit,
+            "start": self.start,
         }
 
     @property
@@ -395,12 +403,22 @@ class WorkerSummary:
     by_id: dict[int, WorkerRecord] = field(default_factory=dict)
     #: where the workers ran: "local", "slurm", "dask", ...
     spawner: str = ""
+    #: workers forked warm by the task's launcher (the others started cold)
+    warm_starts: int = 0
+    #: seconds from starting the task's launcher to it being ready to fork
+    #: (it loaded the function); None without a launcher
+    launcher_startup: float | None = None
+    #: why workers of a task that asked for warm starts started cold (a
+    #: thread in the launcher, a function that did not load, a launcher
+    #: that died); None when nothing went wrong
+    cold_start_reason: str | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> WorkerSummary:
         """From the report JSON. ``strict``: every key must be there."""
         defaults: dict[str, Any] = {"count": 0, "unmanaged_clients": 0, "exits": {}, "by_id": []}
         defaults.update(dict.fromkeys(("startup", "idle", "compute", "teardown")), spawner="")
+        defaults.update(warm_starts=0, launcher_startup=None, cold_start_reason=None)
         f = _fields({} if d is None and not strict else d, defaults, "workers", strict)
         records = [WorkerRecord.from_dict(r, strict) for r in f["by_id"]]
         return cls(
@@ -413,6 +431,11 @@ class WorkerSummary:
             exits={str(k): int(v) for k, v in f["exits"].items()},
             by_id={r.worker_id: r for r in records},
             spawner=str(f["spawner"]),
+            warm_starts=int(f["warm_starts"]),
+            launcher_startup=_opt_float(f["launcher_startup"]),
+            cold_start_reason=(
+                None if f["cold_start_reason"] is None else str(f["cold_start_reason"])
+            ),
         )
 
     def __repr__(self) -> str:
@@ -439,7 +462,22 @@ class WorkerSummary:
             "teardown": self.teardown.to_dict(),
             "exits": dict(self.exits),
             "by_id": [r.to_dict() for r in self.by_id.values()],
+            "warm_starts": self.warm_starts,
+            "launcher_startup": self.launcher_startup,
+            "cold_start_reason": self.cold_start_reason,
         }
+
+    def starts_line(self) -> str:
+        """How the workers were started, in words: ``2 warm (launcher ready
+        in 812.0 ms)``, ``3 cold``, ``1 warm, 2 cold (started cold: ...)``."""
+        cold = self.count - self.warm_starts
+        parts = [f"{n} {kind}" for kind, n in (("warm", self.warm_starts), ("cold", cold)) if n]
+        text = ", ".join(parts) or "none"
+        if self.launcher_startup is not None:
+            text += f" (launcher ready in {format_seconds(self.launcher_startup)})"
+        if self.cold_start_reason:
+            text += f" (started cold: {self.cold_start_reason})"
+        return text
 
 
 @dataclass(frozen=True)
@@ -726,6 +764,7 @@ class TaskReport:
             if w.unmanaged_clients:
                 tail += f" (+ {w.unmanaged_clients} unmanaged client(s))"
             lines.append(tail)
+            lines.append(f"             starts {w.starts_line()}")
             lines.extend(self._worker_table(max_workers))
         elif w.unmanaged_clients:
             lines.append(f"    workers  {w.unmanaged_clients} unmanaged client(s)")

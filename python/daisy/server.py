@@ -37,7 +37,7 @@ from daisy.progress import ProgressObserver, default_observers
 from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.server_observer import ServerObservee, StateEvents
-from daisy.spawners import advertised_host
+from daisy.spawners import advertised_host, warm_starts_enabled
 from daisy.tracking_store import check_block_tracking, log_skips, resource_tracking_task_ids
 
 logger = logging.getLogger(__name__)
@@ -92,8 +92,9 @@ def worker_payload(function: object, post_check: object = None, task_id: str = "
         ) from e
     if len(pickled) > LARGE_PAYLOAD_BYTES:
         logger.warning(
-            "daisy: task %r's function carries %.0f MB of captured data to every worker; "
-            "load large data inside the function instead",
+            "daisy: task %r's function carries %.0f MB of captured data to every worker "
+            "(with warm starts, to the task's launcher, once); load large data inside the "
+            "function instead",
             task_id,
             len(pickled) / 2**20,
         )
@@ -204,6 +205,7 @@ class Server(ServerObservee):
             else Path(tempfile.mkdtemp(prefix="daisy-payloads-"))
         )
         remote = [t.spawner for t in task_map.values() if not t.spawner.is_local]
+        warm = warm_starts_enabled()
         for tid, t in task_map.items():
             if t.process_function is None:
                 raise ValueError(
@@ -236,6 +238,7 @@ class Server(ServerObservee):
                         else str(t.tracking_path)
                     ),
                     skip_mask=t._skip_mask,
+                    launcher_args=(t.spawner.launcher_args() if warm and t.warm_start else None),
                 )
             )
         resources = dict(resources or {})

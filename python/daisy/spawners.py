@@ -27,6 +27,7 @@ machine's host name, unless ``run_blockwise(host=...)`` says otherwise.
 
 from __future__ import annotations
 
+import os
 import shlex
 import socket
 import subprocess
@@ -70,16 +71,28 @@ class Spawner:
         """A command cancelling every remote worker of the run (empty: none)."""
         return []
 
+    def launcher_args(self) -> list[str] | None:
+        """Arguments of the start command's program that start a launcher
+        forking warm workers (it gets the same stdin), or None: this
+        spawner's workers always start cold."""
+        return None
+
 
 class LocalSpawner(Spawner):
     """Worker processes on this machine (the default): ``python -m
-    daisy._worker``, the function on its stdin."""
+    daisy._worker``, the function on its stdin; or, warm, forked by a
+    per-task ``python -m daisy._launcher`` that loaded the function once
+    (see ``Task(warm_start=...)``)."""
 
     name = "local"
 
     def commands(self, run_tag: str, payload: bytes, payload_file: Path) -> WorkerCommands:
         """``python -m daisy._worker`` with the payload on stdin."""
         return WorkerCommands(sys.executable, ["-m", "daisy._worker"], stdin=payload)
+
+    def launcher_args(self) -> list[str] | None:
+        """``-m daisy._launcher``: warm starts (see ``Task(warm_start=...)``)."""
+        return ["-m", "daisy._launcher"]
 
 
 def job_name(run_tag: str) -> str:
@@ -180,6 +193,23 @@ class DaskSpawner(Spawner):
             sys.executable,
             ["-m", "daisy._dask_worker", self.address, str(payload_file)],
         )
+
+
+#: environment variable: "0" starts every local worker cold (as
+#: ``Task(warm_start=False)`` does for one task)
+WARM_START_VARIABLE = "DAISY_WARM_START"
+
+
+def warm_starts_enabled() -> bool:
+    """Whether warm starts are on for this run (``DAISY_WARM_START``, on
+    when unset); another value than 0 or 1 is an error naming it."""
+    value = os.environ.get(WARM_START_VARIABLE, "1").strip()
+    if value not in ("0", "1", ""):
+        raise ValueError(
+            f"{WARM_START_VARIABLE}={value!r}: expected 1 (fork local workers from a warm "
+            "launcher, the default) or 0 (a fresh interpreter per worker)"
+        )
+    return value != "0"
 
 
 def advertised_host() -> str:

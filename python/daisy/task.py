@@ -117,6 +117,17 @@ class Task(Composable):
         spawner: where the task's workers run: ``daisy.LocalSpawner()``
             (the default), ``daisy.SlurmSpawner(...)``,
             ``daisy.DaskSpawner(...)``; see `daisy.spawners`.
+        warm_start: start local workers warm (the default): one launcher
+            process per task loads the function once (its imports, the
+            data it captured) and forks each worker from it, so a worker
+            starts in milliseconds instead of paying for a fresh
+            interpreter's imports. ``False`` starts every worker as a
+            fresh ``python -m daisy._worker`` (so does
+            ``DAISY_WARM_START=0`` for every task of every run). Remote
+            spawners always start cold. Where forking would be unsafe (the
+            function's imports started a Python thread) or the launcher
+            fails, workers start cold and the log and the report say why;
+            the report records each worker's start (``warm``/``cold``).
     """
 
     def __init__(
@@ -145,6 +156,7 @@ class Task(Composable):
         skip_mask: Any = None,
         resource_tracking: bool = False,
         spawner: Any = None,
+        warm_start: bool = True,
     ) -> None:
         if isinstance(task_id, numbers.Integral) and not isinstance(task_id, bool):
             task_id = str(task_id)  # daisy 1.x accepted int ids
@@ -330,6 +342,12 @@ class Task(Composable):
                 f"daisy.DaskSpawner(...), got {type(spawner).__name__}"
             )
         self.spawner = spawner
+        if not isinstance(warm_start, bool):
+            raise TypeError(
+                f"warm_start: expected True (fork local workers from a warm launcher) or False "
+                f"(a fresh interpreter per worker), got {warm_start!r}"
+            )
+        self.warm_start = warm_start
         self._last_report: TaskReport | None = None
         if self.num_blocks == 0:
             logger.warning("daisy: task %r has no blocks: %s", task_id, self._why_no_blocks())

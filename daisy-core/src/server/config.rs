@@ -5,6 +5,7 @@
 use crate::error::DaisyError;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How to start one worker process of a task.
@@ -17,8 +18,10 @@ pub struct WorkerCommand {
     /// Extra environment variables (the server adds `DAISY_CONTEXT`).
     pub env: Vec<(String, String)>,
     /// Bytes written to the worker's stdin, then closed (the pickled
-    /// function, for daisy's Python workers).
-    pub stdin: Vec<u8>,
+    /// function, for daisy's Python workers). Shared, not copied, by every
+    /// worker and the launcher of a task: a function that captured 100 MB
+    /// is held once in the driver however many workers start.
+    pub stdin: Arc<[u8]>,
     /// Run (and not waited for long) when the server kills this worker on
     /// purpose (timeout, interrupt, shutdown): for a worker that is only a
     /// local handle on remote work, such as `sbatch --wait`, this cancels
@@ -48,6 +51,11 @@ pub struct TaskRuntime {
     pub requires: BTreeMap<String, u64>,
     /// How to start a worker; `None`: only external clients serve it.
     pub worker: Option<WorkerCommand>,
+    /// How to start the task's launcher, which loads the function once
+    /// and forks warm workers (see `server::launcher`); `None`: every
+    /// worker starts cold from `worker`, which is also the fallback when
+    /// the launcher cannot fork.
+    pub launcher: Option<WorkerCommand>,
     /// Blocks must come back measured (`resource_tracking=True`).
     pub resource_tracking: bool,
     /// Name of the spawner that starts the workers ("local", "slurm", ...),
@@ -166,6 +174,7 @@ mod tests {
             max_worker_restarts: 0,
             requires: [("gpu".to_string(), 2)].into(),
             worker: None,
+            launcher: None,
             resource_tracking: false,
             spawner: "local".into(),
         };

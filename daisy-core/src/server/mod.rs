@@ -30,6 +30,7 @@
 pub mod config;
 pub mod connection;
 pub mod hooks;
+pub mod launcher;
 pub mod policy;
 pub mod state;
 pub mod supervision;
@@ -41,13 +42,14 @@ pub use self::state::RunSnapshot;
 pub use crate::run_report::{FailureNote, RunOutcome};
 
 use self::connection::Listener;
+
 use self::policy::Staffing;
-use self::state::{Shared, State, WorkerSlot};
+use self::state::{ExitEvent, ForkRequest, LauncherPhase, Shared, State, WorkerSlot};
 use crate::block::TaskIndex;
 use crate::error::DaisyError;
 use crate::protocol;
 use crate::scheduler::Scheduler;
-use crate::worker_timeline::{WorkerExit, WorkerTimeline};
+use crate::worker_timeline::{StartKind, WorkerExit, WorkerTimeline};
 use std::cell::RefCell;
 use std::process::ExitStatus;
 use std::rc::Rc;
@@ -84,9 +86,6 @@ pub const START_GIVE_UP: Duration = Duration::from_secs(60);
 /// After killing the stragglers, how long to wait for their exits to be
 /// reaped, so their timelines record the exit before the report is made.
 const REAP_PAUSE: Duration = Duration::from_millis(100);
-
-/// A worker process ended: its id and exit status (None: unknown).
-type ExitEvent = (u32, Option<ExitStatus>);
 
 /// Run a scheduler's pipeline with workers until every task is finished
 /// (or a hook stops it, or a rule is broken: the outcome's `stopped` says
@@ -179,8 +178,10 @@ async fn main_loop<H: RunHooks + 'static>(
             sweep_timeouts(&mut st);
             abandon_crashing_tasks(&mut st);
             staff(&mut st, exit_tx);
+            start_cold_queue(&mut st, exit_tx);
             st.snapshot()
         };
+        launcher::start_wanted(shared, exit_tx);
         shared.1.notify_waiters();
         // the hook runs without any borrow held: it may take the GIL
         let tick = {
@@ -335,38 +336,21 @@ fn staff<H>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
     }
 }
 
-/// Start one worker of `task` and watch for its exit.
+/// Start one worker of `task`: asked of the task's launcher (a warm
+/// start) where it has one, else a fresh process (a cold start); its exit
+/// is reported on `exit_tx` either way. Starting any worker also starts
+/// the launchers of this task and the ones after it (see
+/// [`launcher::prewarm`]).
 fn start_worker<H>(
     st: &mut State<H>,
     task: TaskIndex,
     exit_tx: &mpsc::UnboundedSender<ExitEvent>,
 ) -> std::io::Result<()> {
-    let Some(cmd) = st.config.tasks[task as usize].worker.as_ref() else {
+    if st.config.tasks[task as usize].worker.is_none() {
         return Ok(());
-    };
+    }
     let id = st.next_worker_id;
-    let task_id = st.task_id(task);
-    let host = st
-        .config
-        .advertise_host
-        .clone()
-        .unwrap_or_else(|| st.addr.ip().to_string());
-    let launch = supervision::Launch {
-        task_id: &task_id,
-        worker_id: id,
-        context: supervision::context_json(
-            &host,
-            st.addr.port(),
-            &task_id,
-            id,
-            &st.config.token,
-            &st.config.log_dir,
-        ),
-        log_dir: &st.config.log_dir,
-        log_mode: st.config.log_mode,
-    };
-    let mut spawned = supervision::spawn(cmd, &launch)?;
-    st.next_worker_id += 1;
+    let warm = st.warm_wanted(task);
     st.workers.insert(
         id,
         WorkerSlot {
@@ -375,15 +359,118 @@ fn start_worker<H>(
                 alive: true,
                 ..policy::WorkerFlags::default()
             },
-            pid: spawned.pid,
+            pid: None,
             expected_exit: None,
-            stop: spawned.stop,
+            stop: Vec::new(),
             hang_up: CancellationToken::new(),
         },
     );
-    st.scheduler.task_state_mut(task).worker_start_count += 1;
+    let kind = if warm {
+        StartKind::Warm
+    } else {
+        StartKind::Cold
+    };
     st.timelines
-        .insert(id, WorkerTimeline::new(id, Instant::now()));
+        .insert(id, WorkerTimeline::new(id, Instant::now(), kind));
+    let started = if warm {
+        let task_id = st.task_id(task);
+        let context = worker_context(st, task, id);
+        let launch = supervision::Launch {
+            task_id: &task_id,
+            worker_id: id,
+            context: context.clone(),
+            log_dir: &st.config.log_dir,
+            log_mode: st.config.log_mode,
+        };
+        supervision::worker_outputs(&launch).map(|outputs| {
+            launcher::request(
+                st,
+                task,
+                ForkRequest {
+                    worker_id: id,
+                    context,
+                    outputs,
+                },
+            )
+        })
+    } else {
+        start_cold(st, id, exit_tx)
+    };
+    if let Err(e) = started {
+        st.workers.remove(&id);
+        st.timelines.remove(&id);
+        return Err(e);
+    }
+    st.next_worker_id += 1;
+    st.scheduler.task_state_mut(task).worker_start_count += 1;
+    launcher::prewarm(st, task);
+    Ok(())
+}
+
+/// Start cold the workers whose warm start failed (see `launcher`).
+fn start_cold_queue<H>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
+    for id in std::mem::take(&mut st.start_cold) {
+        if let Err(e) = start_cold(st, id, exit_tx) {
+            let task = st.workers.get(&id).map(|w| w.flags.task).unwrap_or(0);
+            tracing::warn!(
+                "could not start worker {id} of task {:?} cold ({e})",
+                st.task_id(task)
+            );
+            let _ = exit_tx.send((id, None));
+        }
+    }
+}
+
+/// The `DAISY_CONTEXT` of worker `id` of `task`.
+fn worker_context<H>(st: &State<H>, task: TaskIndex, id: u32) -> String {
+    let host = st
+        .config
+        .advertise_host
+        .clone()
+        .unwrap_or_else(|| st.addr.ip().to_string());
+    supervision::context_json(
+        &host,
+        st.addr.port(),
+        &st.task_id(task),
+        id,
+        &st.config.token,
+        &st.config.log_dir,
+    )
+}
+
+/// Start the process of worker `id` (whose slot exists) cold, from its
+/// task's worker command, and watch for its exit: a cold start, or the
+/// fallback of a warm one the launcher could not fork.
+fn start_cold<H>(
+    st: &mut State<H>,
+    id: u32,
+    exit_tx: &mpsc::UnboundedSender<ExitEvent>,
+) -> std::io::Result<()> {
+    let Some(task) = st.workers.get(&id).map(|w| w.flags.task) else {
+        return Ok(());
+    };
+    let Some(cmd) = st.config.tasks[task as usize].worker.as_ref() else {
+        return Ok(());
+    };
+    let task_id = st.task_id(task);
+    let launch = supervision::Launch {
+        task_id: &task_id,
+        worker_id: id,
+        context: worker_context(st, task, id),
+        log_dir: &st.config.log_dir,
+        log_mode: st.config.log_mode,
+    };
+    let mut spawned = supervision::spawn(cmd, &launch)?;
+    if let Some(tl) = st.timelines.get_mut(&id) {
+        tl.restart_at(Instant::now(), StartKind::Cold);
+    }
+    if let Some(w) = st.workers.get_mut(&id) {
+        w.pid = spawned.pid;
+        w.stop = std::mem::take(&mut spawned.stop);
+        if w.expected_exit.is_some() {
+            w.kill(); // stopped while it waited for its launcher
+        }
+    }
     let exits = exit_tx.clone();
     tokio::task::spawn_local(async move {
         let status = spawned.child.wait().await;
@@ -445,6 +532,19 @@ async fn teardown<H>(
         let mut guard = shared.0.borrow_mut();
         let st = &mut *guard;
         st.stopping = true;
+        // no more warm starts: each launcher leaves once its workers have
+        for slot in &mut st.launchers {
+            if matches!(slot.phase, LauncherPhase::Active { .. }) {
+                slot.phase = LauncherPhase::Closed;
+            }
+        }
+        // workers whose warm start failed as the run ended never ran
+        for id in std::mem::take(&mut st.start_cold) {
+            if let Some(w) = st.workers.get_mut(&id) {
+                w.expected_exit = Some(WorkerExit::Clean);
+            }
+            on_worker_exit(st, id, None);
+        }
         let now = Instant::now();
         for (id, w) in st.workers.iter_mut().filter(|(_, w)| w.flags.alive) {
             let connected = st.timelines.get(id).is_some_and(WorkerTimeline::connected);
@@ -504,6 +604,26 @@ async fn teardown<H>(
             }
         }
     }
+    wait_for_launchers(shared).await;
     // cancel whatever remote work of the run may still be queued
     supervision::run_stop_command(&shared.0.borrow().config.stop_all);
+}
+
+/// Wait until every launcher has left and been reaped (each leaves once
+/// its socket closes and its workers are gone; its session kills it after
+/// [`launcher::LAUNCHER_GRACE`]), so a run leaves no process behind.
+async fn wait_for_launchers<H>(shared: &Shared<H>) {
+    let running = |shared: &Shared<H>| shared.0.borrow().launchers.iter().any(|l| l.running);
+    let deadline = tokio::time::Instant::now() + launcher::LAUNCHER_GRACE * 2;
+    while running(shared) {
+        let notified = shared.1.notified();
+        tokio::select! {
+            () = notified => {}
+            () = tokio::time::sleep(TICK) => {}
+            () = tokio::time::sleep_until(deadline) => {
+                tracing::warn!("a launcher did not leave; the run ends without it");
+                return;
+            }
+        }
+    }
 }

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 /// Where a run stands, for the tick hook (progress display).
@@ -64,6 +64,56 @@ impl WorkerSlot {
     pub fn kill(&self) {
         supervision::kill(self.pid, &self.stop);
     }
+}
+
+/// A worker process ended: its id and exit status (None: unknown).
+pub type ExitEvent = (u32, Option<std::process::ExitStatus>);
+
+/// One warm start asked of a task's launcher (see `server::launcher`).
+#[derive(Debug)]
+pub struct ForkRequest {
+    /// The worker's id.
+    pub worker_id: u32,
+    /// Its `DAISY_CONTEXT`.
+    pub context: String,
+    /// Its stdout and stderr.
+    pub outputs: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
+}
+
+/// Where a task's launcher (warm starts) stands.
+#[derive(Debug, Default)]
+pub enum LauncherPhase {
+    /// None asked for yet.
+    #[default]
+    Unused,
+    /// Asked for: requests go into `requests`; `to_start` is the queue's
+    /// other end until the launcher is started (the next tick).
+    Active {
+        /// Warm starts asked of it.
+        requests: mpsc::UnboundedSender<ForkRequest>,
+        /// The queue's receiving end, until its session takes it.
+        to_start: Option<mpsc::UnboundedReceiver<ForkRequest>>,
+        /// The launcher's pid once started.
+        pid: Option<u32>,
+    },
+    /// The run is ending: no more requests.
+    Closed,
+    /// Warm starts are off for this task for the rest of the run.
+    Off,
+}
+
+/// One task's launcher, as the run knows it.
+#[derive(Debug, Default)]
+pub struct LauncherSlot {
+    /// Where it stands.
+    pub phase: LauncherPhase,
+    /// Seconds from its start to it being ready (for the report).
+    pub startup: Option<f64>,
+    /// Why warm starts were turned off (for the report).
+    pub cold_reason: Option<String>,
+    /// Its process runs (or its session has not yet reaped it): the run
+    /// waits for this to clear before it ends, leaving no zombie.
+    pub running: bool,
 }
 
 /// A block out with a worker.
@@ -122,6 +172,11 @@ pub struct State<H> {
     pub stop: Option<DaisyError>,
     /// Completed round trips since the last tick (drained by `snapshot`).
     pub recent_round_trips: Vec<(TaskIndex, f64)>,
+    /// Per task: its launcher (warm starts).
+    pub launchers: Vec<LauncherSlot>,
+    /// Workers whose warm start failed, to be started cold by the main
+    /// loop (their slots exist).
+    pub start_cold: Vec<u32>,
 }
 
 /// The state and the notification that wakes acquires waiting for a block
@@ -154,7 +209,19 @@ impl<H> State<H> {
             ledger: RunLedger::new(n),
             stop: None,
             recent_round_trips: Vec::new(),
+            launchers: (0..n).map(|_| LauncherSlot::default()).collect(),
+            start_cold: Vec::new(),
         }
+    }
+
+    /// Whether task `t`'s next worker should be asked of its launcher: it
+    /// has a launcher command, and warm starts are neither off nor over.
+    pub fn warm_wanted(&self, t: TaskIndex) -> bool {
+        self.config.tasks[t as usize].launcher.is_some()
+            && matches!(
+                self.launchers[t as usize].phase,
+                LauncherPhase::Unused | LauncherPhase::Active { .. }
+            )
     }
 
     /// The task id of task `t`.
@@ -227,6 +294,8 @@ impl<H> State<H> {
             interrupted,
             |t| WorkerSummary {
                 spawner: self.config.tasks[t as usize].spawner.clone(),
+                launcher_startup: self.launchers[t as usize].startup,
+                cold_start_reason: self.launchers[t as usize].cold_reason.clone(),
                 ..WorkerSummary::fold(
                     self.timelines
                         .iter()
@@ -283,6 +352,7 @@ pub(crate) mod test_support {
             max_worker_restarts: 0,
             requires: BTreeMap::new(),
             worker: None,
+            launcher: None,
             resource_tracking: false,
             spawner: "local".into(),
         };

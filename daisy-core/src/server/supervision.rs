@@ -10,11 +10,15 @@
 //! (`PR_SET_PDEATHSIG`). Its stdout/stderr go straight into
 //! `<log dir>/<task>/worker_<id>.out|.err` (appended, since a remote job may
 //! write to the same files), or through a pipe copied to both the file and
-//! the driver's console.
+//! the driver's console. A task's launcher (warm starts, see
+//! `server::launcher`) is started here too; the workers it forks get the
+//! same outputs, passed to it as descriptors ([`worker_outputs`]).
 
 use super::config::{LogMode, WorkerCommand};
+use std::fs::File;
 use std::io;
-use std::path::PathBuf;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use tokio::io::AsyncWriteExt;
 
@@ -52,37 +56,11 @@ pub struct Spawned {
 /// tokio `LocalSet`.
 pub fn spawn(cmd: &WorkerCommand, launch: &Launch<'_>) -> io::Result<Spawned> {
     let (task_id, id) = (launch.task_id, launch.worker_id);
-    let mut command = tokio::process::Command::new(&cmd.program);
-    command
-        .args(
-            cmd.args
-                .iter()
-                .map(|a| WorkerCommand::expand(a, task_id, id)),
-        )
-        .envs(cmd.env.iter().cloned())
-        .env("DAISY_CONTEXT", &launch.context)
-        .stdin(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
-    // SAFETY: the closure runs in the forked child before exec and only
-    // calls async-signal-safe functions (prctl, getppid, _exit).
-    unsafe {
-        command.pre_exec(die_with_parent);
-    }
+    let mut command = process_command(cmd, task_id, id);
+    command.env("DAISY_CONTEXT", &launch.context);
     let mut files = None;
     if let (Some(base), LogMode::File | LogMode::Both) = (launch.log_dir, launch.log_mode) {
-        let dir = base.join(task_id);
-        std::fs::create_dir_all(&dir)?;
-        // appended, not truncated: a remote job (sbatch -o/-e) may write
-        // to the same files as its local handle
-        let open = |name: String| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.join(name))
-        };
-        let out = open(format!("worker_{id}.out"))?;
-        let err = open(format!("worker_{id}.err"))?;
+        let (out, err) = open_logs(base, task_id, &format!("worker_{id}"))?;
         if launch.log_mode == LogMode::File {
             command.stdout(Stdio::from(out)).stderr(Stdio::from(err));
         } else {
@@ -99,14 +77,7 @@ pub fn spawn(cmd: &WorkerCommand, launch: &Launch<'_>) -> io::Result<Spawned> {
             tokio::task::spawn_local(tee(pipe, err, true));
         }
     }
-    if let Some(mut stdin) = child.stdin.take() {
-        let payload = cmd.stdin.clone();
-        tokio::task::spawn_local(async move {
-            // a worker that dies before reading its function is seen by
-            // whoever awaits its exit
-            let _ = stdin.write_all(&payload).await;
-        });
-    }
+    feed_stdin(&mut child, cmd);
     Ok(Spawned {
         pid: child.id(),
         stop: cmd
@@ -115,6 +86,137 @@ pub fn spawn(cmd: &WorkerCommand, launch: &Launch<'_>) -> io::Result<Spawned> {
             .map(|a| WorkerCommand::expand(a, task_id, id))
             .collect(),
         child,
+    })
+}
+
+/// The process of `cmd` as every worker and launcher is started: its own
+/// process group, killed with the driver, killed when dropped, its stdin a
+/// pipe for the payload. `{worker_id}`/`{task_id}` are expanded.
+fn process_command(cmd: &WorkerCommand, task_id: &str, id: u32) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(&cmd.program);
+    command
+        .args(
+            cmd.args
+                .iter()
+                .map(|a| WorkerCommand::expand(a, task_id, id)),
+        )
+        .envs(cmd.env.iter().cloned())
+        .stdin(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls async-signal-safe functions (prctl, getppid, _exit).
+    unsafe {
+        command.pre_exec(die_with_parent);
+    }
+    command
+}
+
+/// Write the command's stdin payload to the child in the background: a
+/// child that dies before reading it is seen by whoever awaits its exit.
+fn feed_stdin(child: &mut tokio::process::Child, cmd: &WorkerCommand) {
+    if let Some(mut stdin) = child.stdin.take() {
+        let payload = cmd.stdin.clone();
+        tokio::task::spawn_local(async move {
+            let _ = stdin.write_all(&payload).await;
+        });
+    }
+}
+
+/// `<base>/<task>/<stem>.out` and `.err`, created, opened for appending:
+/// appended, not truncated, since a remote job (sbatch -o/-e) may write to
+/// the same files as its local handle.
+fn open_logs(base: &Path, task_id: &str, stem: &str) -> io::Result<(File, File)> {
+    let dir = base.join(task_id);
+    std::fs::create_dir_all(&dir)?;
+    let open = |suffix: &str| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("{stem}.{suffix}")))
+    };
+    Ok((open("out")?, open("err")?))
+}
+
+/// The stdout and stderr a warm worker forked by a launcher gets, as a
+/// cold one of the same `launch` would: its log files, pipes copied to the
+/// log files and the console, or (no log directory) the driver's own
+/// console. The caller passes them to the launcher and drops its copies.
+pub fn worker_outputs(launch: &Launch<'_>) -> io::Result<(OwnedFd, OwnedFd)> {
+    let console = || -> io::Result<(OwnedFd, OwnedFd)> {
+        Ok((
+            io::stdout().as_fd().try_clone_to_owned()?,
+            io::stderr().as_fd().try_clone_to_owned()?,
+        ))
+    };
+    let Some(base) = launch.log_dir else {
+        return console();
+    };
+    let stem = format!("worker_{}", launch.worker_id);
+    match launch.log_mode {
+        LogMode::Console => console(),
+        LogMode::File => {
+            let (out, err) = open_logs(base, launch.task_id, &stem)?;
+            Ok((out.into(), err.into()))
+        }
+        LogMode::Both => {
+            let (out, err) = open_logs(base, launch.task_id, &stem)?;
+            let (out_write, out_read) = tokio::net::unix::pipe::pipe()?;
+            let (err_write, err_read) = tokio::net::unix::pipe::pipe()?;
+            tokio::task::spawn_local(tee(out_read, out, false));
+            tokio::task::spawn_local(tee(err_read, err, true));
+            Ok((out_write.into_blocking_fd()?, err_write.into_blocking_fd()?))
+        }
+    }
+}
+
+/// A started launcher: the process, and the server's end of the socket
+/// it was given.
+pub struct SpawnedLauncher {
+    /// The launcher process; await its exit.
+    pub child: tokio::process::Child,
+    /// The server's end of the control socket.
+    pub socket: std::os::unix::net::UnixStream,
+}
+
+/// Name of the environment variable that tells a launcher the number of
+/// its end of the control socket.
+pub const LAUNCHER_FD_VARIABLE: &str = "DAISY_LAUNCHER_FD";
+
+/// Start the launcher of `task_id` from `cmd`: the payload on its stdin,
+/// one end of a Unix socket pair kept open across exec (its number in
+/// [`LAUNCHER_FD_VARIABLE`]), its own output in `launcher.out|.err` of the
+/// task's log directory (the console without one).
+pub fn spawn_launcher(
+    cmd: &WorkerCommand,
+    task_id: &str,
+    log_dir: &Option<PathBuf>,
+) -> io::Result<SpawnedLauncher> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    let fd = theirs.as_raw_fd();
+    let mut command = process_command(cmd, task_id, 0);
+    command.env(LAUNCHER_FD_VARIABLE, fd.to_string());
+    if let Some(base) = log_dir {
+        let (out, err) = open_logs(base, task_id, "launcher")?;
+        command.stdout(Stdio::from(out)).stderr(Stdio::from(err));
+    }
+    // SAFETY: runs in the forked child before exec; fcntl is
+    // async-signal-safe and only clears close-on-exec on the launcher's
+    // end of the socket, so that exactly this one descriptor survives.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn()?;
+    drop(theirs);
+    feed_stdin(&mut child, cmd);
+    Ok(SpawnedLauncher {
+        child,
+        socket: ours,
     })
 }
 
@@ -251,7 +353,7 @@ mod tests {
                 "-c".into(),
                 "cat; echo worker {worker_id} of {task_id}".into(),
             ],
-            stdin: b"payload ".to_vec(),
+            stdin: b"payload ".as_slice().into(),
             ..WorkerCommand::default()
         };
         let log_dir = Some(dir.clone());

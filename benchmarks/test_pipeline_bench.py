@@ -1,0 +1,119 @@
+"""A real pipeline, end to end (pytest-benchmark): what a new user's first
+pipeline costs, worker start-up and teardown included.
+
+A 256^3 uint8 Zarr volume is smoothed with 2 voxels of context (a box
+mean), and the result thresholded by a downstream task: 64 blocks of 64^3
+per task, one worker per task, both functions opening their datasets with
+``funlib.persistence.open_ds`` (which imports zarr and dask.array). Only
+API this package shares with daisy 2.0.0 is used, so the same file runs
+under either (see ``compare_with_daisy200.py``). The datasets are made
+once per benchmark (outside the timing); every round processes every
+block, and checks the result against numpy.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+pytest.importorskip("funlib.persistence")
+
+import daisy  # noqa: E402
+
+SIZE = 256
+BLOCK = 64
+CONTEXT = 2
+
+
+def _prepare(base: str) -> np.ndarray:
+    from funlib.persistence import prepare_ds
+
+    rng = np.random.default_rng(7)
+    raw = rng.integers(0, 256, size=(SIZE,) * 3, dtype=np.uint8)
+    for name in ("raw", "smooth", "mask"):
+        ds = prepare_ds(
+            os.path.join(base, f"{name}.zarr"),
+            shape=(SIZE,) * 3,
+            dtype=np.uint8,
+            chunk_shape=(BLOCK,) * 3,
+            mode="w",
+        )
+        if name == "raw":
+            ds[ds.roi] = raw
+    return raw
+
+
+def _tasks() -> list[daisy.Task]:
+    from bench_functions import smooth, threshold
+
+    total = daisy.Roi((0, 0, 0), (SIZE,) * 3)
+    write = daisy.Roi((0, 0, 0), (BLOCK,) * 3)
+    read = write.grow((CONTEXT,) * 3, (CONTEXT,) * 3)
+    smoothing = daisy.Task(
+        "smooth",
+        total_roi=total.grow((CONTEXT,) * 3, (CONTEXT,) * 3),
+        read_roi=read,
+        write_roi=write,
+        process_function=smooth,
+        read_write_conflict=False,
+        num_workers=1,
+        max_retries=0,
+    )
+    thresholding = daisy.Task(
+        "threshold",
+        total_roi=total,
+        read_roi=write,
+        write_roi=write,
+        process_function=threshold,
+        read_write_conflict=False,
+        num_workers=1,
+        max_retries=0,
+        upstream_tasks=[smoothing],
+    )
+    return [smoothing, thresholding]
+
+
+def _expected_mask(raw: np.ndarray) -> np.ndarray:
+    padded = np.pad(raw, CONTEXT).astype(np.int64)
+    k = 2 * CONTEXT + 1
+    data = padded
+    for axis in range(3):
+        c = np.cumsum(data, axis=axis)
+        zero = np.zeros_like(np.take(c, [0], axis=axis))
+        c = np.concatenate([zero, c], axis=axis)
+        n = data.shape[axis] - k + 1
+        data = np.take(c, range(k, k + n), axis=axis) - np.take(c, range(n), axis=axis)
+    return ((data // k**3).astype(np.uint8) > 127).astype(np.uint8)
+
+
+def test_smooth_then_threshold_pipeline(benchmark, monkeypatch):
+    base = tempfile.mkdtemp(prefix="daisy-bench-pipeline-")
+    # the workers (and their launchers) read the dataset paths from here
+    monkeypatch.setenv("DAISY_BENCH_PIPELINE_DIR", base)
+    import bench_functions
+
+    for name in bench_functions.PIPELINE_PATHS:
+        bench_functions.PIPELINE_PATHS[name] = os.path.join(base, f"{name}.zarr")
+    raw = _prepare(base)
+    daisy.logging.set_log_basedir(tempfile.mkdtemp(prefix="daisy-bench-logs-"))
+
+    def once():
+        return daisy.run_blockwise(_tasks(), progress=False, summary=False)
+
+    ok = benchmark.pedantic(once, rounds=3, iterations=1)
+    assert ok is True
+    from funlib.persistence import open_ds
+
+    mask = open_ds(os.path.join(base, "mask.zarr"), mode="r")
+    assert np.array_equal(mask[mask.roi], _expected_mask(raw))
+    benchmark.extra_info["blocks"] = 2 * (SIZE // BLOCK) ** 3
+    report = getattr(daisy, "last_report", None)
+    if report is not None and hasattr(daisy, "_daisy"):
+        for task_id, task_report in report().tasks.items():
+            w = task_report.workers
+            benchmark.extra_info[f"{task_id}_startup_s"] = w.startup.mean
+            benchmark.extra_info[f"{task_id}_teardown_s"] = w.teardown.mean
+            benchmark.extra_info[f"{task_id}_launcher_s"] = getattr(w, "launcher_startup", None)

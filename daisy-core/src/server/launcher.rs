@@ -1,0 +1,577 @@
+//! Warm starts: one launcher process per task that loads the task's
+//! function once and forks a worker per request, so that a worker does not
+//! pay for a fresh interpreter importing what the function needs (the
+//! largest part of a real worker's startup: `funlib.persistence` alone
+//! imports for 0.7 s).
+//!
+//! ## Who does what
+//! * The server starts a task's launcher ([`supervision::spawn_launcher`])
+//!   from the task's `launcher` command when the task (or one upstream of
+//!   it) first needs a worker, so a downstream task's launcher loads while
+//!   the upstream task runs. It is a fresh process, never a fork of the
+//!   threaded driver.
+//! * The launcher (daisy's `daisy._launcher`) loads the payload, checks it
+//!   has no threads that would make forking unsafe, and says `ready`, or
+//!   `cold` with the reason it cannot fork.
+//! * Each warm start is a [`ForkRequest`]: the worker's id, its
+//!   `DAISY_CONTEXT`, and its stdout/stderr as descriptors (the same
+//!   files or pipes a cold start of the same worker gets), sent with
+//!   `SCM_RIGHTS` over the control socket. The launcher forks, the child
+//!   becomes the worker, and the launcher answers `forked` with its pid,
+//!   and `exited` with its wait status when it ends.
+//! * Anything that goes wrong turns the task's warm starts off for the
+//!   rest of the run, with the reason logged once and kept in the report:
+//!   every request not yet forked is started cold under the same worker
+//!   id, and the workers of a launcher that died are counted as dead
+//!   (they die with it) so their blocks are retried.
+//!
+//! The server only asks; the launcher's replies are untrusted bytes (a
+//! line that does not parse turns warm starts off, nothing panics).
+
+use super::state::{ExitEvent, ForkRequest, LauncherPhase, Shared, State};
+use super::supervision;
+use crate::block::TaskIndex;
+use crate::worker_timeline::StartKind;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Instant;
+use tokio::io::Interest;
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+
+/// The longest line a launcher may send: its replies are a few dozen
+/// bytes, a reason a few hundred; a launcher that sends more is broken.
+const MAX_REPLY_LINE: usize = 64 << 10;
+
+/// How long a launcher gets to leave once its socket is closed at the end
+/// of a run (it only has to notice): then it is killed.
+pub const LAUNCHER_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What the server writes for a [`ForkRequest`], one JSON line (the
+/// descriptors travel beside it).
+#[derive(Serialize)]
+struct RequestLine<'a> {
+    worker_id: u32,
+    context: &'a str,
+}
+
+/// What a launcher says, one JSON line each.
+#[derive(Debug, PartialEq, Deserialize)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub enum Reply {
+    /// The function is loaded; forks may be asked.
+    Ready,
+    /// It cannot (or can no longer) fork; it leaves.
+    Cold {
+        /// Why, for the log and the report.
+        reason: String,
+    },
+    /// A worker was forked.
+    Forked {
+        /// The request's worker id.
+        worker_id: u32,
+        /// The worker's pid (also its process group).
+        pid: u32,
+    },
+    /// A forked worker ended.
+    Exited {
+        /// Its worker id.
+        worker_id: u32,
+        /// Its raw wait status.
+        status: i32,
+    },
+}
+
+/// Parse one line of a launcher's; an error says what was wrong.
+pub fn parse_reply(line: &[u8]) -> Result<Reply, String> {
+    serde_json::from_slice(line).map_err(|e| {
+        format!(
+            "it sent a line that is not a reply ({e}): {:?}",
+            String::from_utf8_lossy(&line[..line.len().min(200)])
+        )
+    })
+}
+
+/// Ask task `task`'s launcher for a warm start, creating the request queue
+/// (and so the launcher, at the next [`start_wanted`]) where there is
+/// none. The caller has checked [`State::warm_wanted`].
+pub fn request<H>(st: &mut State<H>, task: TaskIndex, req: ForkRequest) {
+    want(st, task);
+    if let LauncherPhase::Active { requests, .. } = &st.launchers[task as usize].phase {
+        // a closed queue: the launcher's task already ended, and with it
+        // warm starts; the next tick starts this worker cold
+        let _ = requests.send(req);
+    }
+}
+
+/// Make sure task `task` and every task after it in pipeline order that
+/// asks for warm starts and is not finished has a launcher (started at the
+/// next [`start_wanted`]): a downstream task's launcher then loads its
+/// function while the upstream task runs.
+pub fn prewarm<H>(st: &mut State<H>, task: TaskIndex) {
+    for t in task..st.scheduler.pipeline().len() as TaskIndex {
+        if st.warm_wanted(t) && !st.scheduler.is_task_finished(t) {
+            want(st, t);
+        }
+    }
+}
+
+fn want<H>(st: &mut State<H>, task: TaskIndex) {
+    let slot = &mut st.launchers[task as usize];
+    if matches!(slot.phase, LauncherPhase::Unused) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        slot.phase = LauncherPhase::Active {
+            requests: tx,
+            to_start: Some(rx),
+            pid: None,
+        };
+    }
+}
+
+/// Start the launchers wanted since the last call. A launcher that cannot
+/// be started turns its task's warm starts off (its requests start cold).
+pub fn start_wanted<H: 'static>(shared: &Shared<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
+    let n = shared.0.borrow().launchers.len();
+    for t in 0..n as TaskIndex {
+        let (rx, cmd, task_id, log_dir) = {
+            let mut st = shared.0.borrow_mut();
+            let rx = match &mut st.launchers[t as usize].phase {
+                LauncherPhase::Active { to_start, .. } => to_start.take(),
+                _ => None,
+            };
+            let Some(rx) = rx else { continue };
+            let Some(cmd) = st.config.tasks[t as usize].launcher.clone() else {
+                continue;
+            };
+            (rx, cmd, st.task_id(t), st.config.log_dir.clone())
+        };
+        let started = Instant::now();
+        match supervision::spawn_launcher(&cmd, &task_id, &log_dir) {
+            Ok(spawned) => {
+                let pid = spawned.child.id();
+                let slot = &mut shared.0.borrow_mut().launchers[t as usize];
+                slot.running = true;
+                if let LauncherPhase::Active { pid: p, .. } = &mut slot.phase {
+                    *p = pid;
+                }
+                let session = Session {
+                    shared: shared.clone(),
+                    task: t,
+                    exit_tx: exit_tx.clone(),
+                    started,
+                };
+                tokio::task::spawn_local(session.run(spawned, rx));
+            }
+            Err(e) => {
+                let mut rx = rx;
+                let mut st = shared.0.borrow_mut();
+                let mut queued = Vec::new();
+                while let Ok(req) = rx.try_recv() {
+                    queued.push(req.worker_id);
+                }
+                go_cold(
+                    &mut st,
+                    t,
+                    &format!("the launcher could not be started: {e}"),
+                    queued,
+                );
+            }
+        }
+    }
+}
+
+/// Turn task `task`'s warm starts off for the rest of the run, logging why
+/// once, and have the main loop start the workers of `unserved` requests
+/// cold.
+fn go_cold<H>(st: &mut State<H>, task: TaskIndex, reason: &str, unserved: Vec<u32>) {
+    let slot = &mut st.launchers[task as usize];
+    if !matches!(slot.phase, LauncherPhase::Off) {
+        slot.phase = LauncherPhase::Off;
+        if slot.cold_reason.is_none() {
+            slot.cold_reason = Some(reason.to_string());
+        }
+        tracing::warn!(
+            "task {:?}: starting its workers cold from now on: {reason}",
+            st.task_id(task)
+        );
+    }
+    st.start_cold.extend(unserved);
+}
+
+/// The server's side of one running launcher.
+struct Session<H> {
+    shared: Shared<H>,
+    task: TaskIndex,
+    exit_tx: mpsc::UnboundedSender<ExitEvent>,
+    started: Instant,
+}
+
+/// Requests and workers of one session, by where they stand.
+#[derive(Default)]
+struct Ledger {
+    /// Asked before the launcher was ready: sent once it is.
+    queued: Vec<ForkRequest>,
+    /// Sent, not yet answered.
+    sent: BTreeSet<u32>,
+    /// Forked and alive: worker id to pid.
+    alive: BTreeMap<u32, u32>,
+}
+
+impl<H: 'static> Session<H> {
+    async fn run(
+        self,
+        mut spawned: supervision::SpawnedLauncher,
+        mut requests: mpsc::UnboundedReceiver<ForkRequest>,
+    ) {
+        let ended = self.converse(&spawned.socket, &mut requests).await;
+        // close our end: a launcher still running sees the end of its
+        // socket and leaves
+        drop(spawned.socket);
+        match ended {
+            Ok(never_forked) => {
+                // the run ended before these were forked: they never ran
+                for id in never_forked {
+                    let _ = self.exit_tx.send((id, None));
+                }
+                let left = tokio::time::timeout(LAUNCHER_GRACE, spawned.child.wait()).await;
+                if left.is_ok() {
+                    self.reaped();
+                    return;
+                }
+            }
+            Err((reason, ledger)) => self.fail(&reason, ledger, &mut requests),
+        }
+        let _ = spawned.child.start_kill();
+        let _ = spawned.child.wait().await;
+        self.reaped();
+    }
+
+    /// The launcher process is gone and reaped.
+    fn reaped(&self) {
+        self.shared.0.borrow_mut().launchers[self.task as usize].running = false;
+        self.shared.1.notify_waiters();
+    }
+
+    /// Serve requests until the run wants no more workers and every forked
+    /// one has ended (`Ok` with the ids of requests never sent: the run
+    /// ended while the launcher was loading), or until the launcher goes
+    /// cold, dies or misbehaves (`Err` with the reason and what was left).
+    async fn converse(
+        &self,
+        socket: &std::os::unix::net::UnixStream,
+        requests: &mut mpsc::UnboundedReceiver<ForkRequest>,
+    ) -> Result<Vec<u32>, (String, Ledger)> {
+        let mut ledger = Ledger::default();
+        let stream = match socket
+            .set_nonblocking(true)
+            .and_then(|()| socket.try_clone())
+            .and_then(UnixStream::from_std)
+        {
+            Ok(s) => s,
+            Err(e) => return Err((format!("its socket is unusable: {e}"), ledger)),
+        };
+        let mut ready = false;
+        let mut open = true;
+        let mut buf: Vec<u8> = Vec::new();
+        let mut chunk = vec![0u8; 4096];
+        loop {
+            if !open && ledger.sent.is_empty() && ledger.alive.is_empty() {
+                return Ok(ledger.queued.iter().map(|r| r.worker_id).collect());
+            }
+            tokio::select! {
+                readable = stream.readable() => {
+                    if let Err(e) = readable {
+                        return Err((format!("its socket failed: {e}"), ledger));
+                    }
+                    match stream.try_read(&mut chunk) {
+                        Ok(0) => return Err(("the launcher exited".into(), ledger)),
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        Err(e) => return Err((format!("its socket failed: {e}"), ledger)),
+                    }
+                    while let Some(end) = buf.iter().position(|&b| b == b'\n') {
+                        let line: Vec<u8> = buf.drain(..=end).collect();
+                        let reply = match parse_reply(&line[..end]) {
+                            Ok(r) => r,
+                            Err(e) => return Err((e, ledger)),
+                        };
+                        match reply {
+                            Reply::Ready => {
+                                ready = true;
+                                self.shared.0.borrow_mut().launchers[self.task as usize]
+                                    .startup = Some(self.started.elapsed().as_secs_f64());
+                                for req in std::mem::take(&mut ledger.queued) {
+                                    self.send(&stream, req, &mut ledger).await?;
+                                }
+                            }
+                            Reply::Cold { reason } => return Err((reason, ledger)),
+                            Reply::Forked { worker_id, pid } => {
+                                if ledger.sent.remove(&worker_id) {
+                                    ledger.alive.insert(worker_id, pid);
+                                    self.on_forked(worker_id, pid);
+                                }
+                            }
+                            Reply::Exited { worker_id, status } => {
+                                if ledger.alive.remove(&worker_id).is_some() {
+                                    let status = ExitStatus::from_raw(status);
+                                    let _ = self.exit_tx.send((worker_id, Some(status)));
+                                }
+                            }
+                        }
+                    }
+                    if buf.len() > MAX_REPLY_LINE {
+                        return Err(("it sent an overlong line".into(), ledger));
+                    }
+                }
+                req = requests.recv(), if open => match req {
+                    Some(req) if ready => self.send(&stream, req, &mut ledger).await?,
+                    Some(req) => ledger.queued.push(req),
+                    None => open = false,
+                },
+            }
+        }
+    }
+
+    /// Send one request with its descriptors.
+    async fn send(
+        &self,
+        stream: &UnixStream,
+        req: ForkRequest,
+        ledger: &mut Ledger,
+    ) -> Result<(), (String, Ledger)> {
+        let mut line = match serde_json::to_vec(&RequestLine {
+            worker_id: req.worker_id,
+            context: &req.context,
+        }) {
+            Ok(l) => l,
+            Err(e) => {
+                ledger.queued.push(req);
+                return Err((format!("a request could not be written: {e}"), take(ledger)));
+            }
+        };
+        line.push(b'\n');
+        let fds = [req.outputs.0.as_raw_fd(), req.outputs.1.as_raw_fd()];
+        let mut written = 0;
+        while written < line.len() {
+            // the descriptors go with the first byte only
+            let with: &[RawFd] = if written == 0 { &fds } else { &[] };
+            let rest = &line[written..];
+            match stream
+                .async_io(Interest::WRITABLE, || send_with_fds(stream, rest, with))
+                .await
+            {
+                Ok(n) => written += n,
+                Err(e) => {
+                    let id = req.worker_id;
+                    ledger.queued.push(req);
+                    return Err((
+                        format!("a request for worker {id} could not be sent: {e}"),
+                        take(ledger),
+                    ));
+                }
+            }
+        }
+        ledger.sent.insert(req.worker_id);
+        Ok(())
+    }
+
+    /// A warm worker exists: its pid is known from now on, its startup
+    /// counts from now, and one killed while it was being forked (a run
+    /// that ended meanwhile) is killed now.
+    fn on_forked(&self, worker_id: u32, pid: u32) {
+        let mut st = self.shared.0.borrow_mut();
+        if let Some(tl) = st.timelines.get_mut(&worker_id) {
+            tl.restart_at(Instant::now(), StartKind::Warm);
+        }
+        if let Some(w) = st.workers.get_mut(&worker_id) {
+            w.pid = Some(pid);
+            if w.expected_exit.is_some() {
+                w.kill();
+            }
+        }
+    }
+
+    /// The launcher can fork no more: warm starts off, requests not yet
+    /// answered started cold, the workers it forked (which die with it)
+    /// killed and counted as exited.
+    fn fail(
+        &self,
+        reason: &str,
+        ledger: Ledger,
+        requests: &mut mpsc::UnboundedReceiver<ForkRequest>,
+    ) {
+        let mut st = self.shared.0.borrow_mut();
+        let mut unserved: Vec<u32> = ledger.queued.iter().map(|r| r.worker_id).collect();
+        unserved.extend(ledger.sent.iter().copied());
+        requests.close();
+        while let Ok(req) = requests.try_recv() {
+            unserved.push(req.worker_id);
+        }
+        for (&id, &pid) in &ledger.alive {
+            supervision::kill(Some(pid), &[]);
+            let _ = self.exit_tx.send((id, None));
+        }
+        go_cold(&mut st, self.task, reason, unserved);
+    }
+}
+
+fn take(ledger: &mut Ledger) -> Ledger {
+    std::mem::take(ledger)
+}
+
+/// `sendmsg` of `data` with `fds` attached (`SCM_RIGHTS`); the bytes sent.
+fn send_with_fds(stream: &UnixStream, data: &[u8], fds: &[RawFd]) -> io::Result<usize> {
+    let fd = stream.as_raw_fd();
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let fds_bytes = std::mem::size_of_val(fds);
+    let space = if fds.is_empty() {
+        0
+    } else {
+        // SAFETY: CMSG_SPACE only computes a size.
+        unsafe { libc::CMSG_SPACE(fds_bytes as u32) as usize }
+    };
+    // u64 words keep the control buffer aligned for cmsghdr
+    let mut control = vec![0u64; space.div_ceil(8)];
+    // SAFETY: msghdr is plain data; every pointer set below points into
+    // `iov`, `control` or `fds`, which outlive the sendmsg call, and the
+    // control header is written inside `control`'s `space` bytes as
+    // CMSG_FIRSTHDR/CMSG_DATA lay it out.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if !fds.is_empty() {
+            msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = space as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            if cmsg.is_null() {
+                return Err(io::Error::other("no room for the descriptors"));
+            }
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(fds_bytes as u32) as _;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr() as *const u8,
+                libc::CMSG_DATA(cmsg),
+                fds_bytes,
+            );
+        }
+        let n = libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL);
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_parse_and_garbage_is_an_error_not_a_panic() {
+        assert_eq!(parse_reply(br#"{"event":"ready"}"#), Ok(Reply::Ready));
+        assert_eq!(
+            parse_reply(br#"{"event":"forked","worker_id":3,"pid":4242}"#),
+            Ok(Reply::Forked {
+                worker_id: 3,
+                pid: 4242
+            })
+        );
+        assert_eq!(
+            parse_reply(br#"{"event":"exited","worker_id":3,"status":256}"#),
+            Ok(Reply::Exited {
+                worker_id: 3,
+                status: 256
+            })
+        );
+        assert_eq!(
+            parse_reply(br#"{"event":"cold","reason":"a thread"}"#),
+            Ok(Reply::Cold {
+                reason: "a thread".into()
+            })
+        );
+        for bad in [
+            &b"not json"[..],
+            br#"{"event":"forked","worker_id":-1,"pid":1}"#,
+            br#"{"event":"launch"}"#,
+            b"\xff\xfe",
+            b"",
+        ] {
+            let e = parse_reply(bad).unwrap_err();
+            assert!(e.contains("not a reply"), "{e}");
+        }
+    }
+
+    #[test]
+    fn descriptors_travel_with_the_first_byte() {
+        use std::io::Read;
+        use std::os::fd::FromRawFd;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let dir = std::env::temp_dir().join(format!("daisy-launcher-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = std::fs::File::create(dir.join("out")).unwrap();
+        let n = rt.block_on(async {
+            a.set_nonblocking(true).unwrap();
+            let a = UnixStream::from_std(a).unwrap();
+            a.async_io(Interest::WRITABLE, || {
+                send_with_fds(&a, b"hello\n", &[file.as_raw_fd()])
+            })
+            .await
+            .unwrap()
+        });
+        assert_eq!(n, 6);
+        // receive it as the launcher does: recvmsg with room for two fds
+        let mut data = [0u8; 16];
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        let mut control = [0u64; 8];
+        // SAFETY: msghdr is plain data pointing into `data` and `control`,
+        // which outlive the call; the descriptor read from CMSG_DATA was
+        // just received, so this File is its only owner.
+        let received = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = std::mem::size_of_val(&control) as _;
+            let got = libc::recvmsg(b.as_raw_fd(), &mut msg, 0);
+            assert_eq!(got, 6);
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            assert!(!cmsg.is_null());
+            assert_eq!((*cmsg).cmsg_type, libc::SCM_RIGHTS);
+            let mut fd: RawFd = -1;
+            std::ptr::copy_nonoverlapping(
+                libc::CMSG_DATA(cmsg),
+                &mut fd as *mut RawFd as *mut u8,
+                std::mem::size_of::<RawFd>(),
+            );
+            std::fs::File::from_raw_fd(fd)
+        };
+        assert_eq!(&data[..6], b"hello\n");
+        use std::io::Write;
+        (&received)
+            .write_all(b"through the passed descriptor")
+            .unwrap();
+        let mut text = String::new();
+        std::fs::File::open(dir.join("out"))
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "through the passed descriptor");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

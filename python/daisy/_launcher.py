@@ -1,0 +1,249 @@
+"""Entry point of a task's launcher: ``python -m daisy._launcher``.
+
+Warm starts. The server starts one launcher per task (a fresh interpreter,
+never a fork of the driver) with the task's payload on stdin and one end
+of a Unix socket in ``DAISY_LAUNCHER_FD``. The launcher loads the function
+once, so that what it imports and the data it captured are in memory, and
+then forks one worker per request: the child inherits all of it
+(copy-on-write) and goes straight to asking for blocks.
+
+Conversation (JSON lines; the server's requests carry the worker's stdout
+and stderr as two descriptors, ``SCM_RIGHTS``):
+
+- launcher: ``{"event": "ready"}`` once loaded, or ``{"event": "cold",
+  "reason": ...}`` when it cannot fork (the function did not load, or a
+  Python thread is running), after which it leaves and the server starts
+  that task's workers cold;
+- server: ``{"worker_id": N, "context": "<DAISY_CONTEXT>"}``;
+- launcher: ``{"event": "forked", "worker_id": N, "pid": P}`` and, when
+  the worker ends, ``{"event": "exited", "worker_id": N, "status": S}``
+  (the raw wait status).
+
+Forking is only safe without other threads: one holding a lock (the import
+lock, a logging handler's, an event loop's) at the fork leaves it locked
+forever in the child. Before every fork the launcher checks that the
+interpreter runs no thread but its own; where one runs, it goes cold and
+says which. Threads that the native pools of numerical libraries start
+(OpenBLAS, Blosc) do not count: they sleep between calls and these
+libraries rebuild their pools in a forked child (tested with numpy,
+blosc2, zarr and dask in ``tests/test_warm_start.py``).
+
+After the fork the child takes its own process group, dies with the
+launcher (which dies with the driver), points its stdout and stderr at the
+descriptors it was sent, reseeds numpy's global random generator (a cold
+worker gets a fresh seed; forked ones would otherwise share one), and runs
+the function exactly as ``daisy._worker`` does, leaving the same way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import json
+import logging
+import os
+import selectors
+import socket
+import sys
+import threading
+import traceback
+from typing import Any
+
+from daisy import _worker
+from daisy.context import Context
+
+#: environment variable holding the number of the launcher's socket
+FD_VARIABLE = "DAISY_LAUNCHER_FD"
+
+#: a request is a short line; anything longer is not from our server
+MAX_REQUEST_BYTES = 1 << 20
+
+#: prctl(2) option and signal: the child is killed when its parent dies
+_PR_SET_PDEATHSIG = 1
+_SIGKILL = 9
+
+
+def die_with_parent() -> None:
+    """Be killed when the launcher dies, however it dies (as cold workers
+    die with the driver); leave now if it already has."""
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def other_threads() -> list[str]:
+    """Names of the interpreter's threads other than this one (threads of
+    the `threading` module and any other Python thread state)."""
+    names = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    unnamed = len(sys._current_frames()) - 1 - len(names)
+    names += ["(a thread not started by the threading module)"] * max(unnamed, 0)
+    return names
+
+
+def fork_unsafe_reason() -> str | None:
+    """Why forking now would be unsafe (a running Python thread), or None."""
+    names = other_threads()
+    if not names:
+        return None
+    return (
+        f"the launcher runs {len(names)} other Python thread(s) ({', '.join(names)}), "
+        "started while loading the task's function; forking could leave a lock held "
+        "forever in the worker"
+    )
+
+
+class Launcher:
+    """One task's launcher: the loaded function and the conversation with
+    the server."""
+
+    def __init__(self, sock: socket.socket, function: Any, post_check: Any) -> None:
+        self.sock = sock
+        self.function = function
+        self.post_check = post_check
+        self.selector = selectors.DefaultSelector()
+        #: pid and pidfd per worker id
+        self.children: dict[int, tuple[int, int]] = {}
+        self.buffer = b""
+        self.fds: list[int] = []
+
+    def say(self, **message: Any) -> None:
+        """Send one line to the server."""
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
+
+    def serve(self) -> None:
+        """Answer requests until the server closes the socket."""
+        self.selector.register(self.sock, selectors.EVENT_READ, None)
+        while True:
+            for key, _ in self.selector.select():
+                if key.data is None:
+                    if not self.read_requests():
+                        return
+                else:
+                    self.reap(key.data)
+
+    def read_requests(self) -> bool:
+        """Read what the server sent and act on whole lines; False at the
+        end of the conversation."""
+        data, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, 16)
+        self.fds.extend(fds)
+        if not data:
+            return False
+        self.buffer += data
+        if len(self.buffer) > MAX_REQUEST_BYTES:
+            raise ValueError("the server sent an overlong request")
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            request = json.loads(line)
+            if len(self.fds) < 2:
+                raise ValueError("a request came without its two descriptors")
+            out, err = self.fds[:2]
+            del self.fds[:2]
+            try:
+                if not self.fork(int(request["worker_id"]), str(request["context"]), out, err):
+                    return False
+            finally:
+                os.close(out)
+                os.close(err)
+        return True
+
+    def fork(self, worker_id: int, context: str, out: int, err: int) -> bool:
+        """Fork worker ``worker_id``; False (after saying why) where forking
+        is no longer safe."""
+        reason = fork_unsafe_reason()
+        if reason is not None:
+            self.say(event="cold", reason=reason)
+            return False
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            self.become_worker(context, out, err)  # never returns
+        handle = os.pidfd_open(pid)  # checked to work before "ready"
+        self.children[worker_id] = (pid, handle)
+        self.selector.register(handle, selectors.EVENT_READ, worker_id)
+        self.say(event="forked", worker_id=worker_id, pid=pid)
+        return True
+
+    def reap(self, worker_id: int) -> None:
+        """A worker ended: wait for it and tell the server."""
+        pid, handle = self.children.pop(worker_id)
+        self.selector.unregister(handle)
+        os.close(handle)
+        _, status = os.waitpid(pid, 0)
+        self.say(event="exited", worker_id=worker_id, status=status)
+
+    def become_worker(self, context: str, out: int, err: int) -> None:
+        """In the forked child: become worker ``context`` and never return."""
+        code = 1
+        try:
+            self.selector.close()
+            self.sock.close()
+            for _pid, handle in self.children.values():
+                os.close(handle)
+            os.setpgid(0, 0)
+            die_with_parent()
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            for fd in (out, err):
+                if fd > 2:
+                    os.close(fd)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            for stream in (sys.stdout, sys.stderr):
+                if isinstance(stream, io.TextIOWrapper):
+                    stream.reconfigure(line_buffering=stream.isatty())
+            os.environ[Context.ENV_VARIABLE] = context
+            numpy = sys.modules.get("numpy")
+            if numpy is not None:
+                numpy.random.seed()
+            _worker.run_function(self.function, self.post_check)
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+        _worker.leave(code, forked=True)
+
+
+def main() -> int:
+    """Load the payload from stdin, then serve fork requests."""
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s: %(message)s",
+        stream=sys.stderr,
+    )
+    sock = socket.socket(fileno=int(os.environ.pop(FD_VARIABLE)))
+    payload = sys.stdin.buffer.read()
+    try:
+        function, post_check = _worker.load_payload(payload)
+    except BaseException as e:
+        traceback.print_exc()
+        failed = f"the task's function did not load in the launcher: {type(e).__name__}: {e}"
+        sock.sendall(json.dumps({"event": "cold", "reason": failed}).encode() + b"\n")
+        return 0
+    del payload
+    launcher = Launcher(sock, function, post_check)
+    reason = fork_unsafe_reason()
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError) as e:
+        reason = f"this system cannot watch forked workers (pidfd_open: {e})"
+    if reason is not None:
+        launcher.say(event="cold", reason=reason)
+        return 0
+    launcher.say(event="ready")
+    launcher.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    # not the worker's leave: the launcher runs no at_worker_exit hook, and
+    # its interpreter's finalisation would only cost time
+    os._exit(code)

@@ -1,0 +1,382 @@
+"""Warm starts: local workers forked by a per-task launcher that loaded the
+function once, instead of fresh interpreters that import everything again.
+
+Each test runs real workers. What it checks: warm and cold runs give the
+same outputs and the same report (but for how workers started); a forked
+worker measures its own memory and IO, not its launcher's; a launcher with
+a Python thread goes cold and says why; a killed launcher loses no block;
+a fully resumed task starts neither a worker nor a launcher; the numerical
+libraries' native thread pools work in forked workers.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import daisy
+
+N_BLOCKS = 12
+
+
+def _roi_task(task_id: str, process, **kwargs) -> daisy.Task:
+    size = 10 * N_BLOCKS
+    return daisy.Task(
+        task_id,
+        daisy.Roi((0,), (size,)),
+        daisy.Roi((0,), (10,)),
+        daisy.Roi((0,), (10,)),
+        process_function=process,
+        max_workers=kwargs.pop("max_workers", 2),
+        **kwargs,
+    )
+
+
+def _write_squares(out: Path):
+    """A block function writing each block's squares into a memmap."""
+
+    def process(block):
+        import numpy
+
+        data = numpy.memmap(out, dtype="int64", mode="r+", shape=(10 * N_BLOCKS,))
+        lo, hi = block.write_roi.begin[0], block.write_roi.end[0]
+        data[lo:hi] = numpy.arange(lo, hi) ** 2
+        data.flush()
+
+    return process
+
+
+def _pipeline(out_dir: Path, warm: bool) -> list[daisy.Task]:
+    first, second = out_dir / "first.dat", out_dir / "second.dat"
+    for path in (first, second):
+        np.memmap(path, dtype="int64", mode="w+", shape=(10 * N_BLOCKS,)).flush()
+
+    def negate(block):
+        import numpy
+
+        src = numpy.memmap(first, dtype="int64", mode="r", shape=(10 * N_BLOCKS,))
+        dst = numpy.memmap(second, dtype="int64", mode="r+", shape=(10 * N_BLOCKS,))
+        lo, hi = block.write_roi.begin[0], block.write_roi.end[0]
+        dst[lo:hi] = -src[lo:hi]
+        dst.flush()
+
+    up = _roi_task("square", _write_squares(first), warm_start=warm)
+    down = _roi_task("negate", negate, warm_start=warm, upstream_tasks=[up])
+    return [up, down]
+
+
+def _comparable(task_report) -> dict:
+    """A task report without what differs between any two runs (times) and
+    what warm starts change on purpose."""
+    d = task_report.to_dict()
+    w = d["workers"]
+    return {
+        "blocks": {k: d["blocks"][k] for k in ("count", "skipped", "failures", "has_stats")},
+        "outcome": d["outcome"],
+        "workers": {
+            "count": w["count"],
+            "exits": w["exits"],
+            # which worker took which block is the race it always is
+            "blocks": [sum(r[k] for r in w["by_id"]) for k in ("blocks_ok", "blocks_failed")],
+            "spawner": w["spawner"],
+        },
+        "keys": sorted(d),
+        "worker_keys": sorted(w),
+    }
+
+
+def test_warm_and_cold_runs_give_the_same_outputs_and_reports(tmp_path, log_dir):
+    reports = {}
+    outputs = {}
+    for warm in (True, False):
+        out_dir = tmp_path / ("warm" if warm else "cold")
+        out_dir.mkdir()
+        assert daisy.run_blockwise(_pipeline(out_dir, warm), progress=False)
+        reports[warm] = daisy.last_report()
+        outputs[warm] = [
+            np.array(np.memmap(out_dir / n, dtype="int64", mode="r")).tolist()
+            for n in ("first.dat", "second.dat")
+        ]
+    expected = [i * i for i in range(10 * N_BLOCKS)]
+    assert outputs[True] == outputs[False] == [expected, [-x for x in expected]]
+    for task_id in ("square", "negate"):
+        warm, cold = reports[True][task_id], reports[False][task_id]
+        assert _comparable(warm) == _comparable(cold)
+        assert {r.start for r in warm.workers.by_id.values()} == {"warm"}
+        assert {r.start for r in cold.workers.by_id.values()} == {"cold"}
+        assert warm.workers.warm_starts == warm.workers.count > 0
+        assert cold.workers.warm_starts == 0
+        assert warm.workers.launcher_startup is not None and warm.workers.launcher_startup > 0
+        assert cold.workers.launcher_startup is None
+        assert warm.workers.cold_start_reason is None is cold.workers.cold_start_reason
+        assert f"starts {warm.workers.count} warm (launcher ready in" in str(reports[True])
+        assert f"starts {cold.workers.count} cold" in str(reports[False])
+    # the launcher writes its own log beside its workers'
+    assert (log_dir / "square" / "launcher.err").exists()
+
+
+def test_the_global_switch_starts_every_worker_cold(tmp_path, log_dir, monkeypatch):
+    monkeypatch.setenv("DAISY_WARM_START", "0")
+    assert daisy.run_blockwise(_pipeline(tmp_path, True), progress=False)
+    for report in daisy.last_report().tasks.values():
+        assert report.workers.warm_starts == 0 and report.workers.launcher_startup is None
+    monkeypatch.setenv("DAISY_WARM_START", "maybe")
+    with pytest.raises(ValueError, match="DAISY_WARM_START"):
+        daisy.run_blockwise(_pipeline(tmp_path, True), progress=False)
+
+
+def test_warm_start_wants_a_bool():
+    with pytest.raises(TypeError, match="warm_start"):
+        _roi_task("bad", lambda b: None, warm_start="yes")
+
+
+class _Ballast:
+    """Captured data whose unpickling makes a transient 600 MB peak (as a
+    loader that decompresses would), then keeps 100 MB."""
+
+    def __init__(self) -> None:
+        self.kept = None
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        transient = np.ones(600 * 2**20 // 8)
+        transient += 1
+        del transient
+        self.kept = np.ones(100 * 2**20 // 8)
+
+
+def test_a_warm_worker_measures_its_own_peak_memory_and_io(tmp_path, tracking):
+    ballast = _Ballast()
+    written = tmp_path / "written"
+
+    def process(block):
+        import os
+
+        import numpy
+
+        assert ballast.kept is not None
+        grown = numpy.ones(40 * 2**20 // 8)  # 40 MB of its own
+        grown += 1
+        with open(written / f"{block.block_id[1]}.bin", "wb") as f:
+            f.write(os.urandom(3 * 2**20))
+            f.flush()
+            os.fsync(f.fileno())
+
+    written.mkdir()
+    task = _roi_task("ballast", process, resource_tracking=True, max_workers=1)
+    assert task.warm_start
+    assert daisy.run_blockwise(task, progress=False)
+    report = daisy.last_report()["ballast"]
+    assert report.workers.warm_starts == 1, report.workers
+    records = [task.report().block(i) for i in range(N_BLOCKS)]
+    peaks = [r.stats.peak_rss_bytes for r in records]
+    # each block's peak is the worker's resident memory during that block:
+    # the 100 MB it inherited plus the 40 MB it made, never the launcher's
+    # 700 MB high-water mark while it loaded the function
+    for peak in peaks:
+        assert 100 * 2**20 < peak < 400 * 2**20, [p / 2**20 for p in peaks]
+    writes = [r.stats.io_write_bytes for r in records]
+    for w in writes:
+        assert 3 * 2**20 <= w < 4 * 2**20, writes
+
+
+THREADED_MODULE = """
+import threading, time
+
+chatty = threading.Thread(target=time.sleep, args=(3600,), name="chatty-poller", daemon=True)
+chatty.start()
+
+
+def process(block):
+    import os
+    with open(os.path.join(OUT, f"{block.block_id[1]}"), "w") as f:
+        f.write(str(os.getpid()))
+"""
+
+
+def _script(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "pipeline.py"
+    script.write_text(textwrap.dedent(body))
+    env = {**os.environ, "DAISY_PROGRESS_INTERVAL": "3600"}
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def test_a_launcher_with_a_python_thread_goes_cold_and_says_why(tmp_path):
+    (tmp_path / "threaded.py").write_text(THREADED_MODULE.replace("OUT", repr(str(tmp_path))))
+    done = _script(
+        tmp_path,
+        f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import daisy, threaded
+        daisy.logging.set_log_basedir({str(tmp_path / "logs")!r})
+        task = daisy.Task("threaded", daisy.Roi((0,), (60,)), daisy.Roi((0,), (10,)),
+                          daisy.Roi((0,), (10,)), process_function=threaded.process,
+                          max_workers=2)
+        assert daisy.run_blockwise(task)
+        w = daisy.last_report()["threaded"].workers
+        print("STARTS", sorted(r.start for r in w.by_id.values()))
+        print("REASON", w.cold_start_reason)
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    # every block ran, in cold workers
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.isdigit()) == [
+        str(i) for i in range(6)
+    ]
+    starts = next(line for line in done.stdout.splitlines() if line.startswith("STARTS"))
+    assert "warm" not in starts and "cold" in starts, done.stdout
+    reason = next(line for line in done.stdout.splitlines() if line.startswith("REASON"))
+    assert "chatty-poller" in reason, done.stdout
+    # logged once in the driver, naming the thread
+    logged = [line for line in done.stderr.splitlines() if "starting its workers cold" in line]
+    assert len(logged) == 1 and "chatty-poller" in logged[0], done.stderr
+    # and the report says so too
+    assert "started cold: the launcher runs 1 other Python thread(s) (chatty-poller)" in (
+        done.stderr + done.stdout
+    )
+
+
+def test_a_killed_launcher_loses_no_block(tmp_path, log_dir):
+    first = tmp_path / "killed-once"
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def process(block):
+        import os
+        import signal
+        import time
+
+        if block.block_id[1] == 3 and not first.exists():
+            first.touch()
+            # in a warm worker the parent is the launcher: kill it (this
+            # worker dies with it, its block in hand)
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(30)
+        (out / str(block.block_id[1])).write_text(str(os.getpid()))
+
+    task = _roi_task("victim", process, max_workers=2)
+    assert daisy.run_blockwise(task, progress=False)
+    assert first.exists()
+    assert sorted(int(p.name) for p in out.iterdir()) == list(range(N_BLOCKS))
+    report = daisy.last_report()["victim"]
+    w = report.workers
+    starts = [r.start for r in w.by_id.values()]
+    assert "warm" in starts and "cold" in starts, starts
+    assert w.cold_start_reason is not None and "launcher exited" in w.cold_start_reason
+    # the blocks in hand (one per warm worker: they all die with their
+    # launcher) failed once each, were retried, and the task completed
+    d = report.to_dict()
+    assert d["outcome"] == "completed", d["outcome"]
+    assert 1 <= d["blocks"]["failures"] <= 2, d["blocks"]
+    assert w.exits.get("error", 0) >= 1, w.exits
+
+
+def test_a_fully_resumed_task_starts_no_worker_and_no_launcher(tmp_path, tracking, log_dir):
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def process(block):
+        (out / str(block.block_id[1])).touch()
+
+    assert daisy.run_blockwise(_roi_task("resumed", process), progress=False)
+    for p in out.iterdir():
+        p.unlink()
+    (log_dir / "resumed" / "launcher.err").unlink()
+    assert daisy.run_blockwise(_roi_task("resumed", process), progress=False)
+    w = daisy.last_report()["resumed"].workers
+    assert (w.count, w.launcher_startup) == (0, None)
+    assert list(out.iterdir()) == []
+    assert not (log_dir / "resumed" / "launcher.err").exists()
+
+
+def test_native_thread_pools_work_in_forked_workers(tmp_path, log_dir):
+    """numpy (OpenBLAS) and blosc2 start native threads on import; they are
+    not a reason to go cold, and the forked workers use them correctly."""
+    pytest.importorskip("blosc2")
+    out = tmp_path / "out"
+    out.mkdir()
+    # a module the function refers to is imported where it is unpickled:
+    # in the launcher, which then runs Blosc's and OpenBLAS's threads
+    import blosc2
+
+    def process(block):
+        import numpy
+
+        a = numpy.arange(2_000_000, dtype="int64") * block.block_id[1]
+        packed = blosc2.compress(a.tobytes(), typesize=8)
+        back = numpy.frombuffer(blosc2.decompress(packed), dtype="int64")
+        m = numpy.ones((300, 300))
+        total = float((m @ m).sum()) + float(back.sum())
+        (out / str(block.block_id[1])).write_text(repr(total))
+        # the launcher (this worker's parent) runs the libraries' threads
+        (out / f"threads-{block.block_id[1]}").write_text(
+            str(len(os.listdir(f"/proc/{os.getppid()}/task")))
+        )
+
+    task = _roi_task("native", process, max_workers=2)
+    assert daisy.run_blockwise(task, progress=False)
+    w = daisy.last_report()["native"].workers
+    assert w.warm_starts == w.count and w.cold_start_reason is None
+    for i in range(N_BLOCKS):
+        expected = 300.0**3 + float(sum(range(2_000_000)) * i)
+        assert float((out / str(i)).read_text()) == expected
+        assert int((out / f"threads-{i}").read_text()) > 1
+
+
+class _Counted:
+    """100 MB of captured data that leaves a mark each time it is
+    unpickled (in a launcher or a cold worker)."""
+
+    def __init__(self, marks: Path) -> None:
+        self.marks = marks
+        self.data = np.zeros(100 * 2**20, dtype=np.uint8)
+
+    def __getstate__(self):
+        return {"marks": self.marks, "data": self.data}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        (self.marks / f"{os.getpid()}-{id(self)}").touch()
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_large_capture_is_loaded_once_per_task_when_warm(tmp_path, log_dir, warm):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    big = _Counted(marks)
+    seen = tmp_path / "seen"
+    seen.mkdir()
+
+    def process(block):
+        import time
+
+        time.sleep(0.4)  # long enough that every worker connects
+        (seen / str(block.block_id[1])).write_text(str(int(big.data[block.block_id[1]])))
+
+    task = _roi_task("big", process, max_workers=3, warm_start=warm)
+    assert daisy.run_blockwise(task, progress=False)
+    assert sorted(int(p.name) for p in seen.iterdir()) == list(range(N_BLOCKS))
+    w = daisy.last_report()["big"].workers
+    connected = sum(r.startup is not None for r in w.by_id.values())
+    loads = len(list(marks.iterdir()))
+    if warm:
+        assert loads == 1, (loads, connected)  # the launcher's, shared by every fork
+        assert connected >= 2
+    else:
+        assert loads == connected >= 2, (loads, connected)
