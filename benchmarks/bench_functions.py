@@ -26,6 +26,20 @@ def client_loop():
 CONTEXT = 2
 
 
+def box_sum(data, k):
+    """Sum over a k^3 box (valid part): k shifted slices added per axis."""
+    for axis in range(3):
+        n = data.shape[axis] - k + 1
+        total = None
+        for i in range(k):
+            index = [slice(None)] * 3
+            index[axis] = slice(i, i + n)
+            part = data[tuple(index)]
+            total = part.copy() if total is None else total + part
+        data = total
+    return data
+
+
 def smooth(block):
     """Mean over a (2 * CONTEXT + 1)^3 box of the raw volume (integer
     sums, so a block's result is exactly the whole volume's), written as
@@ -35,15 +49,9 @@ def smooth(block):
 
     raw = open_ds(PIPELINE_PATHS["raw"], mode="r")
     out = open_ds(PIPELINE_PATHS["smooth"], mode="r+")
-    data = raw.to_ndarray(block.read_roi, fill_value=0).astype(np.int64)
+    data = raw.to_ndarray(block.read_roi, fill_value=0).astype(np.int32)
     k = 2 * CONTEXT + 1
-    for axis in range(3):
-        c = np.cumsum(data, axis=axis)
-        zero = np.zeros_like(np.take(c, [0], axis=axis))
-        c = np.concatenate([zero, c], axis=axis)
-        n = data.shape[axis] - k + 1
-        data = np.take(c, range(k, k + n), axis=axis) - np.take(c, range(n), axis=axis)
-    out[block.write_roi] = (data // k**3).astype(np.uint8)
+    out[block.write_roi] = (box_sum(data, k) // k**3).astype(np.uint8)
 
 
 def threshold(block):

@@ -380,3 +380,31 @@ def test_a_large_capture_is_loaded_once_per_task_when_warm(tmp_path, log_dir, wa
         assert connected >= 2
     else:
         assert loads == connected >= 2, (loads, connected)
+
+
+def test_the_launcher_preloads_what_the_function_imports_inside(tmp_path, log_dir, monkeypatch):
+    """``import x`` inside the function runs once, in the launcher, not in
+    each worker's first block."""
+    marks = tmp_path / "imported-by"
+    (tmp_path / "heavy_module_for_preload.py").write_text(
+        f"import os\nwith open({str(marks)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pids = tmp_path / "worker-pids"
+    pids.mkdir()
+
+    def process(block):
+        import os
+        import time
+
+        import heavy_module_for_preload  # noqa: F401
+
+        time.sleep(0.2)
+        (pids / str(os.getpid())).touch()
+
+    assert daisy.run_blockwise(_roi_task("preload", process, max_workers=2), progress=False)
+    importers = marks.read_text().split()
+    workers = {p.name for p in pids.iterdir()}
+    assert len(workers) == 2, workers
+    # imported once, by a process that is none of the workers: the launcher
+    assert len(importers) == 1 and importers[0] not in workers, (importers, workers)
