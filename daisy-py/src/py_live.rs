@@ -62,6 +62,11 @@ impl PyLiveDetail {
             .collect()
     }
 
+    /// How many bars `bars` returns (without converting them).
+    fn __len__(&self) -> usize {
+        self.detail.bars.len()
+    }
+
     /// Blocks returned since the last tick that `bars` leaves out (it
     /// carries a bounded number per tick).
     #[getter]
