@@ -336,3 +336,64 @@ def test_the_page_updates_in_headless_chromium_and_ends_with_the_final_state(tmp
     finally:
         driver.quit()
         run.thread.join(DEADLINE)
+
+
+class FakeTick:
+    """What `Dashboard.update` reads of a tick's `daisy._daisy.LiveDetail`."""
+
+    def __init__(self, now: float, first: int, n: int) -> None:
+        self.now = now
+        self._bars = [("t", 0, first + i, now - 0.01, now, "done") for i in range(n)]
+        self.bars_dropped = 1
+        self.failures_total = 0
+
+    def __len__(self) -> int:
+        return len(self._bars)
+
+    def bars(self) -> list[tuple[str, int, int, float, float, str]]:
+        return list(self._bars)
+
+    def workers(self) -> list[Any]:
+        return []
+
+    def failures(self) -> list[Any]:
+        return []
+
+    def pace(self) -> list[tuple[float, float | None, float | None]]:
+        return [(1.0, None, None)]
+
+
+def test_the_timeline_ships_a_bounded_window_of_the_latest_bars():
+    from types import SimpleNamespace
+
+    from daisy.dashboard import MAX_BARS, WINDOW_SECONDS, Dashboard
+
+    state = SimpleNamespace(
+        total_block_count=10**6,
+        completed_count=0,
+        skipped_count=0,
+        failed_count=0,
+        orphaned_count=0,
+        pending_count=10**6,
+        ready_count=0,
+        processing_count=0,
+        failed_attempts=0,
+    )
+    dash = Dashboard(0, ["t"])
+    try:
+        t0 = time.time()
+        per_tick = 700
+        ticks = 3 * MAX_BARS // per_tick
+        for i in range(ticks):
+            dash.update([state], [1], [0], FakeTick(t0 + i * 0.05, i * per_tick, per_tick))  # type: ignore[list-item, arg-type]
+        st = dash.status()
+        blocks = st["timeline"]["bars"]["block"]
+        assert st["timeline"]["shown"] == len(blocks) == MAX_BARS
+        assert blocks == list(range(ticks * per_tick - MAX_BARS, ticks * per_tick)), "the latest"
+        assert st["timeline"]["dropped"] == ticks
+        assert len(dash._ticks) <= MAX_BARS // per_tick + 2, "old ticks are let go"
+        # a tick past the window lets every older one go
+        dash.update([state], [1], [0], FakeTick(t0 + WINDOW_SECONDS + 60, 10**6, 1))  # type: ignore[list-item, arg-type]
+        assert dash.status()["timeline"]["bars"]["block"] == [10**6]
+    finally:
+        dash.close()

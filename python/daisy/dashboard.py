@@ -12,8 +12,8 @@ final summary, and the server stops.
 
 Every figure comes from the core's snapshot of each server tick (the one
 that feeds the progress bars and the Prometheus metrics, see
-`daisy._daisy.LiveDetail`); this module keeps only a bounded ring of the
-latest block bars (`MAX_BARS`) and serialises. With ``metrics_port`` equal
+`daisy._daisy.LiveDetail`); this module keeps only the latest ticks that
+hold the last `MAX_BARS` block bars, and serialises them when asked. With ``metrics_port`` equal
 to ``dashboard_port``, the same server answers ``/metrics`` too. Other
 paths get 404, malformed or oversized requests 400.
 
@@ -46,6 +46,7 @@ far (null without workers).
 from __future__ import annotations
 
 import collections
+import functools
 import html
 import http.server
 import json
@@ -100,9 +101,10 @@ class Dashboard:
     ) -> None:
         self._order = list(task_ids)
         self._lock = threading.Lock()
-        self._bars: collections.deque[tuple[str, int | None, int, float, float, str]] = (
-            collections.deque(maxlen=MAX_BARS)
-        )
+        # the ticks with block bars, newest last, holding `_kept` bars: the
+        # fewest ticks that hold the latest MAX_BARS bars of the window
+        self._ticks: collections.deque[LiveDetail] = collections.deque()
+        self._kept = 0
         self._dropped = 0
         self._states: list[TaskState] = []
         self._workers: list[int] = [0] * len(self._order)
@@ -127,8 +129,13 @@ class Dashboard:
                 f"dashboard_port: cannot serve the dashboard on {addr}:{port}: {e}"
             ) from None
         self.port: int = self._server.server_address[1]
+        # a short poll interval: `close` (at the run's end) waits for the
+        # serving loop to notice, and a run should not end half a second late
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="daisy-dashboard", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="daisy-dashboard",
+            daemon=True,
         )
         self._thread.start()
 
@@ -141,14 +148,23 @@ class Dashboard:
     ) -> None:
         """Fold one server tick in: its counts, and its block bars into the
         ring."""
-        bars = live.bars()
         with self._lock:
             self._states = list(states)
             self._workers = list(workers)
             self._restarts = list(restarts)
             self._live = live
-            self._bars.extend(bars)
             self._dropped += live.bars_dropped
+            n = len(live)
+            if n:
+                # the tick's bars stay in the core's object, converted only
+                # when a page asks: a tick costs an append
+                self._ticks.append(live)
+                self._kept += n
+            while self._ticks and (
+                self._kept - len(self._ticks[0]) >= MAX_BARS
+                or self._ticks[0].now < live.now - WINDOW_SECONDS
+            ):
+                self._kept -= len(self._ticks.popleft())
 
     def finish(
         self,
@@ -196,12 +212,18 @@ class Dashboard:
             states, live, summary = self._states, self._live, self._summary
             workers, restarts = self._workers, self._restarts
             now = live.now if live is not None and summary is None else time.time()
-            cutoff = now - WINDOW_SECONDS
-            bars = [b for b in self._bars if b[4] >= cutoff]
+            ticks = list(self._ticks)
             dropped = self._dropped
             self._last_poll = time.monotonic()
             if summary is not None:
                 self._final_served.set()
+        cutoff = now - WINDOW_SECONDS
+        bars: list[tuple[str, int | None, int, float, float, str]] = []
+        for tick in reversed(ticks):
+            bars.extend(b for b in reversed(tick.bars()) if b[4] >= cutoff)
+            if len(bars) >= MAX_BARS:
+                break
+        bars = bars[:MAX_BARS][::-1]
         pace = _pace(live, len(self._order))
         tasks = []
         for i, s in enumerate(states):
@@ -473,9 +495,11 @@ _SCRIPT = """
 """
 
 
+@functools.cache
 def page_html() -> str:
     """The dashboard page: the tables and the timeline, bokeh inline, and
-    the script that polls ``status.json``."""
+    the script that polls ``status.json`` (built once per process: it is
+    the same for every run)."""
     try:
         import bokeh.embed
         import bokeh.models
@@ -533,7 +557,9 @@ def page_html() -> str:
         )
     )
     script, div = bokeh.embed.components(fig)
-    resources = bokeh.resources.INLINE.render()
+    # bokeh's own bundle only (a figure needs no widgets, tables or GL):
+    # a third of the size of every bundle inline
+    resources = bokeh.resources.Resources(mode="inline", components=["bokeh"]).render()
     head = "".join(
         f"<th>{html.escape(h)}</th>"
         for h in (
