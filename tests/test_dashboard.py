@@ -283,6 +283,7 @@ def test_the_page_updates_in_headless_chromium_and_ends_with_the_final_state(tmp
     run = Run(tasks=tasks, dashboard_port=port)
     wait_for_status(port, run)
     driver = chrome(local=True)
+    driver.set_window_size(1400, 1000)  # the page's height: no blank screenshot
     try:
         driver.get(f"http://127.0.0.1:{port}/")
         load_deadline = time.time() + DEADLINE
@@ -329,6 +330,9 @@ def test_the_page_updates_in_headless_chromium_and_ends_with_the_final_state(tmp
         assert counts == {"done": 2999, "failed": 1, "orphaned": 0, "pending": 0}
         assert final["last"]["summary"] is not None
         assert "utilisation" in final["summary"]
+        summary = final["last"]["summary"]["tasks"][0]
+        assert summary["utilisation"] is not None
+        assert final["last"]["tasks"][0]["utilisation"] == summary["utilisation"], "the report's"
         assert "block seven always fails" in final["failures"]
         driver.save_screenshot(str(ARTIFACTS / "dashboard_final.png"))
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]

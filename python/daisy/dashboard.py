@@ -225,6 +225,9 @@ class Dashboard:
                 break
         bars = bars[:MAX_BARS][::-1]
         pace = _pace(live, len(self._order))
+        if summary is not None:
+            # once finished, the run report's utilisation: the final word
+            pace = [(0.0, 0.0, t["utilisation"]) for t in summary["tasks"]]
         tasks = []
         for i, s in enumerate(states):
             rate, eta, util = pace[i]
@@ -241,8 +244,8 @@ class Dashboard:
                     "workers": workers[i] if i < len(workers) else 0,
                     "failed_attempts": s.failed_attempts,
                     "restarts": restarts[i] if i < len(restarts) else 0,
-                    "blocks_per_second": rate if summary is None else 0.0,
-                    "eta_seconds": eta if summary is None else 0.0,
+                    "blocks_per_second": rate,
+                    "eta_seconds": eta,
                     "utilisation": util,
                 }
             )
@@ -385,6 +388,7 @@ _SCRIPT = """
   const num = (x) => x == null ? "\\u2014" : Number(x).toLocaleString("en-US");
   const secs = (s) => {
     if (s == null) return "\\u2014";
+    if (s < 10) return s.toFixed(1) + "s";
     s = Math.round(s);
     const h = Math.floor(s / 3600), m = Math.floor((s %% 3600) / 60), r = s %% 60;
     const two = (x) => String(x).padStart(2, "0");
