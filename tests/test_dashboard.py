@@ -401,3 +401,34 @@ def test_the_timeline_ships_a_bounded_window_of_the_latest_bars():
         assert dash.status()["timeline"]["bars"]["block"] == [10**6]
     finally:
         dash.close()
+
+
+def test_a_stopped_run_ends_the_page_as_interrupted():
+    port = free_port()
+    stop = threading.Event()
+    task = line_task("dash_stop", 5000, process_function=slow_block, max_workers=2)
+    server = daisy.Server(stop_event=stop)
+    seen: list[dict[str, Any]] = []
+
+    def watch() -> None:
+        deadline = time.time() + DEADLINE
+        while time.time() < deadline:
+            try:
+                seen.append(status(port))
+            except (urllib.error.URLError, ConnectionError):
+                if seen:
+                    return  # served, then stopped
+            if seen and seen[-1]["tasks"] and seen[-1]["tasks"][0]["done"] > 20:
+                stop.set()
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    states = server.run_blockwise([task], progress=False, dashboard_port=port)
+    watcher.join(DEADLINE)
+    assert states["dash_stop"].completed_count < 5000, "stopped early"
+    last = seen[-1]
+    assert last["finished"] and not last["running"], "the watcher got the final state"
+    assert last["summary"]["outcome"] == "interrupted"
+    assert last["tasks"][0]["done"] == states["dash_stop"].completed_count
+    assert last["workers"] == []
