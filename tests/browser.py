@@ -15,8 +15,9 @@ from typing import Any
 import daisy
 
 
-def chrome() -> Any:
-    """Headless Chromium through chromedriver, with every host unreachable."""
+def chrome(local: bool = False) -> Any:
+    """Headless Chromium through chromedriver, with every host unreachable
+    (with ``local``, every host but 127.0.0.1: a page served by the test)."""
     from selenium import webdriver
 
     binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
@@ -31,7 +32,8 @@ def chrome() -> Any:
         "--no-sandbox",
         "--disable-dev-shm-usage",
         "--window-size=1400,2400",
-        "--host-resolver-rules=MAP * ~NOTFOUND",  # no network: everything must be inline
+        # no network: everything must be inline
+        "--host-resolver-rules=MAP * ~NOTFOUND" + (", EXCLUDE 127.0.0.1" if local else ""),
     ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})

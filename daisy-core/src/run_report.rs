@@ -590,6 +590,11 @@ impl RunLedger {
         });
     }
 
+    /// Every failed attempt so far, in order.
+    pub fn failures(&self) -> &[FailureNote] {
+        &self.failures
+    }
+
     /// Give up `task` (and orphan what depends on it), with the reason;
     /// every task abandoned through it is noted too.
     pub fn abandon(&mut self, scheduler: &mut Scheduler, task: TaskIndex, reason: String) {

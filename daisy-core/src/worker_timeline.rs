@@ -68,6 +68,7 @@ pub struct WorkerTimeline {
     dismissed: Option<Instant>,
     teardown: Option<f64>,
     exit: Option<WorkerExit>,
+    exited: Option<Instant>,
 }
 
 /// One worker's figures, as the report writes them (seconds).
@@ -115,6 +116,7 @@ impl WorkerTimeline {
             dismissed: None,
             teardown: None,
             exit: None,
+            exited: None,
         }
     }
 
@@ -187,11 +189,33 @@ impl WorkerTimeline {
             return;
         }
         self.exit = Some(exit);
+        self.exited = Some(now);
         if exit == WorkerExit::Clean
             && let Some(d) = self.dismissed
         {
             self.teardown = Some(now.saturating_duration_since(d).as_secs_f64());
         }
+    }
+
+    /// Blocks returned done and failed so far.
+    pub fn blocks(&self) -> (u64, u64) {
+        (self.blocks_ok, self.blocks_failed)
+    }
+
+    /// Seconds spent on blocks (round trips, the one in flight included)
+    /// and seconds alive (spawn to exit, or to `now`) so far: the live
+    /// form of the report's utilisation, whose phases add up to the same
+    /// life.
+    pub fn busy_and_alive(&self, now: Instant) -> (f64, f64) {
+        let end = self.exited.unwrap_or(now);
+        let in_flight = match (self.sent, self.exited) {
+            (Some(sent), None) => now.saturating_duration_since(sent).as_secs_f64(),
+            _ => 0.0,
+        };
+        (
+            self.compute.summary().sum + in_flight,
+            end.saturating_duration_since(self.spawned).as_secs_f64(),
+        )
     }
 
     /// The record for the report.
@@ -333,6 +357,13 @@ mod tests {
         assert!((r.final_wait.unwrap() - 0.007).abs() < 1e-9);
         assert!((r.teardown.unwrap() - 0.020).abs() < 1e-9);
         assert_eq!(r.exit, Some(WorkerExit::Clean));
+        assert_eq!(w.blocks(), (1, 1));
+        let (busy, alive) = w.busy_and_alive(at(10_000));
+        assert!((busy - 0.100).abs() < 1e-9, "{busy}");
+        assert!(
+            (alive - 0.190).abs() < 1e-9,
+            "alive until its exit: {alive}"
+        );
         let s = WorkerSummary::fold([w].iter(), 2);
         assert_eq!(s.count, 1);
         assert_eq!(s.unmanaged_clients, 2);
@@ -372,6 +403,12 @@ mod tests {
         w.on_dismiss(t0);
         w.on_exit(t0 + Duration::from_millis(5), WorkerExit::Error);
         assert_eq!(w.record().teardown, None);
+        let mut busy = WorkerTimeline::new(2, t0, StartKind::Cold);
+        busy.on_acquire(t0);
+        busy.on_send(t0 + Duration::from_millis(10));
+        let (b, a) = busy.busy_and_alive(t0 + Duration::from_millis(40));
+        assert!((b - 0.030).abs() < 1e-9, "the block in flight counts: {b}");
+        assert!((a - 0.040).abs() < 1e-9);
         let never = WorkerTimeline::new(1, t0, StartKind::Cold);
         assert_eq!(never.record().startup, None);
     }

@@ -13,6 +13,7 @@ mod py_block;
 mod py_block_stats;
 mod py_client;
 mod py_dependency_graph;
+mod py_live;
 mod py_logging;
 mod py_profile;
 mod py_scheduler;
@@ -56,6 +57,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_tracking::PyTrackingStore>()?;
     m.add_class::<py_server::PyTaskConfig>()?;
     m.add_class::<py_server::PyRunConfig>()?;
+    m.add_class::<py_live::PyLiveDetail>()?;
     m.add_function(wrap_pyfunction!(py_server::run_distributed, m)?)?;
     m.add_function(wrap_pyfunction!(cantor_number, m)?)?;
     m.add_function(wrap_pyfunction!(py_task_spec::validated_roi, m)?)?;

@@ -9,6 +9,7 @@
 
 use crate::errors::{IntoPyResult, StopCause, stopped_run, to_pyerr};
 use crate::py_block::PyBlock;
+use crate::py_live::PyLiveDetail;
 use crate::py_scheduler::{TaskStoreOptions, build_scheduler};
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
@@ -161,7 +162,7 @@ impl PyRunConfig {
 }
 
 struct PyHooks {
-    task_ids: Vec<String>,
+    task_ids: Arc<Vec<String>>,
     checks: Vec<Option<Py<PyAny>>>,
     on_tick: Py<PyAny>,
     on_listening: Py<PyAny>,
@@ -212,6 +213,10 @@ impl RunHooks for PyHooks {
                 .iter()
                 .map(|(t, rt)| (self.task_ids[*t as usize].clone(), *rt))
                 .collect();
+            let live = Py::new(
+                py,
+                PyLiveDetail::new(snap.live.clone(), self.task_ids.clone()),
+            )?;
             self.on_tick
                 .call1(
                     py,
@@ -220,6 +225,7 @@ impl RunHooks for PyHooks {
                         snap.workers.clone(),
                         snap.restarts.clone(),
                         round_trips,
+                        live,
                     ),
                 )
                 .map(|_| ())
@@ -296,7 +302,7 @@ pub fn run_distributed(
     config.check_resources(&task_ids).py()?;
     let stop = StopCause::default();
     let hooks = PyHooks {
-        task_ids: task_ids.clone(),
+        task_ids: Arc::new(task_ids.clone()),
         checks,
         on_tick,
         on_listening,

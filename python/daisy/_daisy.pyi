@@ -19,6 +19,7 @@ __all__ = [
     "run_distributed",
     "TaskConfig",
     "RunConfig",
+    "LiveDetail",
     "cantor_number",
     "reset_tracking",
     "read_tracking_array",
@@ -263,13 +264,31 @@ class RunConfig:
         stop_all: Sequence[str] = ...,
     ) -> RunConfig: ...
 
+@final
+class LiveDetail:
+    @property
+    def now(self) -> float: ...
+    def bars(self) -> list[tuple[str, int | None, int, float, float, str]]: ...
+    def __len__(self) -> int: ...
+    @property
+    def bars_dropped(self) -> int: ...
+    def workers(
+        self,
+    ) -> list[tuple[int, str, int | None, float | None, int | None, int, int]]: ...
+    def failures(self) -> list[tuple[str, int, int | None, str]]: ...
+    @property
+    def failures_total(self) -> int: ...
+    def pace(self) -> list[tuple[float, float | None, float | None]]: ...
+
 def validated_roi(value: Any, param: str) -> Roi: ...
 def read_tracking_array(path: str, name: str) -> tuple[str, list[int], bytes] | None: ...
 def run_distributed(
     specs: Sequence[TaskSpec],
     tasks: Sequence[TaskConfig],
     run: RunConfig,
-    on_tick: Callable[[list[TaskState], list[int], list[int], list[tuple[str, float]]], Any],
+    on_tick: Callable[
+        [list[TaskState], list[int], list[int], list[tuple[str, float]], LiveDetail], Any
+    ],
     on_listening: Callable[[str, int, str], Any],
 ) -> dict[str, Any]: ...
 

@@ -68,6 +68,7 @@ def run_blockwise(
     *,
     port: int | None = None,
     metrics_port: int | None = None,
+    dashboard_port: int | None = None,
     report_html: str | os.PathLike[str] | None = None,
     pipeline: Any = None,
     raise_on_failure: bool = False,
@@ -104,6 +105,11 @@ def run_blockwise(
             panel to stdout when the run ends.
         metrics_port: serve live Prometheus metrics on this port while the
             run goes (worker processes only; see `daisy.metrics`).
+        dashboard_port: serve a live page of the run at
+            ``http://host:port/`` (its data at ``/status.json``) while it
+            goes, and stop with it (worker processes only; see
+            `daisy.dashboard`). Equal to ``metrics_port``, one server
+            serves both.
         report_html: write the run's self-contained HTML performance
             report to this file (see `daisy.html_report`; tasks with a
             tracking store or file logging).
@@ -158,6 +164,7 @@ def run_blockwise(
             progress=progress,
             resources=resources,
             metrics_port=metrics_port,
+            dashboard_port=dashboard_port,
             block_tracking=block_tracking,
             progress_interval=progress_interval,
         )
@@ -168,6 +175,11 @@ def run_blockwise(
         if metrics_port is not None:
             raise ValueError(
                 "metrics_port: live metrics come from the server of a distributed run; use "
+                "multiprocessing=True"
+            )
+        if dashboard_port is not None:
+            raise ValueError(
+                "dashboard_port: the live dashboard reads the server of a distributed run; use "
                 "multiprocessing=True"
             )
         serial = SerialServer()

@@ -29,9 +29,12 @@ BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0, 3600
 
 class PrometheusMetrics:
     """Serves the metrics of one run on ``port`` (at ``addr``) until
-    `close`."""
+    `close`; with ``serve=False`` it only keeps them in `registry`, for
+    another server to serve (the dashboard's, on the same port)."""
 
-    def __init__(self, port: int, task_ids: Sequence[str], addr: str = "127.0.0.1") -> None:
+    def __init__(
+        self, port: int, task_ids: Sequence[str], addr: str = "127.0.0.1", serve: bool = True
+    ) -> None:
         try:
             import prometheus_client as prom
         except ImportError:
@@ -65,6 +68,9 @@ class PrometheusMetrics:
         self._seen_failures = dict.fromkeys(task_ids, 0)
         self._seen_restarts = dict.fromkeys(task_ids, 0)
         self._order = list(task_ids)
+        self._server: Any = None
+        if not serve:
+            return
         try:
             self._server, self._thread = prom.start_http_server(
                 port, addr=addr, registry=self.registry
@@ -106,5 +112,7 @@ class PrometheusMetrics:
 
     def close(self) -> None:
         """Stop serving."""
+        if self._server is None:
+            return
         self._server.shutdown()
         self._server.server_close()

@@ -30,7 +30,7 @@ import cloudpickle
 
 from daisy import _v1_names
 from daisy import logging as daisy_logging
-from daisy._daisy import RunConfig, TaskConfig, TaskState, run_distributed
+from daisy._daisy import LiveDetail, RunConfig, TaskConfig, TaskState, run_distributed
 from daisy.context import Context
 from daisy.pipeline import Pipeline
 from daisy.progress import ProgressObserver, default_observers
@@ -126,6 +126,18 @@ def _sigterm_stops_the_run() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def check_port(port: Any, name: str) -> int | None:
+    """``port`` if it is None or a port number (0: any free port); else
+    a ValueError naming the parameter."""
+    if port is not None and (
+        isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535
+    ):
+        raise ValueError(
+            f"{name}: expected a port number from 0 (any free port) to 65535, got {port!r}"
+        )
+    return port
+
+
 class _StopRequested(Exception):
     """Raised from a tick to end a run whose ``stop_event`` was set."""
 
@@ -156,13 +168,7 @@ class Server(ServerObservee):
         self.stop_event = stop_event
         self._host_given = host is not None
         self.host = host or "127.0.0.1"
-        if port is not None and (
-            isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535
-        ):
-            raise ValueError(
-                f"port: expected a port number from 0 (any free port) to 65535, got {port!r}"
-            )
-        self.port = int(port or 0)
+        self.port = int(check_port(port, "port") or 0)
         self.failures: list[tuple[str, int, int | None, str]] = []
         #: the `daisy.RunReport` of this server's last run
         self.last_report: RunReport | None = None
@@ -184,6 +190,7 @@ class Server(ServerObservee):
         metrics_port: int | None = None,
         block_tracking: bool = True,
         progress_interval: float | None = None,
+        dashboard_port: int | None = None,
     ) -> dict[str, TaskState]:
         """Run every block of ``tasks`` and return the task states by id,
         in pipeline order. ``progress`` is True (bars, or lines on stderr
@@ -191,8 +198,13 @@ class Server(ServerObservee):
         `daisy.progress`); ``resources`` caps what the
         workers of all tasks hold at once (see ``Task(requires=...)``);
         ``metrics_port`` serves live Prometheus metrics while the run goes
-        (see `daisy.metrics`); ``block_tracking=False`` runs without the
-        tasks' tracking stores (nothing skipped, nothing marked)."""
+        (see `daisy.metrics`); ``dashboard_port`` serves a live page of
+        the run at ``http://host:port/`` and its data at
+        ``/status.json`` (see `daisy.dashboard`; the same server as
+        ``metrics_port`` where both are equal); ``block_tracking=False``
+        runs without the tasks' tracking stores (nothing skipped, nothing
+        marked)."""
+        check_port(dashboard_port, "dashboard_port")
         pipeline = scheduler._pipeline if scheduler is not None else Pipeline.of(tasks)
         task_map = {t.task_id: t for t in pipeline.tasks}
         check_block_tracking(task_map.values(), block_tracking)
@@ -269,16 +281,79 @@ class Server(ServerObservee):
 
         events = StateEvents(self)
         metrics = None
+        shared_port = metrics_port is not None and metrics_port == dashboard_port
         if metrics_port is not None:
             from daisy.metrics import PrometheusMetrics
 
-            metrics = PrometheusMetrics(metrics_port, order, addr=self.host)
+            metrics = PrometheusMetrics(metrics_port, order, addr=self.host, serve=not shared_port)
+        dashboard = None
+        if dashboard_port is not None:
+            from daisy.dashboard import Dashboard
+
+            try:
+                dashboard = Dashboard(
+                    dashboard_port,
+                    order,
+                    addr=self.host,
+                    registry=metrics.registry if shared_port and metrics is not None else None,
+                )
+            except BaseException:
+                if metrics is not None:
+                    metrics.close()
+                raise
+            shown = advertised_host() if self.host in ("0.0.0.0", "::", "") else self.host
+            if ":" in shown:
+                shown = f"[{shown}]"
+            print(
+                f"daisy: dashboard at http://{shown}:{dashboard.port}/", file=sys.stderr, flush=True
+            )
+        try:
+            return self._run(
+                task_map,
+                specs,
+                order,
+                configs,
+                observers,
+                events,
+                metrics,
+                dashboard,
+                on_listening,
+                listen_host,
+                advertise,
+                resources,
+                log_dir,
+                stop_all,
+                block_tracking,
+            )
+        finally:
+            if dashboard is not None:
+                dashboard.close()
+
+    def _run(
+        self,
+        task_map: dict[str, Any],
+        specs: Any,
+        order: list[str],
+        configs: list[TaskConfig],
+        observers: list[ProgressObserver],
+        events: StateEvents,
+        metrics: Any,
+        dashboard: Any,
+        on_listening: Any,
+        listen_host: str,
+        advertise: str | None,
+        resources: dict[str, int],
+        log_dir: Any,
+        stop_all: list[str],
+        block_tracking: bool,
+    ) -> dict[str, TaskState]:
 
         def on_tick(
             states: list[TaskState],
             workers: list[int],
             restarts: list[int],
             round_trips: list[tuple[str, float]],
+            live: LiveDetail,
         ) -> None:
             for obs in observers:
                 for tid, state, n in zip(order, states, workers, strict=True):
@@ -287,6 +362,8 @@ class Server(ServerObservee):
                 events.update(tid, state)
             if metrics is not None:
                 metrics.update(states, workers, restarts, round_trips)
+            if dashboard is not None:
+                dashboard.update(states, workers, restarts, live)
             if self.stop_event is not None and self.stop_event.is_set():
                 raise _StopRequested()
 
@@ -308,6 +385,12 @@ class Server(ServerObservee):
                 self.last_report = RunReport.from_json(partial)
                 self.last_report.attach(list(task_map.values()))
                 e.daisy_run_report = self.last_report  # type: ignore[attr-defined]
+            if dashboard is not None:
+                dashboard.finish(
+                    getattr(e, "daisy_run_states", None),
+                    None if partial is None else self.last_report,
+                    "interrupted",
+                )
             if isinstance(e, _StopRequested):
                 # asked for: the states so far are the result, as in 1.x
                 logger.info("daisy: the run stopped: its stop_event was set")
@@ -337,6 +420,9 @@ class Server(ServerObservee):
             self.notify_block_failure(block, RuntimeError(reason), {"worker_id": worker_id})
         self.notify_server_exit()
         log_skips(task_map.values(), states)
+        if dashboard is not None:
+            ok = all(st.completed_count == st.total_block_count for st in states.values())
+            dashboard.finish(states, self.last_report, "completed" if ok else "failed")
         return states
 
     def failure_notes(self) -> dict[str, list[str]]:

@@ -19,6 +19,7 @@
 //! protocol: the connection is closed and the block it held is retried.
 
 use super::hooks::RunHooks;
+use super::live::BarOutcome;
 use super::policy::{self, Returned};
 use super::state::{Outstanding, Shared, State};
 use crate::block::{Block, BlockStatus, TaskIndex};
@@ -501,6 +502,19 @@ fn release<H>(
     }
     if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {
         tl.on_return(now, reported_ok);
+    }
+    let done = matches!(verdict, Returned::Done);
+    st.note_bar(
+        key,
+        &out,
+        if done {
+            BarOutcome::Done
+        } else {
+            BarOutcome::Failed
+        },
+    );
+    if let (true, Some(id), Some(stats)) = (done, worker_id, block.stats.as_ref()) {
+        st.live.peak_rss(id, stats.peak_rss_bytes);
     }
     let result = match verdict {
         Returned::Done => {

@@ -31,6 +31,7 @@ pub mod config;
 pub mod connection;
 pub mod hooks;
 pub mod launcher;
+pub mod live;
 pub mod policy;
 pub mod state;
 pub mod supervision;
@@ -38,6 +39,7 @@ pub mod supervision;
 pub use self::config::{LogMode, ServerConfig, TaskRuntime, WorkerCommand};
 pub use self::connection::{HELLO_TIMEOUT, MAX_PENDING_HELLOS};
 pub use self::hooks::RunHooks;
+pub use self::live::{BarOutcome, BlockBar, LiveDetail, RecentFailure, TaskPace, WorkerNow};
 pub use self::state::RunSnapshot;
 pub use crate::run_report::{FailureNote, RunOutcome};
 
@@ -208,6 +210,7 @@ fn sweep_timeouts<H>(st: &mut State<H>) {
         let Some(out) = st.outstanding.remove(&key) else {
             continue;
         };
+        st.note_bar(key, &out, live::BarOutcome::TimedOut);
         let spatial_id = st.scheduler.graph().block(key).spatial_id;
         tracing::warn!(
             "block {spatial_id} of task {:?} timed out in worker {:?}; retrying it",

@@ -12,11 +12,16 @@
 //! outstanding is refused.
 
 use super::config::ServerConfig;
+use super::live::{
+    BarOutcome, BlockBar, LiveDetail, LiveWindow, MAX_RECENT_FAILURES, RecentFailure, TaskPace,
+    WorkerNow,
+};
 use super::policy::{self, WorkerFlags};
 use super::supervision;
 use crate::block::{BlockKey, TaskIndex};
+use crate::clock::wall_clock;
 use crate::error::DaisyError;
-use crate::run_report::{RunLedger, RunOutcome};
+use crate::run_report::{RunLedger, RunOutcome, last_line};
 use crate::scheduler::Scheduler;
 use crate::task_state::TaskState;
 use crate::worker_timeline::{WorkerExit, WorkerSummary, WorkerTimeline};
@@ -40,6 +45,9 @@ pub struct RunSnapshot {
     /// Round trips (task, seconds) of the blocks completed since the last
     /// tick, for live metrics.
     pub round_trips: Vec<(TaskIndex, f64)>,
+    /// The bounded live detail (blocks returned since the last tick, live
+    /// workers, last failures, pace), for a dashboard.
+    pub live: LiveDetail,
 }
 
 /// One managed worker.
@@ -177,6 +185,9 @@ pub struct State<H> {
     /// Workers whose warm start failed, to be started cold by the main
     /// loop (their slots exist).
     pub start_cold: Vec<u32>,
+    /// Blocks returned since the last tick and the workers' last peak RSS
+    /// (drained by `snapshot`).
+    pub live: LiveWindow,
 }
 
 /// The state and the notification that wakes acquires waiting for a block
@@ -211,6 +222,7 @@ impl<H> State<H> {
             recent_round_trips: Vec::new(),
             launchers: (0..n).map(|_| LauncherSlot::default()).collect(),
             start_cold: Vec::new(),
+            live: LiveWindow::new(n),
         }
     }
 
@@ -240,10 +252,26 @@ impl<H> State<H> {
             .map(|(k, _)| *k)
             .collect();
         for key in keys {
-            self.outstanding.remove(&key);
+            if let Some(out) = self.outstanding.remove(&key) {
+                self.note_bar(key, &out, BarOutcome::Lost);
+            }
             self.ledger
                 .fail(&mut self.scheduler, key, worker, why.to_string());
         }
+    }
+
+    /// Block `key`, just removed from `outstanding` as `out`, left its
+    /// worker now: one bar of the live timeline.
+    pub fn note_bar(&mut self, key: BlockKey, out: &Outstanding, outcome: BarOutcome) {
+        let spatial_id = self.scheduler.graph().block(key).spatial_id;
+        self.live.bar(BlockBar {
+            task: key.task,
+            worker: out.worker,
+            spatial_id,
+            start: out.sent_wall,
+            end: wall_clock().max(out.sent_wall),
+            outcome,
+        });
     }
 
     /// Give up `task` (and orphan its downstream tasks): blocks of
@@ -284,6 +312,81 @@ impl<H> State<H> {
                 .map(|t| self.scheduler.task_state(t).worker_restart_count as u32)
                 .collect(),
             round_trips: std::mem::take(&mut self.recent_round_trips),
+            live: self.live_detail(),
+        }
+    }
+
+    /// The live detail now; drains the bars.
+    fn live_detail(&mut self) -> LiveDetail {
+        let now = Instant::now();
+        let (bars, bars_dropped) = self.live.take_bars();
+        let mut holding: HashMap<u32, (u64, f64)> = HashMap::new();
+        for (key, out) in &self.outstanding {
+            if let Some(id) = out.worker {
+                let spatial_id = self.scheduler.graph().block(*key).spatial_id;
+                holding.insert(id, (spatial_id, out.sent_wall));
+            }
+        }
+        let n = self.scheduler.pipeline().len();
+        let mut busy = vec![(0.0f64, 0.0f64, false); n];
+        let mut workers = Vec::new();
+        for (id, w) in &self.workers {
+            let t = w.flags.task as usize;
+            let timeline = self.timelines.get(id);
+            if let (Some(tl), Some(acc)) = (timeline, busy.get_mut(t)) {
+                let (b, a) = tl.busy_and_alive(now);
+                *acc = (acc.0 + b, acc.1 + a, true);
+            }
+            if !w.flags.alive {
+                continue;
+            }
+            let (blocks_done, blocks_failed) = timeline.map(|tl| tl.blocks()).unwrap_or_default();
+            let held = holding.get(id);
+            workers.push(WorkerNow {
+                worker_id: *id,
+                task: w.flags.task,
+                block: held.map(|h| h.0),
+                since: held.map(|h| h.1),
+                last_peak_rss: self.live.last_peak_rss(*id),
+                blocks_done,
+                blocks_failed,
+            });
+        }
+        let all = self.ledger.failures();
+        let failures = all[all.len().saturating_sub(MAX_RECENT_FAILURES)..]
+            .iter()
+            .map(|f| RecentFailure {
+                task: f.task,
+                spatial_id: f.spatial_id,
+                worker: f.worker_id,
+                message: last_line(&f.reason),
+            })
+            .collect();
+        let tasks = (0..n)
+            .map(|t| {
+                let s = self.scheduler.task_state(t as TaskIndex);
+                let remaining = s
+                    .total_block_count
+                    .saturating_sub(s.completed_count + s.failed_count + s.orphaned_count);
+                let done = s.completed_count.saturating_sub(s.skipped_count);
+                let (blocks_per_second, eta_seconds) =
+                    self.live.pace(t as TaskIndex, now, done, remaining);
+                let (b, a, any) = busy[t];
+                TaskPace {
+                    blocks_per_second,
+                    eta_seconds,
+                    utilisation: (any && a > 0.0).then(|| b / a),
+                }
+            })
+            .collect();
+        LiveDetail {
+            now: wall_clock(),
+            bars,
+            bars_dropped,
+            workers,
+            failures,
+            failures_total: all.len() as u64,
+            tasks,
         }
     }
 
@@ -453,5 +556,51 @@ mod tests {
         assert_eq!(first.round_trips, vec![(0, 0.5)]);
         assert!(st.snapshot().round_trips.is_empty());
         assert_eq!(first.workers, vec![0, 0]);
+    }
+
+    #[test]
+    fn a_snapshot_carries_the_bounded_live_detail() {
+        let mut st = state();
+        st.workers.insert(
+            3,
+            WorkerSlot {
+                flags: WorkerFlags {
+                    task: 0,
+                    alive: true,
+                    ..WorkerFlags::default()
+                },
+                pid: None,
+                expected_exit: None,
+                stop: Vec::new(),
+                hang_up: CancellationToken::new(),
+            },
+        );
+        st.timelines.insert(
+            3,
+            WorkerTimeline::new(3, Instant::now(), crate::worker_timeline::StartKind::Cold),
+        );
+        let held = hand_out(&mut st, 0, 1);
+        st.outstanding.get_mut(&held).unwrap().worker = Some(3);
+        let lost = hand_out(&mut st, 0, 2);
+        st.reclaim(|o| o.conn == 2, None, "first line\nthe connection closed");
+        st.live.peak_rss(3, 1234);
+        let snap = st.snapshot();
+        let live = &snap.live;
+        assert_eq!(live.bars.len(), 1, "the lost block is a bar");
+        let bar = &live.bars[0];
+        assert_eq!(bar.outcome, BarOutcome::Lost);
+        assert_eq!(bar.spatial_id, st.scheduler.graph().block(lost).spatial_id);
+        assert!(bar.end >= bar.start);
+        assert_eq!(live.workers.len(), 1);
+        let w = &live.workers[0];
+        assert_eq!(w.worker_id, 3);
+        assert_eq!(w.block, Some(st.scheduler.graph().block(held).spatial_id));
+        assert_eq!(w.last_peak_rss, Some(1234));
+        assert_eq!(live.failures_total, 1);
+        assert_eq!(live.failures[0].message, "the connection closed");
+        assert_eq!(live.tasks.len(), 2);
+        assert!(live.tasks[0].utilisation.is_some(), "task 0 has a worker");
+        assert_eq!(live.tasks[1].utilisation, None, "task 1 has none");
+        assert!(st.snapshot().live.bars.is_empty(), "bars are drained");
     }
 }

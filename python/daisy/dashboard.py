@@ -1,0 +1,612 @@
+"""A live view of a running run in the browser.
+
+``run_blockwise(..., dashboard_port=8787)`` serves, while the run goes,
+a page at ``http://HOST:8787/`` and its data at ``/status.json``. The page is self-contained
+(bokeh's inline resources, no network) and polls ``/status.json`` every
+second: per task the blocks done, failed, orphaned and pending with the
+throughput, an ETA and the utilisation so far; a timeline of the blocks
+returned in the last `WINDOW_SECONDS` per worker, coloured by outcome;
+every live worker's current block, its age and the worker's last peak RSS;
+the last failed attempts. When the run ends, the page says so and shows the
+final summary, and the server stops.
+
+Every figure comes from the core's snapshot of each server tick (the one
+that feeds the progress bars and the Prometheus metrics, see
+`daisy._daisy.LiveDetail`); this module keeps only the latest ticks that
+hold the last `MAX_BARS` block bars, and serialises them when asked. With ``metrics_port`` equal
+to ``dashboard_port``, the same server answers ``/metrics`` too. Other
+paths get 404, malformed or oversized requests 400.
+
+``/status.json`` (``"schema": 1``; a key removed or renamed increments it)::
+
+    schema, running, finished, started_at, now     (times: seconds since the epoch)
+    tasks: [{task_id, total, done, skipped, failed, orphaned, pending,
+             processing, workers, failed_attempts, restarts,
+             blocks_per_second, eta_seconds, utilisation}]
+    timeline: {window_seconds, shown, dropped,
+               bars: {task_id, worker_id, block, start, end, outcome}}
+    workers: [{worker_id, task_id, block, age_seconds,
+               last_peak_rss_bytes, blocks_done, blocks_failed}]
+    failures: {total, last: [{task_id, block, worker_id, message}]}
+    summary: null while running; then {outcome, finished_at,
+             tasks: [{task_id, outcome, done, failed, orphaned,
+                      utilisation, seconds}]}
+
+``tasks`` is empty until the run's first tick (a few milliseconds after its
+start). ``done`` counts skipped blocks too; ``pending`` is every block not yet
+handed out (waiting for upstream blocks, or ready); ``done + failed +
+orphaned + pending + processing == total``. A bar's ``outcome`` is
+``done``, ``failed``, ``timed out`` or ``lost`` (its worker died).
+``blocks_per_second`` is over the last 30 s, ``eta_seconds`` the blocks
+left at that pace (null while nothing completes), ``utilisation`` the
+seconds the task's workers spent on blocks over the seconds they lived so
+far (null without workers).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import html
+import http.server
+import json
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from http import HTTPStatus
+from typing import Any
+
+from daisy._daisy import LiveDetail, TaskState
+from daisy.run_report import RunReport
+
+logger = logging.getLogger(__name__)
+
+#: version of the ``/status.json`` schema (RUN_STATS.md); a change that
+#: removes or renames a key increments it
+SCHEMA = 1
+#: the span of the timeline, seconds back from now
+WINDOW_SECONDS = 300.0
+#: the most block bars kept (and shipped) for the timeline: the latest ones
+MAX_BARS = 5000
+#: the most live workers listed
+MAX_WORKERS_LISTED = 200
+#: milliseconds between the page's polls
+POLL_MS = 1000
+#: after the run, how long a page that was polling is waited for to fetch
+#: the final state before the server stops, seconds
+LINGER_SECONDS = 2.5
+
+
+def _pace(live: LiveDetail | None, n: int) -> list[tuple[float, float | None, float | None]]:
+    pace = live.pace() if live is not None else []
+    return pace if len(pace) == n else [(0.0, None, None)] * n
+
+
+class Dashboard:
+    """Serves the live page and ``/status.json`` of one run on ``addr``:
+    ``port`` (0: a free port) from a daemon thread, until `close`.
+
+    ``registry`` (a prometheus-client registry) is served at ``/metrics``
+    too. Fed by `update` on every server tick and by `finish` once the run
+    ended.
+    """
+
+    def __init__(
+        self,
+        port: int,
+        task_ids: Sequence[str],
+        addr: str = "127.0.0.1",
+        registry: Any = None,
+    ) -> None:
+        self._order = list(task_ids)
+        self._lock = threading.Lock()
+        # the ticks with block bars, newest last, holding `_kept` bars: the
+        # fewest ticks that hold the latest MAX_BARS bars of the window
+        self._ticks: collections.deque[LiveDetail] = collections.deque()
+        self._kept = 0
+        self._dropped = 0
+        self._states: list[TaskState] = []
+        self._workers: list[int] = [0] * len(self._order)
+        self._restarts: list[int] = [0] * len(self._order)
+        self._live: LiveDetail | None = None
+        self._started_at = time.time()
+        self._summary: dict[str, Any] | None = None
+        self._last_poll: float | None = None
+        self._final_served = threading.Event()
+        self._registry = registry
+        self._page = page_html().encode()
+        # the stdlib's threading server: one daemon thread per connection,
+        # so a slow or hostile client never holds up another, nor the run
+        # (whose thread only takes the lock to swap in a snapshot); no new
+        # dependency, and requests are parsed by http.server's hardened
+        # parser (bounded lines and header counts)
+        handler = type("Handler", (_Handler,), {"dashboard": self})
+        try:
+            self._server = _Server((addr, port), handler)
+        except OSError as e:
+            raise OSError(
+                f"dashboard_port: cannot serve the dashboard on {addr}:{port}: {e}"
+            ) from None
+        self.port: int = self._server.server_address[1]
+        # a short poll interval: `close` (at the run's end) waits for the
+        # serving loop to notice, and a run should not end half a second late
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="daisy-dashboard",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def update(
+        self,
+        states: Sequence[TaskState],
+        workers: Sequence[int],
+        restarts: Sequence[int],
+        live: LiveDetail,
+    ) -> None:
+        """Fold one server tick in: its counts, and its block bars into the
+        ring."""
+        with self._lock:
+            self._states = list(states)
+            self._workers = list(workers)
+            self._restarts = list(restarts)
+            self._live = live
+            self._dropped += live.bars_dropped
+            n = len(live)
+            if n:
+                # the tick's bars stay in the core's object, converted only
+                # when a page asks: a tick costs an append
+                self._ticks.append(live)
+                self._kept += n
+            while self._ticks and (
+                self._kept - len(self._ticks[0]) >= MAX_BARS
+                or self._ticks[0].now < live.now - WINDOW_SECONDS
+            ):
+                self._kept -= len(self._ticks.popleft())
+
+    def finish(
+        self,
+        states: dict[str, TaskState] | None,
+        report: RunReport | None,
+        outcome: str,
+    ) -> None:
+        """The run ended (``outcome``: ``"completed"``, ``"failed"``,
+        ``"interrupted"``): the final counts and the run report's summary."""
+        tasks = []
+        for tid in self._order:
+            r = report.tasks.get(tid) if report is not None else None
+            s = states.get(tid) if states is not None else None
+            tasks.append(
+                {
+                    "task_id": tid,
+                    "outcome": r.outcome if r is not None else outcome,
+                    "done": s.completed_count if s is not None else None,
+                    "failed": s.failed_count if s is not None else None,
+                    "orphaned": s.orphaned_count if s is not None else None,
+                    "utilisation": r.utilisation if r is not None else None,
+                    "seconds": (r.finished_at - r.started_at) if r is not None else None,
+                }
+            )
+        with self._lock:
+            if states is not None:
+                self._states = [states[t] for t in self._order if t in states]
+            self._workers = [0] * len(self._order)
+            self._summary = {"outcome": outcome, "finished_at": time.time(), "tasks": tasks}
+
+    def close(self) -> None:
+        """Stop serving. A page that polled lately gets up to
+        `LINGER_SECONDS` to fetch the final state first."""
+        with self._lock:
+            watched = self._last_poll is not None and time.monotonic() - self._last_poll < 5.0
+        if watched and self._summary is not None:
+            self._final_served.wait(LINGER_SECONDS)
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5.0)
+
+    def status(self) -> dict[str, Any]:
+        """What ``/status.json`` serves (its schema: the module's help)."""
+        with self._lock:
+            states, live, summary = self._states, self._live, self._summary
+            workers, restarts = self._workers, self._restarts
+            now = live.now if live is not None and summary is None else time.time()
+            ticks = list(self._ticks)
+            dropped = self._dropped
+            self._last_poll = time.monotonic()
+            if summary is not None:
+                self._final_served.set()
+        cutoff = now - WINDOW_SECONDS
+        bars: list[tuple[str, int | None, int, float, float, str]] = []
+        for tick in reversed(ticks):
+            bars.extend(b for b in reversed(tick.bars()) if b[4] >= cutoff)
+            if len(bars) >= MAX_BARS:
+                break
+        bars = bars[:MAX_BARS][::-1]
+        pace = _pace(live, len(self._order))
+        if summary is not None:
+            # once finished, the run report's utilisation: the final word
+            pace = [(0.0, 0.0, t["utilisation"]) for t in summary["tasks"]]
+        tasks = []
+        for i, s in enumerate(states):
+            rate, eta, util = pace[i]
+            tasks.append(
+                {
+                    "task_id": self._order[i],
+                    "total": s.total_block_count,
+                    "done": s.completed_count,
+                    "skipped": s.skipped_count,
+                    "failed": s.failed_count,
+                    "orphaned": s.orphaned_count,
+                    "pending": s.pending_count + s.ready_count,
+                    "processing": s.processing_count,
+                    "workers": workers[i] if i < len(workers) else 0,
+                    "failed_attempts": s.failed_attempts,
+                    "restarts": restarts[i] if i < len(restarts) else 0,
+                    "blocks_per_second": rate,
+                    "eta_seconds": eta,
+                    "utilisation": util,
+                }
+            )
+        listed = [] if live is None or summary is not None else live.workers()
+        return {
+            "schema": SCHEMA,
+            "running": summary is None,
+            "finished": summary is not None,
+            "started_at": self._started_at,
+            "now": now,
+            "tasks": tasks,
+            "timeline": {
+                "window_seconds": WINDOW_SECONDS,
+                "shown": len(bars),
+                "dropped": dropped,
+                "bars": {
+                    "task_id": [b[0] for b in bars],
+                    "worker_id": [b[1] for b in bars],
+                    "block": [b[2] for b in bars],
+                    "start": [b[3] for b in bars],
+                    "end": [b[4] for b in bars],
+                    "outcome": [b[5] for b in bars],
+                },
+            },
+            "workers": [
+                {
+                    "worker_id": wid,
+                    "task_id": tid,
+                    "block": block,
+                    "age_seconds": None if since is None else max(0.0, now - since),
+                    "last_peak_rss_bytes": rss,
+                    "blocks_done": ok,
+                    "blocks_failed": failed,
+                }
+                for wid, tid, block, since, rss, ok, failed in listed[:MAX_WORKERS_LISTED]
+            ],
+            "failures": {
+                "total": 0 if live is None else live.failures_total,
+                "last": [
+                    {"task_id": tid, "block": sid, "worker_id": wid, "message": msg}
+                    for tid, sid, wid, msg in ([] if live is None else live.failures())
+                ],
+            },
+            "summary": summary,
+        }
+
+    def page(self) -> bytes:
+        """The page (HTML, every script inline)."""
+        return self._page
+
+    def metrics(self) -> bytes | None:
+        """The Prometheus exposition of ``registry``, if one was given."""
+        if self._registry is None:
+            return None
+        from prometheus_client import generate_latest
+
+        data: bytes = generate_latest(self._registry)
+        return data
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    # a dashboard restarted on the same port right after a run binds again
+    allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that hangs up mid-answer is its own business: never a
+        # traceback on the run's stderr
+        logger.debug("daisy dashboard: a request from %s failed", client_address, exc_info=True)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    dashboard: Dashboard
+    # a client that sends nothing is dropped, its thread freed
+    timeout = 10
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path in ("/", "/index.html"):
+            self._send(200, "text/html; charset=utf-8", self.dashboard.page())
+        elif path == "/status.json":
+            body = json.dumps(self.dashboard.status(), allow_nan=False).encode()
+            self._send(200, "application/json", body)
+        elif path == "/metrics" and (metrics := self.dashboard.metrics()) is not None:
+            self._send(200, "text/plain; version=0.0.4; charset=utf-8", metrics)
+        else:
+            self.send_error(
+                HTTPStatus.NOT_FOUND, "not found: the dashboard serves / and /status.json"
+            )
+
+    def do_HEAD(self) -> None:
+        self.send_error(HTTPStatus.METHOD_NOT_ALLOWED)
+
+    def _send(self, code: int, kind: str, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # a request line or header too long, or too many headers, is a bad
+        # request like any other
+        if code in (HTTPStatus.REQUEST_URI_TOO_LONG, HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE):
+            code, message = HTTPStatus.BAD_REQUEST, message or "request too large"
+            self.close_connection = True
+        if self.request_version == "HTTP/0.9":
+            # a request line http.server could not parse: answered with a
+            # status line all the same (no browser speaks HTTP/0.9)
+            self.request_version = "HTTP/1.0"
+            self.close_connection = True
+        super().send_error(code, message, explain)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("daisy dashboard: " + format, *args)
+
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.2em; color: #222; }
+h1 { font-size: 1.3em; margin: 0 0 0.3em 0; }
+h2 { font-size: 1.05em; margin: 1.2em 0 0.3em 0; }
+#run-state { font-weight: 600; }
+#run-state.finished { color: #1a7f37; } #run-state.lost { color: #b42318; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+th, td { padding: 2px 10px; border-bottom: 1px solid #ddd; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+#failures li { font-family: monospace; font-size: 0.9em; }
+#summary { white-space: pre-wrap; font-family: monospace; }
+"""
+
+_SCRIPT = """
+(function () {
+  const POLL_MS = %(poll)d;
+  const COLOURS = {"done": "#2ca02c", "failed": "#d62728", "timed out": "#ff7f0e",
+                   "lost": "#7f7f7f"};
+  const d = window.daisyDashboard = {updates: 0, last: null, misses: 0};
+  const $ = (id) => document.getElementById(id);
+  const num = (x) => x == null ? "\\u2014" : Number(x).toLocaleString("en-US");
+  const secs = (s) => {
+    if (s == null) return "\\u2014";
+    if (s < 10) return s.toFixed(1) + "s";
+    s = Math.round(s);
+    const h = Math.floor(s / 3600), m = Math.floor((s %% 3600) / 60), r = s %% 60;
+    const two = (x) => String(x).padStart(2, "0");
+    return h ? `${h}h${two(m)}m` : m ? `${m}m${two(r)}s` : `${r}s`;
+  };
+  const pct = (u) => u == null ? "\\u2014" : (100 * u).toFixed(0) + "%%";
+  const bytes = (b) => b == null ? "\\u2014" : (b / 2 ** 20).toFixed(1) + " MiB";
+  function cell(row, text, id) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (id) td.id = id;
+    row.appendChild(td);
+  }
+  function fill(tbody, rows) {
+    tbody.replaceChildren(...rows.map((cells) => {
+      const tr = document.createElement("tr");
+      for (const [text, id] of cells) cell(tr, text, id);
+      return tr;
+    }));
+  }
+  function source() {
+    for (const doc of (window.Bokeh ? Bokeh.documents : [])) {
+      const m = doc.get_model_by_name("dashboard_bars");
+      if (m) return m;
+    }
+    return null;
+  }
+  function render(st) {
+    const state = $("run-state");
+    const updated = new Date(st.now * 1000).toLocaleTimeString();
+    if (st.finished) {
+      state.textContent = `finished (${st.summary.outcome}) at ${updated}`;
+      state.className = "finished";
+    } else {
+      state.textContent = `running \\u2014 updated ${updated}`;
+      state.className = "";
+    }
+    fill($("tasks"), st.tasks.map((t) => [
+      [t.task_id], [num(t.done), "done-" + t.task_id], [num(t.failed), "failed-" + t.task_id],
+      [num(t.orphaned), "orphaned-" + t.task_id], [num(t.pending), "pending-" + t.task_id],
+      [num(t.processing)], [num(t.total)], [num(t.workers)],
+      [t.blocks_per_second.toFixed(1)], [st.finished ? "done" : secs(t.eta_seconds)],
+      [pct(t.utilisation)],
+    ]));
+    fill($("workers"), st.workers.map((w) => [
+      [String(w.worker_id)], [w.task_id], [w.block == null ? "waiting" : String(w.block)],
+      [secs(w.age_seconds)], [bytes(w.last_peak_rss_bytes)], [num(w.blocks_done)],
+      [num(w.blocks_failed)],
+    ]));
+    $("workers-note").textContent = st.workers.length ? "" : "no live workers";
+    const fl = $("failures");
+    fl.replaceChildren(...st.failures.last.slice().reverse().map((f) => {
+      const li = document.createElement("li");
+      const who = f.worker_id == null ? "" : `, worker ${f.worker_id}`;
+      li.textContent = `${f.task_id} block ${f.block}${who}: ${f.message}`;
+      return li;
+    }));
+    $("failures-total").textContent = `${num(st.failures.total)} failed attempts so far`;
+    const tl = st.timeline, b = tl.bars, t0 = st.started_at;
+    const src = source();
+    if (src) {
+      src.data = {
+        left: b.start.map((x) => x - t0), right: b.end.map((x) => x - t0),
+        bottom: b.worker_id.map((w) => (w == null ? -1 : w) - 0.4),
+        top: b.worker_id.map((w) => (w == null ? -1 : w) + 0.4),
+        color: b.outcome.map((o) => COLOURS[o] || "#999"),
+        task: b.task_id, block: b.block, outcome: b.outcome,
+        worker: b.worker_id.map((w) => w == null ? "client" : String(w)),
+      };
+    }
+    $("timeline-note").textContent =
+      `${num(tl.shown)} blocks returned in the last ${secs(tl.window_seconds)} (the latest ` +
+      `${num(%(max_bars)d)} at most)` + (tl.dropped ? `; ${num(tl.dropped)} not drawn` : "");
+    if (st.finished) {
+      $("summary").textContent = st.summary.tasks.map((t) =>
+        `${t.task_id}: ${t.outcome}, ${num(t.done)} done, ${num(t.failed)} failed, ` +
+        `${num(t.orphaned)} orphaned in ${secs(t.seconds)}; utilisation ${pct(t.utilisation)}`
+      ).join("\\n");
+    }
+  }
+  async function poll() {
+    let st = null;
+    try {
+      const r = await fetch("status.json", {cache: "no-store"});
+      if (r.ok) st = await r.json();
+    } catch (e) {
+      st = null;
+    }
+    if (st == null) {
+      d.misses += 1;
+      if (d.misses >= 3) {
+        const state = $("run-state");
+        state.textContent = "the run's server no longer answers (the run ended or stopped)";
+        state.className = "lost";
+        return;
+      }
+    } else {
+      d.misses = 0;
+      render(st);
+      d.last = st;
+      d.updates += 1;
+      if (st.finished) return;
+    }
+    setTimeout(poll, POLL_MS);
+  }
+  poll();
+})();
+"""
+
+
+@functools.cache
+def page_html() -> str:
+    """The dashboard page: the tables and the timeline, bokeh inline, and
+    the script that polls ``status.json`` (built once per process: it is
+    the same for every run)."""
+    try:
+        import bokeh.embed
+        import bokeh.models
+        import bokeh.plotting
+        import bokeh.resources
+    except ImportError:
+        raise ImportError(
+            "dashboard_port: the dashboard needs bokeh; pip install bokeh (or daisy[report])"
+        ) from None
+    src = bokeh.models.ColumnDataSource(
+        name="dashboard_bars",
+        data={
+            k: []
+            for k in (
+                "left",
+                "right",
+                "bottom",
+                "top",
+                "color",
+                "task",
+                "block",
+                "outcome",
+                "worker",
+            )
+        },
+    )
+    fig = bokeh.plotting.figure(
+        height=320,
+        sizing_mode="stretch_width",
+        x_axis_label="seconds since the run started",
+        y_axis_label="worker",
+        tools="xpan,xwheel_zoom,reset,save",
+        toolbar_location="above",
+    )
+    fig.quad(
+        source=src,
+        left="left",
+        right="right",
+        bottom="bottom",
+        top="top",
+        fill_color="color",
+        line_color=None,
+    )
+    # one row per worker id: integer ticks only
+    fig.yaxis.ticker = bokeh.models.AdaptiveTicker(min_interval=1.0)
+    fig.yaxis.minor_tick_line_color = None
+    fig.add_tools(
+        bokeh.models.HoverTool(
+            tooltips=[
+                ("task", "@task"),
+                ("block", "@block"),
+                ("worker", "@worker"),
+                ("outcome", "@outcome"),
+            ]
+        )
+    )
+    script, div = bokeh.embed.components(fig)
+    # bokeh's own bundle only (a figure needs no widgets, tables or GL):
+    # a third of the size of every bundle inline
+    resources = bokeh.resources.Resources(mode="inline", components=["bokeh"]).render()
+    head = "".join(
+        f"<th>{html.escape(h)}</th>"
+        for h in (
+            "task",
+            "done",
+            "failed",
+            "orphaned",
+            "pending",
+            "processing",
+            "total",
+            "workers",
+            "blocks/s",
+            "ETA",
+            "utilisation",
+        )
+    )
+    whead = "".join(
+        f"<th>{html.escape(h)}</th>"
+        for h in ("worker", "task", "block", "age", "last peak RSS", "done", "failed")
+    )
+    code = _SCRIPT % {"poll": POLL_MS, "max_bars": MAX_BARS}
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>daisy: live run</title>
+<link rel="icon" href="data:,">
+<style>{_STYLE}</style>
+{resources}
+{script}
+</head><body>
+<h1>daisy: live run</h1>
+<div id="run-state">connecting</div>
+<h2>Tasks</h2>
+<table><thead><tr>{head}</tr></thead><tbody id="tasks"></tbody></table>
+<h2>Timeline</h2>
+<div id="timeline-note"></div>
+{div}
+<h2>Workers</h2>
+<table><thead><tr>{whead}</tr></thead><tbody id="workers"></tbody></table>
+<div id="workers-note"></div>
+<h2>Last failures</h2>
+<div id="failures-total"></div>
+<ul id="failures"></ul>
+<h2>Summary</h2>
+<div id="summary">the run is going; its summary shows here when it ends</div>
+<script>{code}</script>
+</body></html>
+"""
