@@ -6,10 +6,12 @@
 //!
 //! ## Who does what
 //! * The server starts a task's launcher ([`supervision::spawn_launcher`])
-//!   from the task's `launcher` command when the task (or one upstream of
-//!   it) first needs a worker, so a downstream task's launcher loads while
-//!   the upstream task runs. It is a fresh process, never a fork of the
-//!   threaded driver.
+//!   from the task's `launcher` command when the task first needs a worker,
+//!   or earlier, once the task before it has begun (its launcher is ready,
+//!   or its first worker started cold): a downstream task's launcher then
+//!   loads while the upstream task runs, and never competes with the
+//!   launcher the run is waiting for. It is a fresh process, never a fork
+//!   of the threaded driver.
 //! * The launcher (daisy's `daisy._launcher`) loads the payload, checks it
 //!   has no threads that would make forking unsafe, and says `ready`, or
 //!   `cold` with the reason it cannot fork.
@@ -108,14 +110,19 @@ pub fn request<H>(st: &mut State<H>, task: TaskIndex, req: ForkRequest) {
     }
 }
 
-/// Make sure task `task` and every task after it in pipeline order that
-/// asks for warm starts and is not finished has a launcher (started at the
-/// next [`start_wanted`]): a downstream task's launcher then loads its
-/// function while the upstream task runs.
-pub fn prewarm<H>(st: &mut State<H>, task: TaskIndex) {
-    for t in task..st.scheduler.pipeline().len() as TaskIndex {
+/// Work has begun at task `task` (its first worker started cold, or its
+/// launcher is ready): start the launcher of the next task after it in
+/// pipeline order that asks for warm starts, is not finished and has none
+/// yet (at the next [`start_wanted`]), so that it loads its function while
+/// this one works. One at a time: two launchers importing at once on a
+/// small node would slow the one the run is waiting for.
+pub fn prewarm_next<H>(st: &mut State<H>, task: TaskIndex) {
+    for t in task + 1..st.scheduler.pipeline().len() as TaskIndex {
         if st.warm_wanted(t) && !st.scheduler.is_task_finished(t) {
-            want(st, t);
+            if matches!(st.launchers[t as usize].phase, LauncherPhase::Unused) {
+                want(st, t);
+            }
+            return;
         }
     }
 }
@@ -302,8 +309,12 @@ impl<H: 'static> Session<H> {
                         match reply {
                             Reply::Ready => {
                                 ready = true;
-                                self.shared.0.borrow_mut().launchers[self.task as usize]
-                                    .startup = Some(self.started.elapsed().as_secs_f64());
+                                {
+                                    let mut st = self.shared.0.borrow_mut();
+                                    st.launchers[self.task as usize].startup =
+                                        Some(self.started.elapsed().as_secs_f64());
+                                    prewarm_next(&mut st, self.task);
+                                }
                                 for req in std::mem::take(&mut ledger.queued) {
                                     self.send(&stream, req, &mut ledger).await?;
                                 }

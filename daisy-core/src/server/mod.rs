@@ -341,9 +341,9 @@ fn staff<H>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
 
 /// Start one worker of `task`: asked of the task's launcher (a warm
 /// start) where it has one, else a fresh process (a cold start); its exit
-/// is reported on `exit_tx` either way. Starting any worker also starts
-/// the launchers of this task and the ones after it (see
-/// [`launcher::prewarm`]).
+/// is reported on `exit_tx` either way. A cold start also starts the next
+/// task's launcher (see [`launcher::prewarm_next`]); a warm one does so
+/// when its launcher is ready.
 fn start_worker<H>(
     st: &mut State<H>,
     task: TaskIndex,
@@ -406,7 +406,9 @@ fn start_worker<H>(
     }
     st.next_worker_id += 1;
     st.scheduler.task_state_mut(task).worker_start_count += 1;
-    launcher::prewarm(st, task);
+    if !warm {
+        launcher::prewarm_next(st, task);
+    }
     Ok(())
 }
 
