@@ -142,6 +142,11 @@ def fork_unsafe_reason() -> str | None:
     )
 
 
+def say(sock: socket.socket, **message: Any) -> None:
+    """Send one JSON line to the server."""
+    sock.sendall(json.dumps(message).encode() + b"\n")
+
+
 class Launcher:
     """One task's launcher: the loaded function and the conversation with
     the server."""
@@ -158,7 +163,7 @@ class Launcher:
 
     def say(self, **message: Any) -> None:
         """Send one line to the server."""
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
+        say(self.sock, **message)
 
     def serve(self) -> None:
         """Answer requests until the server closes the socket."""
@@ -270,7 +275,7 @@ def main() -> int:
     except BaseException as e:
         traceback.print_exc()
         failed = f"the task's function did not load in the launcher: {type(e).__name__}: {e}"
-        sock.sendall(json.dumps({"event": "cold", "reason": failed}).encode() + b"\n")
+        say(sock, event="cold", reason=failed)
         return 0
     del payload
     preload([function, post_check])

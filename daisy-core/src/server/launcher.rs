@@ -231,20 +231,20 @@ struct Ledger {
 impl<H: 'static> Session<H> {
     async fn run(
         self,
-        mut spawned: supervision::SpawnedLauncher,
+        spawned: supervision::SpawnedLauncher,
         mut requests: mpsc::UnboundedReceiver<ForkRequest>,
     ) {
-        let ended = self.converse(&spawned.socket, &mut requests).await;
-        // close our end: a launcher still running sees the end of its
-        // socket and leaves
-        drop(spawned.socket);
+        let supervision::SpawnedLauncher { mut child, socket } = spawned;
+        // our end of the socket closes as `converse` returns: a launcher
+        // still running sees the end of its socket and leaves
+        let ended = self.converse(socket, &mut requests).await;
         match ended {
             Ok(never_forked) => {
                 // the run ended before these were forked: they never ran
                 for id in never_forked {
                     let _ = self.exit_tx.send((id, None));
                 }
-                let left = tokio::time::timeout(LAUNCHER_GRACE, spawned.child.wait()).await;
+                let left = tokio::time::timeout(LAUNCHER_GRACE, child.wait()).await;
                 if left.is_ok() {
                     self.reaped();
                     return;
@@ -252,8 +252,8 @@ impl<H: 'static> Session<H> {
             }
             Err((reason, ledger)) => self.fail(&reason, ledger, &mut requests),
         }
-        let _ = spawned.child.start_kill();
-        let _ = spawned.child.wait().await;
+        let _ = child.start_kill();
+        let _ = child.wait().await;
         self.reaped();
     }
 
@@ -269,14 +269,13 @@ impl<H: 'static> Session<H> {
     /// cold, dies or misbehaves (`Err` with the reason and what was left).
     async fn converse(
         &self,
-        socket: &std::os::unix::net::UnixStream,
+        socket: std::os::unix::net::UnixStream,
         requests: &mut mpsc::UnboundedReceiver<ForkRequest>,
     ) -> Result<Vec<u32>, (String, Ledger)> {
         let mut ledger = Ledger::default();
         let stream = match socket
             .set_nonblocking(true)
-            .and_then(|()| socket.try_clone())
-            .and_then(UnixStream::from_std)
+            .and_then(|()| UnixStream::from_std(socket))
         {
             Ok(s) => s,
             Err(e) => return Err((format!("its socket is unusable: {e}"), ledger)),
@@ -361,7 +360,10 @@ impl<H: 'static> Session<H> {
             Ok(l) => l,
             Err(e) => {
                 ledger.queued.push(req);
-                return Err((format!("a request could not be written: {e}"), take(ledger)));
+                return Err((
+                    format!("a request could not be written: {e}"),
+                    std::mem::take(ledger),
+                ));
             }
         };
         line.push(b'\n');
@@ -381,7 +383,7 @@ impl<H: 'static> Session<H> {
                     ledger.queued.push(req);
                     return Err((
                         format!("a request for worker {id} could not be sent: {e}"),
-                        take(ledger),
+                        std::mem::take(ledger),
                     ));
                 }
             }
@@ -428,10 +430,6 @@ impl<H: 'static> Session<H> {
         }
         go_cold(&mut st, self.task, reason, unserved);
     }
-}
-
-fn take(ledger: &mut Ledger) -> Ledger {
-    std::mem::take(ledger)
 }
 
 /// `sendmsg` of `data` with `fds` attached (`SCM_RIGHTS`); the bytes sent.

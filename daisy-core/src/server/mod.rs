@@ -44,7 +44,6 @@ pub use self::state::RunSnapshot;
 pub use crate::run_report::{FailureNote, RunOutcome};
 
 use self::connection::Listener;
-
 use self::policy::Staffing;
 use self::state::{ExitEvent, ForkRequest, LauncherPhase, Shared, State, WorkerSlot};
 use crate::block::TaskIndex;
@@ -58,7 +57,6 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc};
-use tokio_util::sync::CancellationToken;
 
 /// How often the main loop sweeps timeouts, starts workers and calls the
 /// tick hook: short enough that Ctrl-C and a hung block are acted on well
@@ -354,20 +352,7 @@ fn start_worker<H>(
     }
     let id = st.next_worker_id;
     let warm = st.warm_wanted(task);
-    st.workers.insert(
-        id,
-        WorkerSlot {
-            flags: policy::WorkerFlags {
-                task,
-                alive: true,
-                ..policy::WorkerFlags::default()
-            },
-            pid: None,
-            expected_exit: None,
-            stop: Vec::new(),
-            hang_up: CancellationToken::new(),
-        },
-    );
+    st.workers.insert(id, WorkerSlot::starting(task));
     let kind = if warm {
         StartKind::Warm
     } else {
@@ -377,14 +362,8 @@ fn start_worker<H>(
         .insert(id, WorkerTimeline::new(id, Instant::now(), kind));
     let started = if warm {
         let task_id = st.task_id(task);
-        let context = worker_context(st, task, id);
-        let launch = supervision::Launch {
-            task_id: &task_id,
-            worker_id: id,
-            context: context.clone(),
-            log_dir: &st.config.log_dir,
-            log_mode: st.config.log_mode,
-        };
+        let launch = launch(st, &task_id, id);
+        let context = launch.context.clone();
         supervision::worker_outputs(&launch).map(|outputs| {
             launcher::request(
                 st,
@@ -426,21 +405,28 @@ fn start_cold_queue<H>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEv
     }
 }
 
-/// The `DAISY_CONTEXT` of worker `id` of `task`.
-fn worker_context<H>(st: &State<H>, task: TaskIndex, id: u32) -> String {
+/// What worker `id` of task `task_id` is told and where its
+/// output goes, however it is started.
+fn launch<'a, H>(st: &'a State<H>, task_id: &'a str, id: u32) -> supervision::Launch<'a> {
     let host = st
         .config
         .advertise_host
         .clone()
         .unwrap_or_else(|| st.addr.ip().to_string());
-    supervision::context_json(
-        &host,
-        st.addr.port(),
-        &st.task_id(task),
-        id,
-        &st.config.token,
-        &st.config.log_dir,
-    )
+    supervision::Launch {
+        task_id,
+        worker_id: id,
+        context: supervision::context_json(
+            &host,
+            st.addr.port(),
+            task_id,
+            id,
+            &st.config.token,
+            &st.config.log_dir,
+        ),
+        log_dir: &st.config.log_dir,
+        log_mode: st.config.log_mode,
+    }
 }
 
 /// Start the process of worker `id` (whose slot exists) cold, from its
@@ -458,14 +444,7 @@ fn start_cold<H>(
         return Ok(());
     };
     let task_id = st.task_id(task);
-    let launch = supervision::Launch {
-        task_id: &task_id,
-        worker_id: id,
-        context: worker_context(st, task, id),
-        log_dir: &st.config.log_dir,
-        log_mode: st.config.log_mode,
-    };
-    let mut spawned = supervision::spawn(cmd, &launch)?;
+    let mut spawned = supervision::spawn(cmd, &launch(st, &task_id, id))?;
     if let Some(tl) = st.timelines.get_mut(&id) {
         tl.restart_at(Instant::now(), StartKind::Cold);
     }

@@ -68,6 +68,21 @@ pub struct WorkerSlot {
 }
 
 impl WorkerSlot {
+    /// A worker of `task` being started: alive, no process id yet.
+    pub fn starting(task: TaskIndex) -> Self {
+        Self {
+            flags: WorkerFlags {
+                task,
+                alive: true,
+                ..WorkerFlags::default()
+            },
+            pid: None,
+            expected_exit: None,
+            stop: Vec::new(),
+            hang_up: CancellationToken::new(),
+        }
+    }
+
     /// Kill the worker's process group and cancel its remote part.
     pub fn kill(&self) {
         supervision::kill(self.pid, &self.stop);
@@ -522,20 +537,7 @@ mod tests {
     fn abandoning_drops_its_blocks_orphans_downstream_and_retires_its_workers() {
         let mut st = state();
         hand_out(&mut st, 0, 1);
-        st.workers.insert(
-            7,
-            WorkerSlot {
-                flags: WorkerFlags {
-                    task: 0,
-                    alive: true,
-                    ..WorkerFlags::default()
-                },
-                pid: None,
-                expected_exit: None,
-                stop: Vec::new(),
-                hang_up: CancellationToken::new(),
-            },
-        );
+        st.workers.insert(7, WorkerSlot::starting(0));
         st.abandon(0, "its workers kept dying".into());
         assert!(st.outstanding.is_empty(), "a late release will be refused");
         assert!(st.workers[&7].flags.retire);
@@ -561,20 +563,7 @@ mod tests {
     #[test]
     fn a_snapshot_carries_the_bounded_live_detail() {
         let mut st = state();
-        st.workers.insert(
-            3,
-            WorkerSlot {
-                flags: WorkerFlags {
-                    task: 0,
-                    alive: true,
-                    ..WorkerFlags::default()
-                },
-                pid: None,
-                expected_exit: None,
-                stop: Vec::new(),
-                hang_up: CancellationToken::new(),
-            },
-        );
+        st.workers.insert(3, WorkerSlot::starting(0));
         st.timelines.insert(
             3,
             WorkerTimeline::new(3, Instant::now(), crate::worker_timeline::StartKind::Cold),
