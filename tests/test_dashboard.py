@@ -6,6 +6,7 @@ with every other host unreachable, updates and ends with the final state.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import shutil
@@ -80,6 +81,37 @@ def slow_block(b: daisy.Block) -> None:
         raise RuntimeError("block seven always fails")
 
 
+def gated_block(b: daisy.Block, gates: tuple[tuple[int, str], ...]) -> None:
+    """``slow_block``, except that a block at or past a gate's index waits
+    until that gate's file exists: the test decides when the run may go on,
+    so what it sees between two updates does not depend on this machine's
+    speed."""
+    for first, path in gates:
+        if b.block_id[1] >= first:
+            deadline = time.time() + DEADLINE
+            while not Path(path).exists() and time.time() < deadline:
+                time.sleep(0.01)
+    slow_block(b)
+
+
+class Gates:
+    """Files that hold back the blocks from given indices on (see
+    ``gated_block``); ``open(i)`` lets the ``i``-th stage go."""
+
+    def __init__(self, directory: Path, firsts: list[int]) -> None:
+        self.paths = [directory / f"gate{i}" for i in range(len(firsts))]
+        self.function = functools.partial(
+            gated_block, gates=tuple((f, str(p)) for f, p in zip(firsts, self.paths, strict=True))
+        )
+
+    def open(self, i: int) -> None:
+        self.paths[i].touch()
+
+    def open_all(self) -> None:
+        for p in self.paths:
+            p.touch()
+
+
 class Run:
     """``run_blockwise`` on a thread; ``result`` once it returned."""
 
@@ -105,10 +137,11 @@ class Run:
 
 def test_status_json_has_the_versioned_schema_and_grows(tmp_path, capsys):
     port = free_port()
+    gates = Gates(tmp_path, [750])
     task = line_task(
         "dash_schema",
         1500,
-        process_function=slow_block,
+        process_function=gates.function,
         max_workers=2,
         resource_tracking=True,
         tracking_path=tmp_path / "store",
@@ -137,7 +170,7 @@ def test_status_json_has_the_versioned_schema_and_grows(tmp_path, capsys):
     while time.time() < deadline and later["running"]:
         later = status(port)
         rss = [w["last_peak_rss_bytes"] for w in later["workers"]]
-        if later["tasks"][0]["done"] > first["tasks"][0]["done"] + 50 and any(rss):
+        if later["tasks"][0]["done"] > first["tasks"][0]["done"] and any(rss):
             break
         time.sleep(0.1)
     assert later["tasks"][0]["done"] > first["tasks"][0]["done"], "the counts grow"
@@ -167,6 +200,7 @@ def test_status_json_has_the_versioned_schema_and_grows(tmp_path, capsys):
     assert later["failures"]["total"] >= 1
     assert later["failures"]["last"][0]["message"] == "RuntimeError: block seven always fails"
     assert later["failures"]["last"][0]["block"] == 7
+    gates.open_all()
     assert not run.join(), "block 7 failed"
     out = capsys.readouterr()
     assert out.err.count(f"daisy: dashboard at http://127.0.0.1:{port}/") == 1
@@ -270,11 +304,14 @@ def test_the_page_updates_in_headless_chromium_and_ends_with_the_final_state(tmp
     if shutil.which("chromium") is None:
         pytest.fail("the browser test needs chromium and chromedriver in PATH")
     port = free_port()
+    # blocks 1000.. wait for the first gate, 2000.. for the second: the page
+    # sees the run in two stages however fast this machine is
+    gates = Gates(tmp_path, [1000, 2000])
     tasks = [
         line_task(
             "segment",
             3000,
-            process_function=slow_block,
+            process_function=gates.function,
             max_workers=2,
             resource_tracking=True,
             tracking_path=tmp_path / "store",
@@ -291,7 +328,8 @@ def test_the_page_updates_in_headless_chromium_and_ends_with_the_final_state(tmp
             "return !!(window.Bokeh && Bokeh.documents.length)"
         ):
             time.sleep(0.05)
-        # two updates with blocks done in between, while the run goes
+        # an update with blocks done, then (the first gate open) a later
+        # update with more done, while the second gate holds the run
         seen: list[dict[str, Any]] = []
         deadline = time.time() + DEADLINE
         while time.time() < deadline:
@@ -299,10 +337,13 @@ def test_the_page_updates_in_headless_chromium_and_ends_with_the_final_state(tmp
             if state and state["last"] and (not seen or state["updates"] > seen[-1]["updates"]):
                 if state["last"]["finished"]:
                     break
-                seen.append(state)
-                if len(seen) >= 2 and shown_counts(seen[-1])[0]["done"] > 0:
-                    if shown_counts(seen[-1])[0]["done"] > shown_counts(seen[0])[0]["done"]:
-                        break
+                if not seen:
+                    if shown_counts(state)[0]["done"] > 0:
+                        seen.append(state)
+                        gates.open(0)
+                elif shown_counts(state)[0]["done"] > shown_counts(seen[0])[0]["done"]:
+                    seen.append(state)
+                    break
             time.sleep(0.05)
         assert len(seen) >= 2, "two updates while the run went"
         live = seen[-1]
@@ -316,6 +357,7 @@ def test_the_page_updates_in_headless_chromium_and_ends_with_the_final_state(tmp
         assert "MiB" in driver.find_element("id", "workers").text, "the workers' last peak RSS"
         ARTIFACTS.mkdir(exist_ok=True)
         driver.save_screenshot(str(ARTIFACTS / "dashboard.png"))
+        gates.open_all()
         assert not run.join(), "block 7 failed"
         final: dict[str, Any] | None = None
         deadline = time.time() + DEADLINE
@@ -338,6 +380,7 @@ def test_the_page_updates_in_headless_chromium_and_ends_with_the_final_state(tmp
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
     finally:
+        gates.open_all()
         driver.quit()
         run.thread.join(DEADLINE)
 
