@@ -91,6 +91,7 @@ fn run(n: usize) -> Figures {
             worker: None,
             launcher: None,
             resource_tracking: false,
+            gpu_tracking: false,
             spawner: "external".into(),
         }],
         resources: BTreeMap::new(),

@@ -19,7 +19,9 @@
 //!   is the forked copy of the driver (a driver holding 400 MB made every
 //!   block read 400 MB). Where `/proc/self/status` cannot be read the figure
 //!   falls back to `ru_maxrss`;
-//! * GPU: reserved, reported as NaN / 0, never as a fake measurement.
+//! * GPU: only for tasks that ask ([`BlockProfiler::with_gpu`]), by the
+//!   [`GpuProfiler`] (NVML, see [`crate::gpu_profile`]); otherwise NaN / 0,
+//!   never a fake measurement.
 //!
 //! A full sample costs two `getrusage`, two `pread` and one `clear_refs`
 //! write: about 5 µs. The two files are opened once per process and shared
@@ -27,6 +29,7 @@
 //! forked child opens its own, since `/proc/self` named the parent when they
 //! were opened. Unsupported platforms report zeros and never fail.
 
+use crate::gpu_profile::GpuProfiler;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::sync::{Arc, Mutex};
@@ -45,9 +48,11 @@ pub struct BlockStats {
     pub io_read_bytes: u64,
     /// Bytes written through syscalls during the block.
     pub io_write_bytes: u64,
-    /// Reserved: NaN until GPU sampling exists.
+    /// Mean GPU (SM) utilisation of the process over the block, percent;
+    /// NaN when not measured (no GPU tracking, no NVML, no GPU used).
     pub gpu_util_pct: f32,
-    /// Reserved: 0 until GPU sampling exists.
+    /// Peak GPU memory the process used during the block, bytes; 0 when
+    /// not measured.
     pub gpu_mem_bytes: u64,
 }
 
@@ -177,6 +182,8 @@ pub struct BlockProfiler {
     start: Option<Snapshot>,
     /// Whether resetting the peak-RSS mark works on this machine.
     rss_reset_works: bool,
+    /// GPU figures, for tasks that asked for them.
+    gpu: Option<GpuProfiler>,
 }
 
 impl Default for BlockProfiler {
@@ -277,13 +284,28 @@ impl BlockProfiler {
             page_size,
             start: None,
             rss_reset_works,
+            gpu: None,
         }
+    }
+
+    /// Also measure each block's GPU figures with `gpu`.
+    pub fn with_gpu(mut self, gpu: GpuProfiler) -> Self {
+        self.gpu = Some(gpu);
+        self
+    }
+
+    /// Whether this profiler measures GPU figures.
+    pub fn measures_gpu(&self) -> bool {
+        self.gpu.is_some()
     }
 
     /// Snapshot the counters before a block.
     pub fn start(&mut self) {
         if self.rss_reset_works {
             self.rss_reset_works = self.clear_refs.as_deref().is_some_and(reset_peak_rss);
+        }
+        if let Some(g) = self.gpu.as_mut() {
+            g.start();
         }
         let (cpu, maxrss) = rusage();
         let clean = self.rss_reset_works
@@ -303,6 +325,9 @@ impl BlockProfiler {
     pub fn restart_wall(&mut self) {
         if let Some(s) = self.start.as_mut() {
             s.wall = Instant::now();
+            if let Some(g) = self.gpu.as_mut() {
+                g.restart();
+            }
         }
     }
 
@@ -346,14 +371,19 @@ impl BlockProfiler {
         } else {
             read_hwm(&self.status_file).unwrap_or(maxrss)
         };
+        let (gpu_util_pct, gpu_mem_bytes) = self
+            .gpu
+            .as_mut()
+            .and_then(GpuProfiler::stop)
+            .unwrap_or((f32::NAN, 0));
         Some(BlockStats {
             wall_seconds: wall,
             cpu_seconds: (cpu - s.cpu).max(0.0),
             peak_rss_bytes: peak,
             io_read_bytes: r.saturating_sub(s.io.0),
             io_write_bytes: w.saturating_sub(s.io.1),
-            gpu_util_pct: f32::NAN,
-            gpu_mem_bytes: 0,
+            gpu_util_pct,
+            gpu_mem_bytes,
         })
     }
 }

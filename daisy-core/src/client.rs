@@ -33,6 +33,7 @@
 use crate::block::Block;
 use crate::block_profile::BlockProfiler;
 use crate::error::DaisyError;
+use crate::gpu_profile::GpuProfiler;
 use crate::hang_up::HangUpWatch;
 use crate::protocol::{self, ClientMessage, ServerMessage};
 use futures_util::{SinkExt, StreamExt};
@@ -54,6 +55,8 @@ pub struct Client {
     pending_acks: usize,
     /// Whether the task wants its blocks measured.
     resource_tracking: bool,
+    /// Whether those measurements include GPU figures.
+    gpu_tracking: bool,
     /// Measures every block from acquire to release (None: this client
     /// does not measure).
     profiler: Option<BlockProfiler>,
@@ -156,6 +159,7 @@ impl Client {
             conn: Framed::new(stream, protocol::codec()),
             pending_acks: 0,
             resource_tracking: false,
+            gpu_tracking: false,
             profiler: None,
         };
         match client.request(&ClientMessage::Hello {
@@ -163,8 +167,12 @@ impl Client {
             task_id: task_id.to_string(),
             worker_id,
         })? {
-            ServerMessage::Welcome { resource_tracking } => {
+            ServerMessage::Welcome {
+                resource_tracking,
+                gpu_tracking,
+            } => {
                 client.resource_tracking = resource_tracking;
+                client.gpu_tracking = gpu_tracking;
                 Ok(client)
             }
             ServerMessage::Error { message } => Err(DaisyError::Refused(message)),
@@ -243,9 +251,26 @@ impl Client {
     /// Measure every block from now on, if the task wants measurements
     /// (`on`: daisy's own clients; a stand-in for a hand-written client
     /// passes false). Returns whether blocks are measured.
-    pub fn measure_blocks(&mut self, on: bool) -> bool {
+    ///
+    /// Where the task also wants GPU figures, NVML is loaded here, once per
+    /// worker; if it cannot be, the reason goes to the server as a note
+    /// (pipelined like a release: no round trip) and the GPU figures stay
+    /// NaN / 0.
+    pub fn measure_blocks(&mut self, on: bool) -> Result<bool, DaisyError> {
         self.profiler = (on && self.resource_tracking).then(BlockProfiler::new);
-        self.profiler.is_some()
+        if self.gpu_tracking
+            && let Some(p) = self.profiler.take()
+        {
+            match GpuProfiler::open() {
+                Ok(gpu) => self.profiler = Some(p.with_gpu(gpu)),
+                Err(text) => {
+                    self.profiler = Some(p);
+                    self.send(&ClientMessage::Note { text })?;
+                    self.pending_acks += 1; // answered like a release
+                }
+            }
+        }
+        Ok(self.profiler.is_some())
     }
 
     /// Settle this client's measurement on a block it is about to report

@@ -13,6 +13,7 @@ pub mod clock;
 pub mod dependency_graph;
 pub mod error;
 pub mod geometry;
+pub mod gpu_profile;
 pub mod hang_up;
 pub mod pipeline;
 pub mod protocol;

@@ -14,12 +14,15 @@
 //! ```text
 //! worker                                   server
 //!   Hello{token, task_id, worker_id} ───▶  checks the run token first; a
-//!                                   ◀───   Welcome{resource_tracking} (or Error + close)
+//!                                   ◀───   Welcome{resource_tracking, gpu_tracking}
+//!                                          (or Error + close)
 //!   AcquireBlock                     ───▶  waits until a block is ready or
 //!                                   ◀───   the task is finished:
 //!                                          SendBlock{block} | NoMoreBlocks
 //!   ReleaseBlock{block}              ───▶  ReleaseAck
 //!   BlockFailed{block, error}        ───▶  ReleaseAck
+//!   Note{text}                       ───▶  ReleaseAck (kept once per task
+//!                                          for the report)
 //!   Disconnect                       ───▶  (closes)
 //! ```
 //!
@@ -88,6 +91,13 @@ pub enum ClientMessage {
         /// What went wrong (a traceback, cut to [`MAX_ERROR_BYTES`]).
         error: String,
     },
+    /// Something the run report should say once for the task (e.g. that
+    /// the worker found no NVML); kept by [`crate::run_report::RunLedger::note`],
+    /// bounded there. Answered like a release.
+    Note {
+        /// What to say.
+        text: String,
+    },
     /// The worker is done and closes the connection.
     Disconnect,
 }
@@ -101,6 +111,8 @@ pub enum ServerMessage {
     Welcome {
         /// Whether the client should measure its blocks.
         resource_tracking: bool,
+        /// Whether those measurements include GPU figures.
+        gpu_tracking: bool,
     },
     /// A block to process.
     SendBlock {

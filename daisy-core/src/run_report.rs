@@ -40,6 +40,8 @@ pub struct BlockAggregates {
     io_read: Welford,
     io_write: Welford,
     overhead: Welford,
+    gpu_util: Welford,
+    gpu_mem: Welford,
     trend: Trend,
     has_stats: bool,
 }
@@ -59,6 +61,13 @@ impl BlockAggregates {
             self.io_read.push(s.io_read_bytes as f64);
             self.io_write.push(s.io_write_bytes as f64);
             self.trend.push(s.wall_seconds * 1e3);
+            // GPU figures join only where measured: NaN / 0 is "none"
+            if !s.gpu_util_pct.is_nan() {
+                self.gpu_util.push(f64::from(s.gpu_util_pct));
+            }
+            if !s.gpu_util_pct.is_nan() || s.gpu_mem_bytes > 0 {
+                self.gpu_mem.push(s.gpu_mem_bytes as f64);
+            }
             if let Some(rt) = round_trip {
                 self.overhead.push(rt - s.wall_seconds);
             }
@@ -79,6 +88,8 @@ impl BlockAggregates {
             io_read: self.io_read.summary(),
             io_write: self.io_write.summary(),
             overhead: self.overhead.summary(),
+            gpu_util: self.gpu_util.summary(),
+            gpu_mem: self.gpu_mem.summary(),
             trend_slope_ms: self.trend.slope(),
             peak_rss_source: if self.has_stats {
                 crate::block_profile::peak_rss_source().to_string()
@@ -114,6 +125,14 @@ pub struct BlockSummary {
     pub io_write: StatSummary,
     /// Round trip minus wall: daisy's own cost per block.
     pub overhead: StatSummary,
+    /// Mean GPU utilisation of the worker process per block, percent, over
+    /// the blocks that have the figure (GPU tracking; empty otherwise).
+    #[serde(default)]
+    pub gpu_util: StatSummary,
+    /// Peak GPU memory of the worker process per block, bytes, over the
+    /// blocks that have the figure.
+    #[serde(default)]
+    pub gpu_mem: StatSummary,
     /// Least-squares slope of wall time (ms) in completion order.
     pub trend_slope_ms: f64,
     /// Where `peak_rss` comes from (see
@@ -157,7 +176,20 @@ pub struct TaskReport {
     /// and the first whole failure text, bounded (see [`FailureCauses`]).
     #[serde(default)]
     pub failure_causes: FailureCauses,
+    /// What the run has to say once about this task, e.g. `"no GPU
+    /// figures: NVML not found"`: distinct texts in the order they came,
+    /// at most [`MAX_NOTES`], each at most [`MAX_NOTE_BYTES`].
+    #[serde(default)]
+    pub notices: Vec<String>,
 }
+
+/// Distinct notices kept per task: a peer cannot grow the report without
+/// bound by sending different ones.
+pub const MAX_NOTES: usize = 8;
+
+/// A notice is one line of a report: longer texts are cut to this many
+/// bytes (on a character boundary).
+pub const MAX_NOTE_BYTES: usize = 512;
 
 /// Distinct failure messages a report line keeps per task: enough to tell
 /// a handful of causes apart, few enough that a run whose every block fails
@@ -438,6 +470,8 @@ pub struct RunLedger {
     causes: Vec<FailureCauses>,
     /// Per task: first dispatch and last return, wall clock.
     spans: Vec<(Option<f64>, Option<f64>)>,
+    /// Per task: its notices (see [`TaskReport::notices`]).
+    notices: Vec<Vec<String>>,
 }
 
 /// Failure texts a run keeps whole, in all: a run whose blocks all fail
@@ -477,6 +511,24 @@ impl RunLedger {
             failure_text: 0,
             causes: vec![FailureCauses::default(); tasks],
             spans: vec![(None, None); tasks],
+            notices: vec![Vec::new(); tasks],
+        }
+    }
+
+    /// Something to say once in `task`'s report (a worker's note): kept
+    /// unless already said or [`MAX_NOTES`] are kept; cut to
+    /// [`MAX_NOTE_BYTES`].
+    pub fn note(&mut self, task: TaskIndex, text: &str) {
+        let Some(notes) = self.notices.get_mut(task as usize) else {
+            return;
+        };
+        let mut end = text.len().min(MAX_NOTE_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let text = text[..end].trim();
+        if notes.len() < MAX_NOTES && !text.is_empty() && !notes.iter().any(|n| n == text) {
+            notes.push(text.to_string());
         }
     }
 
@@ -649,6 +701,7 @@ impl RunLedger {
                     first_block_at: self.spans[t as usize].0,
                     last_block_at: self.spans[t as usize].1,
                     failure_causes: self.causes[t as usize].clone(),
+                    notices: self.notices[t as usize].clone(),
                 }
             })
             .collect();
@@ -667,6 +720,53 @@ impl RunLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn notices_are_kept_once_bounded_and_cut() {
+        let mut ledger = RunLedger::new(2);
+        for _ in 0..3 {
+            ledger.note(1, "no GPU figures: NVML not found");
+        }
+        ledger.note(7, "a task that does not exist is ignored");
+        ledger.note(1, "   ");
+        for i in 0..(MAX_NOTES + 4) {
+            ledger.note(1, &format!("note {i}"));
+        }
+        ledger.note(0, &"é".repeat(MAX_NOTE_BYTES));
+        assert_eq!(ledger.notices[1].len(), MAX_NOTES);
+        assert_eq!(
+            ledger.notices[1][0], "no GPU figures: NVML not found",
+            "once, first"
+        );
+        assert_eq!(
+            ledger.notices[0][0].len(),
+            MAX_NOTE_BYTES,
+            "cut on a char boundary"
+        );
+    }
+
+    #[test]
+    fn gpu_figures_join_the_aggregates_only_where_measured() {
+        let mut agg = BlockAggregates::default();
+        let stats = |util: f32, mem: u64| BlockStats {
+            wall_seconds: 1.0,
+            cpu_seconds: 1.0,
+            peak_rss_bytes: 1,
+            io_read_bytes: 0,
+            io_write_bytes: 0,
+            gpu_util_pct: util,
+            gpu_mem_bytes: mem,
+        };
+        agg.record_success(None, Some(&stats(f32::NAN, 0)));
+        agg.record_success(None, Some(&stats(90.0, 2 << 30)));
+        agg.record_success(None, Some(&stats(10.0, 1 << 30)));
+        let s = agg.summary(&TaskState::default());
+        assert_eq!(s.gpu_util.n, 2, "the unmeasured block is not a 0 %");
+        assert_eq!(s.gpu_util.mean, 50.0);
+        assert_eq!(s.gpu_mem.n, 2);
+        assert_eq!(s.gpu_mem.max, (2u64 << 30) as f64);
+        assert_eq!(s.wall.n, 3);
+    }
 
     #[test]
     fn failure_causes_count_distinct_last_lines_and_keep_the_first_text() {

@@ -20,6 +20,7 @@ use crate::block::{Block, BlockStatus, TaskIndex};
 use crate::block_profile::BlockProfiler;
 use crate::clock::wall_clock;
 use crate::error::DaisyError;
+use crate::gpu_profile::GpuProfiler;
 use crate::run_report::{RunLedger, RunOutcome};
 use crate::scheduler::Scheduler;
 use crate::worker_timeline::WorkerSummary;
@@ -41,16 +42,17 @@ pub trait SerialHooks {
 
 /// Run every block of `scheduler` through `hooks` until no block is ready
 /// anywhere (every block completed, failed or orphaned), or a hook stops
-/// the run. `resource_tracking[t]` says whether task `t` has it. The
-/// outcome's reports are appended to the tracking stores' `runs.jsonl`.
+/// the run. `measure[t]` says whether task `t` measures its blocks
+/// (resource tracking) and whether with GPU figures. The outcome's reports
+/// are appended to the tracking stores' `runs.jsonl`.
 pub fn run_serial(
     scheduler: &mut Scheduler,
-    resource_tracking: &[bool],
+    measure: &[Measure],
     hooks: &mut impl SerialHooks,
 ) -> RunOutcome {
     let n = scheduler.pipeline().len();
     let mut ledger = RunLedger::new(n);
-    let stopped = sweep(scheduler, resource_tracking, hooks, &mut ledger).err();
+    let stopped = sweep(scheduler, measure, hooks, &mut ledger).err();
     if let Err(e) = scheduler.flush_tracking() {
         tracing::warn!("could not flush a tracking store: {e}");
     }
@@ -66,14 +68,60 @@ pub fn run_serial(
     outcome
 }
 
+/// How a task's blocks are measured in a serial run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Measure {
+    /// Not at all.
+    #[default]
+    Off,
+    /// Wall, CPU, peak RSS and IO (`resource_tracking=True`).
+    Host,
+    /// Those and the GPU figures (`gpu_tracking` too).
+    WithGpu,
+}
+
+/// The serial run's profilers: one without GPU figures, and one with them
+/// once a task asks (NVML loaded once per run; a failure to load it is
+/// noted once in each asking task's report).
+struct Profilers {
+    host: BlockProfiler,
+    gpu: Option<Result<BlockProfiler, String>>,
+}
+
+impl Profilers {
+    fn for_task(
+        &mut self,
+        measure: Measure,
+        task: TaskIndex,
+        ledger: &mut RunLedger,
+    ) -> &mut BlockProfiler {
+        if measure != Measure::WithGpu {
+            return &mut self.host;
+        }
+        let gpu = self
+            .gpu
+            .get_or_insert_with(|| GpuProfiler::open().map(|g| BlockProfiler::new().with_gpu(g)));
+        match gpu {
+            Ok(p) => p,
+            Err(why) => {
+                ledger.note(task, why);
+                &mut self.host
+            }
+        }
+    }
+}
+
 fn sweep(
     scheduler: &mut Scheduler,
-    resource_tracking: &[bool],
+    measure: &[Measure],
     hooks: &mut impl SerialHooks,
     ledger: &mut RunLedger,
 ) -> Result<(), DaisyError> {
     let n = scheduler.pipeline().len() as TaskIndex;
-    let mut profiler = BlockProfiler::new();
+    let mut profilers = Profilers {
+        host: BlockProfiler::new(),
+        gpu: None,
+    };
     loop {
         let mut progressed = false;
         for task in 0..n {
@@ -81,17 +129,16 @@ fn sweep(
                 progressed = true;
                 let sent_at = wall_clock();
                 ledger.sent(task, sent_at);
-                let measured = resource_tracking
-                    .get(task as usize)
-                    .copied()
-                    .unwrap_or(false);
-                if measured {
+                let how = measure.get(task as usize).copied().unwrap_or_default();
+                let status = if how == Measure::Off {
+                    hooks.process(&mut block)
+                } else {
+                    let profiler = profilers.for_task(how, task, ledger);
                     profiler.start();
-                }
-                let status = hooks.process(&mut block);
-                if measured {
+                    let status = hooks.process(&mut block);
                     profiler.stop_into(&mut block.stats);
-                }
+                    status
+                };
                 let checked = match status {
                     Ok(BlockStatus::Failed) => Ok(Some("the block function set status FAILED")),
                     Ok(_) => hooks
@@ -169,7 +216,7 @@ mod tests {
         let mut ran = 0;
         let out = run_serial(
             &mut s,
-            &[false],
+            &[Measure::Off],
             &mut hooks(|_| {
                 ran += 1;
                 Ok(BlockStatus::Success)
@@ -189,7 +236,7 @@ mod tests {
         let mut ran = 0;
         let out = run_serial(
             &mut s,
-            &[false],
+            &[Measure::Off],
             &mut hooks(|_| {
                 ran += 1;
                 if ran == 3 {
@@ -212,7 +259,7 @@ mod tests {
         let mut calls = 0;
         let out = run_serial(
             &mut s,
-            &[false],
+            &[Measure::Off],
             &mut hooks(|b| {
                 calls += 1;
                 Ok(if b.spatial_id == 0 {
@@ -237,7 +284,7 @@ mod tests {
         let mut s = sched();
         let out = run_serial(
             &mut s,
-            &[false],
+            &[Measure::Off],
             &mut Fns {
                 process: |_: &mut Block| Ok(BlockStatus::Success),
                 post: |b: &Block| Ok(b.spatial_id != 0),
@@ -261,7 +308,7 @@ mod tests {
         };
         let out = run_serial(
             &mut s,
-            &[true],
+            &[Measure::Host],
             &mut hooks(|b| {
                 if b.spatial_id == 0 {
                     b.stats = Some(inner);

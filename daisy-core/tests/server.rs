@@ -66,6 +66,7 @@ fn config(token: &str) -> ServerConfig {
         worker: None,
         launcher: None,
         resource_tracking: false,
+        gpu_tracking: false,
         spawner: "external".into(),
     };
     ServerConfig {

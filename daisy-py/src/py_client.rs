@@ -57,7 +57,7 @@ impl PyClient {
             .py()?;
         // measure when the task asks for it (resource tracking), unless
         // this client was told not to (a stand-in for a hand-written one)
-        inner.measure_blocks(measure);
+        inner.measure_blocks(measure).py()?;
         Ok(Self {
             inner: Some(inner),
             task_id,

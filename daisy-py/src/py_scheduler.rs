@@ -14,7 +14,7 @@ use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
 use daisy_core::dependency_graph::DependencyGraph;
 use daisy_core::run_report::RunOutcome;
-use daisy_core::serial::SerialHooks;
+use daisy_core::serial::{Measure, SerialHooks};
 use daisy_core::tracking_store::TrackingStore;
 use daisy_core::{Block, BlockKey, BlockStatus, DaisyError, Pipeline, Scheduler, TaskIndex};
 use pyo3::exceptions::PyValueError;
@@ -169,8 +169,8 @@ pub struct PyScheduler {
     task_ids: Vec<String>,
     checks: Vec<Option<Py<PyAny>>>,
     started: Vec<bool>,
-    /// Per task: resource tracking is on.
-    resource_tracking: Vec<bool>,
+    /// Per task: how its blocks are measured.
+    measure: Vec<Measure>,
     /// The outcome of the last serial run.
     last_outcome: Option<RunOutcome>,
 }
@@ -200,15 +200,18 @@ impl PyScheduler {
     /// `Scheduler(specs, check_functions=None, tracking=None,
     /// skip_masks=None)`: `check_functions` maps task ids to callables that
     /// return True for blocks already done, `tracking` task ids to tracking
-    /// store directories, `skip_masks` task ids to one byte per block.
+    /// store directories, `skip_masks` task ids to one byte per block;
+    /// `resource_tracking` and `gpu_tracking` name the tasks that measure
+    /// their blocks, and those that add GPU figures.
     #[new]
-    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None, resource_tracking=Vec::new()))]
+    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None, resource_tracking=Vec::new(), gpu_tracking=Vec::new()))]
     fn new(
         specs: Vec<PyRef<'_, PyTaskSpec>>,
         check_functions: Option<&Bound<'_, PyDict>>,
         tracking: Option<&Bound<'_, PyDict>>,
         skip_masks: Option<&Bound<'_, PyDict>>,
         resource_tracking: Vec<String>,
+        gpu_tracking: Vec<String>,
     ) -> PyResult<Self> {
         let mut stores = Vec::with_capacity(specs.len());
         for spec in &specs {
@@ -228,14 +231,23 @@ impl PyScheduler {
             .map(|s| s.task_id.clone())
             .collect();
         let n = inner.pipeline().len();
-        let resource_tracking = inner
+        let measure = inner
             .pipeline()
             .specs()
             .iter()
-            .map(|s| resource_tracking.contains(&s.task_id))
+            .map(|s| {
+                match (
+                    resource_tracking.contains(&s.task_id),
+                    gpu_tracking.contains(&s.task_id),
+                ) {
+                    (false, _) => Measure::Off,
+                    (true, false) => Measure::Host,
+                    (true, true) => Measure::WithGpu,
+                }
+            })
             .collect();
         Ok(Self {
-            resource_tracking,
+            measure,
             last_outcome: None,
             inner,
             task_ids,
@@ -337,8 +349,7 @@ impl PyScheduler {
             started: &mut self.started,
             stop: StopCause::default(),
         };
-        let outcome =
-            daisy_core::serial::run_serial(&mut self.inner, &self.resource_tracking, &mut hooks);
+        let outcome = daisy_core::serial::run_serial(&mut self.inner, &self.measure, &mut hooks);
         let stop = hooks.stop;
         for (t, s) in self.started.iter_mut().enumerate() {
             *s |= self.inner.task_state(t as TaskIndex).skipped_count > 0;

@@ -43,7 +43,7 @@ impl PyTaskConfig {
     /// the arguments of `program` that start the task's launcher (warm
     /// starts: it gets the same `stdin`); None starts every worker cold.
     #[new]
-    #[pyo3(signature = (task_id, *, max_workers, timeout, max_worker_restarts, requires, program, args, stdin, stop, resource_tracking, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None))]
+    #[pyo3(signature = (task_id, *, max_workers, timeout, max_worker_restarts, requires, program, args, stdin, stop, resource_tracking, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, gpu_tracking=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         task_id: String,
@@ -61,6 +61,7 @@ impl PyTaskConfig {
         tracking_path: Option<PathBuf>,
         skip_mask: Option<Vec<u8>>,
         launcher_args: Option<Vec<String>>,
+        gpu_tracking: bool,
     ) -> PyResult<Self> {
         // one copy of the payload, shared by every worker and the launcher
         let stdin: Arc<[u8]> = stdin.into();
@@ -107,6 +108,7 @@ impl PyTaskConfig {
                     stop,
                 }),
                 resource_tracking,
+                gpu_tracking: resource_tracking && gpu_tracking,
                 spawner,
             },
             task_id,

@@ -82,6 +82,8 @@ def _store_arrays(store: Path | None) -> dict[str, np.ndarray]:
         "wall_seconds",
         "cpu_seconds",
         "peak_rss_bytes",
+        "gpu_util_pct",
+        "gpu_mem_bytes",
         "failures",
     ):
         a = stat_array(store, name)
@@ -153,6 +155,7 @@ def _timeline(bk: Any, report: TaskReport, arrays: dict[str, np.ndarray]) -> lis
 #: units of the histograms' axes, largest first: (name, size in the base unit)
 SECONDS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
 BYTES = (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10), ("B", 1.0))
+PERCENT = (("%", 1.0),)
 
 
 def unit_for(values: np.ndarray, units: Sequence[tuple[str, float]]) -> tuple[str, float]:
@@ -288,8 +291,17 @@ def _task_section(bk: Any, report: TaskReport, store: Path | None) -> list[Any]:
             _histogram(bk, "block CPU", arrays["cpu_seconds"].astype(np.float64), SECONDS),
             _histogram(bk, "block peak RSS", arrays["peak_rss_bytes"].astype(np.float64), BYTES),
         ]
-    if hist:
-        parts.append(bk.layouts.row(*hist))
+    if report.blocks.gpu_mem and "gpu_mem_bytes" in arrays and "gpu_util_pct" in arrays:
+        # a block has GPU figures where either was measured (NaN / 0: none)
+        util = arrays["gpu_util_pct"].astype(np.float64)
+        mem = arrays["gpu_mem_bytes"].astype(np.float64)
+        measured = np.isfinite(util) | (mem > 0)
+        hist += [
+            _histogram(bk, "block GPU utilisation (%)", util[measured], PERCENT),
+            _histogram(bk, "block GPU memory peak", mem[measured], BYTES),
+        ]
+    for i in range(0, len(hist), 3):  # three to a row: the GPU pair below
+        parts.append(bk.layouts.row(*hist[i : i + 3]))
     parts.append(
         bk.layouts.row(
             _trend(bk, report, arrays), _worker_phases(bk, report), _failures(bk, arrays)

@@ -69,6 +69,10 @@ def block_summary_html(b: Any) -> str:
         ]
         if b.overhead:
             rows.append(("overhead", b.overhead.format()))
+        if b.gpu_util:
+            rows.append(("gpu utilisation", b.gpu_util.format()))
+        if b.gpu_mem:
+            rows.append(("gpu memory peak", format_bytes(b.gpu_mem.max)))
     return _rows(rows)
 
 

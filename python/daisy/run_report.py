@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from daisy.units import format_bytes as format_bytes
+from daisy.units import format_percent, seconds_scale, seconds_text
 from daisy.units import format_seconds as format_seconds
-from daisy.units import seconds_scale, seconds_text
 
 if TYPE_CHECKING:
     from daisy._daisy import BlockStats
@@ -140,11 +140,24 @@ ADDED_LATER: dict[str, Any] = {
     "warm_starts": 0,
     "launcher_startup": None,
     "cold_start_reason": None,
+    "gpu_util": None,
+    "gpu_mem": None,
+    "notices": None,
 }
 
 #: the key of a reset record in ``runs.jsonl`` (``Task.reset()`` writes
 #: ``{"reset_at": <epoch seconds>}`` where it keeps the history)
 RESET_KEY = "reset_at"
+
+
+def _notices(value: Any) -> list[str]:
+    """A report's ``notices``: a list of texts (None where the line is
+    older than them)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+        raise ValueError(f"run report: notices is {value!r}, expected a list of texts")
+    return list(value)
 
 
 def _fields(d: Any, defaults: dict[str, Any], what: str, strict: bool) -> dict[str, Any]:
@@ -181,8 +194,8 @@ class Stat:
     min: float = 0.0
     max: float = 0.0
     total: float = 0.0
-    #: what the samples count: "s" (seconds) or "B" (bytes); not part of
-    #: the JSON, set by the summary that holds the Stat
+    #: what the samples count: "s" (seconds), "B" (bytes) or "%"
+    #: (percent); not part of the JSON, set by the summary that holds it
     unit: str = field(default="s", compare=False)
 
     @classmethod
@@ -222,6 +235,8 @@ class Stat:
         unit = unit or self.unit
         if unit == "B":
             return f"{format_bytes(self.mean)} ± {format_bytes(self.std)}"
+        if unit == "%":
+            return f"{format_percent(self.mean)} ± {format_percent(self.std)}"
         scale, name = seconds_scale(self.mean)
         return f"{seconds_text(self.mean, scale, name)} ± {seconds_text(self.std, scale, name)}"
 
@@ -234,7 +249,7 @@ class Stat:
     def __repr__(self) -> str:
         if not self:
             return "Stat(n=0)"
-        shown = format_bytes if self.unit == "B" else format_seconds
+        shown = {"B": format_bytes, "%": format_percent}.get(self.unit, format_seconds)
         mean, std, lo, hi, total = (
             shown(v) for v in (self.mean, self.std, self.min, self.max, self.total)
         )
@@ -263,15 +278,30 @@ class BlockSummary:
     io_read: Stat = field(default_factory=Stat)
     io_write: Stat = field(default_factory=Stat)
     overhead: Stat = field(default_factory=Stat)
+    #: per block, the worker process's mean GPU utilisation (percent) and
+    #: peak GPU memory (bytes), over the blocks that have them
+    #: (``gpu_tracking``); empty otherwise
+    gpu_util: Stat = field(default_factory=Stat)
+    gpu_mem: Stat = field(default_factory=Stat)
     trend_slope_ms: float = 0.0
     #: where ``peak_rss`` comes from: "high_water_mark" (the kernel's mark,
     #: reset at each block's start), "process_peak" (no reset possible on
     #: that system: the process's peak so far), "" without stats
     peak_rss_source: str = ""
 
-    _STATS = ("round_trip", "wall", "cpu", "peak_rss", "io_read", "io_write", "overhead")
-    #: the stats that count bytes (the others count seconds)
-    _UNITS = {"peak_rss": "B", "io_read": "B", "io_write": "B"}
+    _STATS = (
+        "round_trip",
+        "wall",
+        "cpu",
+        "peak_rss",
+        "io_read",
+        "io_write",
+        "overhead",
+        "gpu_util",
+        "gpu_mem",
+    )
+    #: the stats that count bytes or percent (the others count seconds)
+    _UNITS = {"peak_rss": "B", "io_read": "B", "io_write": "B", "gpu_mem": "B", "gpu_util": "%"}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> BlockSummary:
@@ -299,6 +329,8 @@ class BlockSummary:
             shown += f", round_trip={self.round_trip.format()}"
         if self.has_stats:
             shown += f", wall={self.wall.format()}, peak_rss={self.peak_rss.format('B')}"
+        if self.gpu_mem:
+            shown += f", gpu_util={self.gpu_util.format()}, gpu_mem={self.gpu_mem.format()}"
         return shown + ")"
 
     def _repr_html_(self) -> str:
@@ -593,8 +625,12 @@ class TaskReport:
         first_block_at: float | None = None,
         last_block_at: float | None = None,
         failure_causes: FailureCauses | None = None,
+        notices: list[str] | None = None,
     ) -> None:
         self.task_id = task_id
+        #: what the run had to say once about this task, e.g. ``"no GPU
+        #: figures: NVML not found"``
+        self.notices = list(notices or [])
         #: when this task's first block was handed out and its last came
         #: back (epoch seconds; None when it had none): its own span
         self.first_block_at = first_block_at
@@ -624,6 +660,7 @@ class TaskReport:
         defaults.update(started_at=0.0, finished_at=0.0, tracked=False)
         defaults.update(outcome="completed", utilisation=None)
         defaults.update(first_block_at=None, last_block_at=None, failure_causes=None)
+        defaults.update(notices=None)
         f = _fields(d, defaults, "a task report", strict)
         if f["task_id"] is None:
             raise ValueError("run report: a task report has no 'task_id'")
@@ -639,6 +676,7 @@ class TaskReport:
             first_block_at=_opt_float(f["first_block_at"]),
             last_block_at=_opt_float(f["last_block_at"]),
             failure_causes=FailureCauses.from_dict(f["failure_causes"], strict),
+            notices=_notices(f["notices"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -655,6 +693,7 @@ class TaskReport:
             "first_block_at": self.first_block_at,
             "last_block_at": self.last_block_at,
             "failure_causes": self.failure_causes.to_dict(),
+            "notices": list(self.notices),
         }
 
     @property
@@ -742,11 +781,18 @@ class TaskReport:
                 second += f"   overhead {b.overhead.format()}"
             second += f"   trend ∠ {b.trend_slope_ms:+.4f} ms/block"
             lines.append(second)
+            if b.gpu_mem:
+                lines.append(
+                    f"{' ' * len(label)} gpu {b.gpu_util.format()}"
+                    f"   gpu memory peak {format_bytes(b.gpu_mem.max)}"
+                    f" (mean {format_bytes(b.gpu_mem.mean)})"
+                )
             if b.peak_rss_source == "process_peak":
                 lines.append(
                     f"{' ' * len(label)} (peak RSS is each worker's peak so far: this system "
                     "cannot reset it per block)"
                 )
+        lines.extend(f"{' ' * len(label)} {n}" for n in self.notices)
         if b.failures:
             lines.append(f"{' ' * len(label)} {b.failures} failed attempt(s)")
         if self.failure_causes:

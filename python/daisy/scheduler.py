@@ -46,6 +46,7 @@ class Scheduler:
             tracking_paths(self._tasks.values()) if block_tracking else {},
             skip_masks(self._tasks.values()),
             resource_tracking_task_ids(self._tasks.values()),
+            [tid for tid, t in self._tasks.items() if t.gpu_tracking],
         )
 
     @property

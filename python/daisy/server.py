@@ -242,6 +242,7 @@ class Server(ServerObservee):
                     stdin=cmds.stdin,
                     stop=cmds.stop,
                     resource_tracking=t.resource_tracking,
+                    gpu_tracking=t.gpu_tracking,
                     spawner=t.spawner.name,
                     check_function=t._pre_check,
                     tracking_path=(

@@ -128,6 +128,16 @@ class Task(Composable):
             function's imports started a Python thread) or the launcher
             fails, workers start cold and the log and the report say why;
             the report records each worker's start (``warm``/``cold``).
+        gpu_tracking: add GPU figures to each block's measurements (needs
+            ``resource_tracking=True``): the peak GPU memory of the worker
+            process during the block and its mean GPU utilisation, read
+            through NVML (loaded at run time; without it the figures stay
+            NaN / 0 and the report says once why). ``None`` (the default)
+            turns it on for tasks that ``requires`` a ``"gpu"`` resource
+            and measure their blocks. Memory is sampled every 100 ms while
+            a block runs; utilisation comes from NVML's per-process samples
+            (the whole device's where the driver has none); each block costs
+            a few NVML calls per device.
     """
 
     def __init__(
@@ -157,6 +167,7 @@ class Task(Composable):
         resource_tracking: bool = False,
         spawner: Any = None,
         warm_start: bool = True,
+        gpu_tracking: bool | None = None,
     ) -> None:
         if isinstance(task_id, numbers.Integral) and not isinstance(task_id, bool):
             task_id = str(task_id)  # daisy 1.x accepted int ids
@@ -348,9 +359,29 @@ class Task(Composable):
                 f"(a fresh interpreter per worker), got {warm_start!r}"
             )
         self.warm_start = warm_start
+        if gpu_tracking is not None and not isinstance(gpu_tracking, bool):
+            raise TypeError(
+                f"gpu_tracking: expected True, False or None (on when requires names a gpu), "
+                f"got {gpu_tracking!r}"
+            )
+        if gpu_tracking and not resource_tracking:
+            raise ValueError(
+                f"gpu_tracking: task {task_id!r} asks for GPU figures, which are part of each "
+                "block's measurements; add resource_tracking=True (and a tracking_path)"
+            )
+        self._gpu_tracking = gpu_tracking
         self._last_report: TaskReport | None = None
         if self.num_blocks == 0:
             logger.warning("daisy: task %r has no blocks: %s", task_id, self._why_no_blocks())
+
+    @property
+    def gpu_tracking(self) -> bool:
+        """Whether this task's block measurements include GPU figures: as
+        given, or (``gpu_tracking=None``) when the task measures its blocks
+        and ``requires`` a ``"gpu"`` resource."""
+        if self._gpu_tracking is not None:
+            return self._gpu_tracking
+        return self.resource_tracking and "gpu" in self.required_resources
 
     def _why_no_blocks(self) -> str:
         """Why a task has no blocks, in words."""

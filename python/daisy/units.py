@@ -6,6 +6,11 @@ scaled to their size (``50.5 ms``), bytes in powers of 1024 (``1.1 KB``).
 from __future__ import annotations
 
 
+def format_percent(v: float) -> str:
+    """A percentage, one decimal: ``62.5 %``."""
+    return f"{v:.1f} %"
+
+
 def format_bytes(n: float) -> str:
     """``1.1 KB``: one decimal, powers of 1024."""
     value = float(n)

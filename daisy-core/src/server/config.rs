@@ -58,6 +58,8 @@ pub struct TaskRuntime {
     pub launcher: Option<WorkerCommand>,
     /// Blocks must come back measured (`resource_tracking=True`).
     pub resource_tracking: bool,
+    /// Those measurements include GPU figures (`gpu_tracking`).
+    pub gpu_tracking: bool,
     /// Name of the spawner that starts the workers ("local", "slurm", ...),
     /// written into the report.
     pub spawner: String,
@@ -176,6 +178,7 @@ mod tests {
             worker: None,
             launcher: None,
             resource_tracking: false,
+            gpu_tracking: false,
             spawner: "local".into(),
         };
         let mut config = ServerConfig {

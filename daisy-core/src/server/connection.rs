@@ -230,12 +230,13 @@ async fn handle_connection<H: RunHooks + 'static>(
         }
         Err(None) => return,
     };
-    let (resource_tracking, hang_up) = {
+    let (resource_tracking, gpu_tracking, hang_up) = {
         let st = shared.0.borrow();
         let hang_up = worker_id
             .and_then(|id| st.workers.get(&id))
             .map(|w| w.hang_up.clone());
-        (st.config.tasks[task as usize].resource_tracking, hang_up)
+        let rt = &st.config.tasks[task as usize];
+        (rt.resource_tracking, rt.gpu_tracking, hang_up)
     };
     // from here on, whatever this connection holds is reclaimed when it
     // ends, however it ends (a panic in its handling included)
@@ -244,7 +245,11 @@ async fn handle_connection<H: RunHooks + 'static>(
         conn_id,
         worker_id,
     };
-    if !send(&mut conn, &ServerMessage::Welcome { resource_tracking }).await {
+    let welcome = ServerMessage::Welcome {
+        resource_tracking,
+        gpu_tracking,
+    };
+    if !send(&mut conn, &welcome).await {
         return;
     }
     loop {
@@ -266,6 +271,10 @@ async fn handle_connection<H: RunHooks + 'static>(
             }
             ClientMessage::BlockFailed { block, error } => {
                 release(&shared, task, worker_id, conn_id, block, Some(error))
+            }
+            ClientMessage::Note { text } => {
+                shared.0.borrow_mut().ledger.note(task, &text);
+                Ok(ServerMessage::ReleaseAck)
             }
             ClientMessage::Disconnect => break,
             ClientMessage::Hello { .. } => Ok(ServerMessage::Error {

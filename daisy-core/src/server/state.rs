@@ -472,6 +472,7 @@ pub(crate) mod test_support {
             worker: None,
             launcher: None,
             resource_tracking: false,
+            gpu_tracking: false,
             spawner: "local".into(),
         };
         let config = ServerConfig {
