@@ -1,9 +1,13 @@
 """Distributed runtime throughput benchmarks (pytest-benchmark).
 
 No-op blocks on worker processes: 10^4 blocks with 1, 2 and 4 workers, as
-block functions and as worker functions (a ``daisy.Client`` loop), plus
-the per-block round trip a worker sees (acquire + release, measured inside
-the worker, so worker start-up is excluded). Only API that this package
+block functions and as worker functions (a ``daisy.Client`` loop); a 3-D
+grid of 20^3 blocks whose read ROIs overlap their neighbours' write ROIs
+(so the scheduler holds back conflicting blocks) on 2 workers; a two-task
+pipeline of 2 x 5000 blocks, each downstream block waiting for its
+upstream one, on 2 workers per task; plus the per-block round trip a
+worker sees (acquire + release, measured inside the worker, so worker
+start-up is excluded). Only API that this package
 shares with the published daisy 2.0.0 is used, so the same file runs under
 either installation (see ``compare_with_daisy200.py``).
 
@@ -59,6 +63,63 @@ def test_noop_throughput(benchmark, mode, workers):
     benchmark.extra_info["blocks"] = N_BLOCKS
     if benchmark.stats is not None:  # None with --benchmark-disable: nothing was timed
         benchmark.extra_info["blocks_per_second"] = N_BLOCKS / benchmark.stats.stats.median
+
+
+def test_noop_conflict_grid_20cubed(benchmark):
+    """8000 blocks of 10^3 with one voxel of context: every block conflicts
+    with its neighbours, 2 workers."""
+    counter = iter(range(1000))
+    n = 20 * 20 * 20
+
+    def once():
+        task = daisy.Task(
+            f"grid_{next(counter)}",
+            total_roi=daisy.Roi((-1, -1, -1), (202, 202, 202)),
+            read_roi=daisy.Roi((-1, -1, -1), (12, 12, 12)),
+            write_roi=daisy.Roi((0, 0, 0), (10, 10, 10)),
+            process_function=noop,
+            read_write_conflict=True,
+            num_workers=2,
+            max_retries=0,
+        )
+        return run(task)
+
+    ok = benchmark.pedantic(once, rounds=3, iterations=1)
+    assert ok is True
+    benchmark.extra_info["blocks"] = n
+    if benchmark.stats is not None:
+        benchmark.extra_info["blocks_per_second"] = n / benchmark.stats.stats.median
+
+
+def test_noop_two_task_pipeline_2x5000(benchmark):
+    """Two tasks of 5000 blocks, the second depending on the first, 2
+    workers each."""
+    counter = iter(range(1000))
+    n = 5000
+
+    def once():
+        k = next(counter)
+        up = make_task(f"up_{k}", noop, 2, n_blocks=n)
+        down = daisy.Task(
+            f"down_{k}",
+            total_roi=daisy.Roi((0,), (n,)),
+            read_roi=daisy.Roi((0,), (1,)),
+            write_roi=daisy.Roi((0,), (1,)),
+            process_function=noop,
+            read_write_conflict=False,
+            num_workers=2,
+            max_retries=0,
+            upstream_tasks=[up],
+        )
+        logdir = tempfile.mkdtemp(prefix="daisy-bench-logs-")
+        daisy.logging.set_log_basedir(logdir)
+        return daisy.run_blockwise([up, down], progress=False, summary=False)
+
+    ok = benchmark.pedantic(once, rounds=3, iterations=1)
+    assert ok is True
+    benchmark.extra_info["blocks"] = 2 * n
+    if benchmark.stats is not None:
+        benchmark.extra_info["blocks_per_second"] = 2 * n / benchmark.stats.stats.median
 
 
 def test_round_trip_per_block(benchmark):

@@ -130,9 +130,10 @@ fn run(n: usize) -> Figures {
                         let t = Instant::now();
                         match c.release_and_acquire(block, None) {
                             Ok(b) => next = b,
-                            // the run ended with this request in flight: the
-                            // server closes instead of answering (see
-                            // docs/scaling.md); the last block was released
+                            // a closed connection instead of "no more
+                            // blocks" (the server used to stop with
+                            // requests in flight; see docs/scaling.md):
+                            // counted as cut off, expected 0
                             Err(_) => return (round_trips, true),
                         }
                         round_trips.push(t.elapsed().as_secs_f64());

@@ -296,3 +296,42 @@ fn a_client_refused_for_too_many_pending_hellos_gets_in_when_there_is_room() {
         assert_eq!(st.completed_count, st.total_block_count);
     }
 }
+
+/// Clients whose last release ends the run, with their next request sent
+/// with it (`release_and_acquire`, what every worker does), hear "no more
+/// blocks" instead of a closed connection: the run waits for the requests
+/// already in flight before it stops serving.
+#[test]
+fn requests_in_flight_when_the_run_ends_are_answered() {
+    // more clients than blocks: most of them wait for one when the run ends
+    const CLIENTS: usize = 300;
+    let (server, addr) = start("in-flight");
+    let mut threads = Vec::new();
+    for i in 0..CLIENTS {
+        let task = if i % 2 == 0 { "a" } else { "b" };
+        threads.push(std::thread::spawn(move || {
+            let mut c =
+                Client::connect(&addr.ip().to_string(), addr.port(), "in-flight", task, None)
+                    .unwrap();
+            let mut next = c.acquire_block();
+            while let Ok(Some(mut block)) = next {
+                block.status = BlockStatus::Success;
+                next = c.release_and_acquire(block, None);
+            }
+            let ended = next.map(|_| ()).map_err(|e| e.to_string());
+            c.disconnect();
+            ended
+        }));
+    }
+    let ends: Vec<Result<(), String>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let outcome = server.join().unwrap().map_err(|_| "run failed").unwrap();
+    for st in &outcome.states {
+        assert_eq!(st.completed_count, st.total_block_count);
+    }
+    let closed: Vec<&String> = ends.iter().filter_map(|e| e.as_ref().err()).collect();
+    assert!(
+        closed.is_empty(),
+        "{} of 24 clients saw: {closed:?}",
+        closed.len()
+    );
+}

@@ -245,6 +245,7 @@ async fn handle_connection<H: RunHooks + 'static>(
         conn_id,
         worker_id,
     };
+    shared.0.borrow_mut().open_connections += 1;
     let welcome = ServerMessage::Welcome {
         resource_tracking,
         gpu_tracking,
@@ -319,6 +320,7 @@ impl<H> Drop for ReclaimOnDrop<H> {
         let Ok(mut st) = self.shared.0.try_borrow_mut() else {
             return;
         };
+        st.open_connections = st.open_connections.saturating_sub(1);
         st.reclaim(
             |o| o.conn == conn_id,
             worker_id,

@@ -185,6 +185,9 @@ pub struct State<H> {
     pub pending_hellos: usize,
     /// The run is ending: no more blocks, no more workers.
     pub stopping: bool,
+    /// Admitted connections whose handler still runs: the run's end waits
+    /// (at most `CLIENT_DRAIN`) for them to hear "no more blocks".
+    pub open_connections: usize,
     /// Every managed worker's timeline, by id.
     pub timelines: BTreeMap<u32, WorkerTimeline>,
     /// The run's accounting.
@@ -231,6 +234,7 @@ impl<H> State<H> {
             next_conn: 0,
             pending_hellos: 0,
             stopping: false,
+            open_connections: 0,
             timelines: BTreeMap::new(),
             ledger: RunLedger::new(n),
             stop: None,
