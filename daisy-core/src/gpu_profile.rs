@@ -39,7 +39,7 @@
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The environment variable naming NVML's library where it is not on the
 /// loader's path (`libnvidia-ml.so.1` otherwise).
@@ -264,7 +264,6 @@ fn sampler_loop(
 /// One block's measurement in progress.
 struct Window {
     start_us: u64,
-    started: Instant,
     first: Samples,
 }
 
@@ -387,7 +386,6 @@ impl GpuProfiler {
         }
         self.window = Some(Window {
             start_us: now_us(),
-            started: Instant::now(),
             first,
         });
     }
@@ -397,7 +395,6 @@ impl GpuProfiler {
     pub fn restart(&mut self) {
         if let Some(w) = self.window.as_mut() {
             w.start_us = now_us();
-            w.started = Instant::now();
         }
     }
 
@@ -415,20 +412,16 @@ impl GpuProfiler {
             !self.per_process,
         );
         let end_us = now_us();
-        let long_enough = w.started.elapsed() >= IDLE_AFTER;
-        let mut seen = [Some(w.first), during, Some(last)];
-        let n = self.devices.len();
-        let context: Vec<bool> = (0..n)
-            .map(|k| {
-                seen.iter()
-                    .flatten()
-                    .any(|s| s.context.get(k).copied().unwrap_or(false))
-            })
-            .collect();
-        let peak_mem = seen.iter().flatten().map(|s| s.peak_mem).max().unwrap_or(0);
+        let long_enough = end_us.saturating_sub(w.start_us) >= IDLE_AFTER.as_micros() as u64;
+        // the start, the sampler's and the end samples, as one
+        let mut seen = w.first;
+        if let Some(during) = during {
+            seen.merge(during);
+        }
+        seen.merge(last);
         let mut per_device = Vec::new();
         for (k, &d) in self.devices.iter().enumerate() {
-            if !context[k] {
+            if !seen.context.get(k).copied().unwrap_or(false) {
                 continue;
             }
             let util = if self.per_process {
@@ -445,17 +438,7 @@ impl GpuProfiler {
                     Err(SourceError::Failed(_)) => None,
                 }
             } else {
-                let all: Vec<u32> = seen
-                    .iter_mut()
-                    .flatten()
-                    .flat_map(|s| {
-                        s.device_util
-                            .get_mut(k)
-                            .map(std::mem::take)
-                            .unwrap_or_default()
-                    })
-                    .collect();
-                mean(&all)
+                seen.device_util.get(k).and_then(|u| mean(u))
             };
             per_device.push(util);
         }
@@ -465,7 +448,7 @@ impl GpuProfiler {
         } else {
             (known.iter().sum::<f64>() / known.len() as f64) as f32
         };
-        Some((util, peak_mem))
+        Some((util, seen.peak_mem))
     }
 }
 

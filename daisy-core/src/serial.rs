@@ -81,32 +81,40 @@ pub enum Measure {
 }
 
 /// The serial run's profilers: one without GPU figures, and one with them
-/// once a task asks (NVML loaded once per run; a failure to load it is
+/// where a task asks (NVML loaded once per run; a failure to load it is
 /// noted once in each asking task's report).
 struct Profilers {
     host: BlockProfiler,
-    gpu: Option<Result<BlockProfiler, String>>,
+    gpu: Option<BlockProfiler>,
 }
 
 impl Profilers {
-    fn for_task(
-        &mut self,
-        measure: Measure,
-        task: TaskIndex,
-        ledger: &mut RunLedger,
-    ) -> &mut BlockProfiler {
-        if measure != Measure::WithGpu {
-            return &mut self.host;
-        }
-        let gpu = self
-            .gpu
-            .get_or_insert_with(|| GpuProfiler::open().map(|g| BlockProfiler::new().with_gpu(g)));
-        match gpu {
-            Ok(p) => p,
-            Err(why) => {
-                ledger.note(task, why);
-                &mut self.host
+    fn new(measure: &[Measure], ledger: &mut RunLedger) -> Self {
+        let asking = || {
+            (0..measure.len())
+                .filter(|&t| measure[t] == Measure::WithGpu)
+                .map(|t| t as TaskIndex)
+        };
+        let gpu = match asking().next().map(|_| GpuProfiler::open()) {
+            None => None,
+            Some(Ok(g)) => Some(BlockProfiler::new().with_gpu(g)),
+            Some(Err(why)) => {
+                for t in asking() {
+                    ledger.note(t, &why);
+                }
+                None
             }
+        };
+        Self {
+            host: BlockProfiler::new(),
+            gpu,
+        }
+    }
+
+    fn for_task(&mut self, measure: Measure) -> &mut BlockProfiler {
+        match (&mut self.gpu, measure) {
+            (Some(gpu), Measure::WithGpu) => gpu,
+            _ => &mut self.host,
         }
     }
 }
@@ -118,10 +126,7 @@ fn sweep(
     ledger: &mut RunLedger,
 ) -> Result<(), DaisyError> {
     let n = scheduler.pipeline().len() as TaskIndex;
-    let mut profilers = Profilers {
-        host: BlockProfiler::new(),
-        gpu: None,
-    };
+    let mut profilers = Profilers::new(measure, ledger);
     loop {
         let mut progressed = false;
         for task in 0..n {
@@ -133,7 +138,7 @@ fn sweep(
                 let status = if how == Measure::Off {
                     hooks.process(&mut block)
                 } else {
-                    let profiler = profilers.for_task(how, task, ledger);
+                    let profiler = profilers.for_task(how);
                     profiler.start();
                     let status = hooks.process(&mut block);
                     profiler.stop_into(&mut block.stats);

@@ -93,9 +93,6 @@ const REAP_PAUSE: Duration = Duration::from_millis(100);
 /// (a stray `daisy.Client` left open) makes a run wait this long.
 pub const CLIENT_DRAIN: Duration = Duration::from_millis(500);
 
-/// How often that wait looks at the open connections.
-const DRAIN_POLL: Duration = Duration::from_millis(2);
-
 /// Run a scheduler's pipeline with workers until every task is finished
 /// (or a hook stops it, or a rule is broken: the outcome's `stopped` says
 /// which). Blocks the calling thread. Tracking stores and skip masks set on
@@ -522,8 +519,17 @@ fn on_worker_exit<H>(st: &mut State<H>, id: u32, status: Option<ExitStatus>) {
 async fn drain_clients<H>(shared: &Shared<H>) {
     shared.1.notify_waiters();
     let deadline = tokio::time::Instant::now() + CLIENT_DRAIN;
-    while shared.0.borrow().open_connections > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(DRAIN_POLL).await;
+    loop {
+        // every connection's end notifies (`ReclaimOnDrop`): register
+        // before looking, so an end between the two is not missed
+        let ended = shared.1.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if shared.0.borrow().open_connections == 0
+            || tokio::time::timeout_at(deadline, ended).await.is_err()
+        {
+            return;
+        }
     }
 }
 
