@@ -100,6 +100,7 @@ fn run(n: usize) -> Figures {
         token: token.clone(),
         advertise_host: None,
         stop_all: Vec::new(),
+        tick: daisy_core::server::TICK,
     };
     let rss_before = resident_kib();
     let (tx, rx) = mpsc::channel();

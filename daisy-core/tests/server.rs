@@ -16,13 +16,17 @@ use std::sync::{Arc, Mutex};
 
 struct Hooks {
     addr: mpsc::Sender<SocketAddr>,
+    /// Blocks done per task at the last tick the hook saw.
+    last_tick: Arc<Mutex<Vec<u64>>>,
 }
 
 impl RunHooks for Hooks {
     fn already_done(&mut self, _block: &Block) -> Result<bool, DaisyError> {
         Ok(false)
     }
-    fn tick(&mut self, _snapshot: &RunSnapshot) -> Result<(), DaisyError> {
+    fn tick(&mut self, snapshot: &RunSnapshot) -> Result<(), DaisyError> {
+        *self.last_tick.lock().unwrap() =
+            snapshot.states.iter().map(|s| s.completed_count).collect();
         Ok(())
     }
     fn on_listening(&mut self, addr: SocketAddr) -> Result<(), DaisyError> {
@@ -79,27 +83,41 @@ fn config(token: &str) -> ServerConfig {
         token: token.into(),
         advertise_host: None,
         stop_all: Vec::new(),
+        tick: daisy_core::server::TICK,
     }
 }
+
+/// The thread a test's server runs on.
+type ServerThread = std::thread::JoinHandle<Result<daisy_core::server::RunOutcome, DaisyError>>;
 
 /// A server for the two-task pipeline on its own thread, with `token`
 /// (each test its own: the token names the run's local socket, and the
 /// tests run at once), and the address it listens on.
-fn start(
+fn start(token: &'static str) -> (ServerThread, SocketAddr) {
+    let (server, addr, _) = start_ticking(token, daisy_core::server::TICK);
+    (server, addr)
+}
+
+/// The same, with the main loop ticking every `tick`; also what the tick
+/// hook saw last.
+fn start_ticking(
     token: &'static str,
-) -> (
-    std::thread::JoinHandle<Result<daisy_core::server::RunOutcome, DaisyError>>,
-    SocketAddr,
-) {
+    tick: std::time::Duration,
+) -> (ServerThread, SocketAddr, Arc<Mutex<Vec<u64>>>) {
     let (tx, rx) = mpsc::channel();
+    let last_tick = Arc::new(Mutex::new(Vec::new()));
+    let hooks = Hooks {
+        addr: tx,
+        last_tick: last_tick.clone(),
+    };
     let server = std::thread::spawn(move || {
-        run_server(
-            Scheduler::new(pipeline()),
-            config(token),
-            Hooks { addr: tx },
-        )
+        let config = ServerConfig {
+            tick,
+            ..config(token)
+        };
+        run_server(Scheduler::new(pipeline()), config, hooks)
     });
-    (server, rx.recv().unwrap())
+    (server, rx.recv().unwrap(), last_tick)
 }
 
 #[test]
@@ -333,5 +351,49 @@ fn requests_in_flight_when_the_run_ends_are_answered() {
         closed.is_empty(),
         "{} of 24 clients saw: {closed:?}",
         closed.len()
+    );
+}
+
+/// The run ends as soon as its last block is back, not at the main loop's
+/// next tick: with a tick of an hour, a run whose blocks all came back
+/// still ends (it used to wait for the tick, up to 50 ms in every run),
+/// and the tick hook still sees its final counts (progress bars end full).
+#[test]
+fn the_run_ends_when_its_last_block_is_back_not_at_a_tick() {
+    let (server, addr, last_tick) = start_ticking("no-tick", std::time::Duration::from_secs(3600));
+    let mut threads = Vec::new();
+    for task in ["a", "b"] {
+        threads.push(std::thread::spawn(move || {
+            let mut c = Client::connect(&addr.ip().to_string(), addr.port(), "no-tick", task, None)
+                .unwrap();
+            while let Some(mut block) = c.acquire_block().unwrap() {
+                block.status = BlockStatus::Success;
+                c.release_block(block).unwrap();
+            }
+            c.disconnect();
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    // generous: only a run waiting for its tick takes anywhere near this
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(server.join());
+    });
+    let outcome = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the run did not end within 60 s of its last block")
+        .unwrap()
+        .map_err(|_| "run failed")
+        .unwrap();
+    for st in &outcome.states {
+        assert_eq!(st.completed_count, st.total_block_count);
+    }
+    let totals: Vec<u64> = outcome.states.iter().map(|s| s.total_block_count).collect();
+    assert_eq!(
+        *last_tick.lock().unwrap(),
+        totals,
+        "the hook saw the final counts"
     );
 }

@@ -300,6 +300,7 @@ pub fn run_distributed(
         token: token.clone(),
         advertise_host: run.advertise_host.clone(),
         stop_all: run.stop_all.clone(),
+        tick: daisy_core::server::TICK,
     };
     config.check_resources(&task_ids).py()?;
     let stop = StopCause::default();

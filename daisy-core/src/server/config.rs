@@ -90,6 +90,10 @@ pub struct ServerConfig {
     /// Run once when the run ends, whatever the path (to cancel any remote
     /// job of the run still queued); empty: nothing.
     pub stop_all: Vec<String>,
+    /// How often the main loop sweeps timeouts and calls the tick hook:
+    /// [`TICK`](super::TICK) in a run; a test may make it long, to check
+    /// that nothing the run waits for waits for a tick.
+    pub tick: std::time::Duration,
 }
 
 impl ServerConfig {
@@ -191,6 +195,7 @@ mod tests {
             token: String::new(),
             advertise_host: None,
             stop_all: Vec::new(),
+            tick: crate::server::TICK,
         };
         let e = config.check_resources(&["seg".into()]).unwrap_err();
         assert!(

@@ -253,6 +253,7 @@ async fn handle_connection<H: RunHooks + 'static>(
     if !send(&mut conn, &welcome).await {
         return;
     }
+    let activity = shared.0.borrow().activity.clone();
     loop {
         // a managed worker's connection ends with its process
         let msg = match &hang_up {
@@ -265,6 +266,7 @@ async fn handle_connection<H: RunHooks + 'static>(
         let Some(msg) = msg else {
             break;
         };
+        activity.notify_one();
         let reply = match msg {
             ClientMessage::AcquireBlock => Ok(acquire(&shared, task, worker_id, conn_id).await),
             ClientMessage::ReleaseBlock { block } => {
@@ -326,6 +328,7 @@ impl<H> Drop for ReclaimOnDrop<H> {
             worker_id,
             "the connection to its worker closed",
         );
+        st.wake_main();
         if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
             w.flags.busy = false;
             w.flags.waiting = false;
@@ -402,8 +405,9 @@ async fn acquire<H: RunHooks>(
                     }
                 });
             let got = got.unwrap_or_else(|e| {
-                // the block stays ready; the run stops at the next tick
+                // the block stays ready; the main loop stops the run
                 st.stop.get_or_insert(e);
+                st.wake_main();
                 None
             });
             if let Some(block) = got {
@@ -559,6 +563,7 @@ fn release<H>(
             Ok(())
         }
     };
+    st.wake_main();
     drop(guard);
     shared.1.notify_waiters();
     Ok(match result {

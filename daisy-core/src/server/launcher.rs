@@ -207,6 +207,8 @@ fn go_cold<H>(st: &mut State<H>, task: TaskIndex, reason: &str, unserved: Vec<u3
         );
     }
     st.start_cold.extend(unserved);
+    // start them now, not at the next tick
+    st.main_wake.notify_one();
 }
 
 /// The server's side of one running launcher.

@@ -19,7 +19,21 @@
 //! * this module: the main loop, which every [`TICK`] sweeps timeouts,
 //!   abandons tasks whose workers died too often, starts workers where
 //!   policy says, calls the tick hook, and hands every worker exit (an
-//!   event from the process monitors) to policy and the run's state.
+//!   event from the process monitors) to policy and the run's state. What
+//!   the run waits for does not wait for a tick: a worker's exit, the last
+//!   block coming back and a task's first ready block wake the loop at
+//!   once (`State::wake_main`).
+//!
+//! ## Staying awake while busy
+//! After every message the server polls its sockets without sleeping for
+//! [`BUSY_SPIN`], and a client waits for its reply the same way
+//! (`client::REPLY_SPIN`): on a virtual machine whose idle CPUs halt, a
+//! process put to sleep for the tens of microseconds a reply takes pays
+//! an interrupt through the host to be woken. Both yield the CPU to any
+//! other runnable process while they poll. Measured on the 2-vCPU
+//! development machine: 10^4 no-op blocks on one worker in 0.29 s
+//! instead of 0.85 s; 120k instead of 53k blocks/s for 100 simulated
+//! clients.
 //!
 //! ## Ending
 //! When every task is finished, waiting workers get `NoMoreBlocks` and exit;
@@ -142,7 +156,9 @@ async fn serve<H: RunHooks + 'static>(
     ))
     .map(|unix| connection::spawn_accept_loop(&shared, Listener::Local(unix)));
 
+    let spin = tokio::task::spawn_local(spin_while_busy(shared.0.borrow().activity.clone()));
     let result = main_loop(&shared, &exit_tx, &mut exits).await;
+    spin.abort();
     accept.abort();
     if let Some(local) = local {
         local.abort();
@@ -162,6 +178,31 @@ async fn serve<H: RunHooks + 'static>(
     Ok(out)
 }
 
+/// How long the server stays awake after a message before it sleeps in
+/// the kernel: a busy run's next message comes within this, and a server
+/// that slept pays to be woken (on a virtual machine whose idle CPUs halt,
+/// an interrupt through the host, tens of microseconds per message).
+/// Awake, it polls its sockets without blocking, yielding the CPU to
+/// any other runnable process between polls; it costs at most this much
+/// CPU per message, nothing against real blocks.
+pub const BUSY_SPIN: Duration = Duration::from_micros(200);
+
+/// Keep the server's thread polling (see [`BUSY_SPIN`]) while messages
+/// keep coming; sleep when none came for that long.
+async fn spin_while_busy(activity: Rc<Notify>) {
+    loop {
+        activity.notified().await;
+        let until = Instant::now() + BUSY_SPIN;
+        while Instant::now() < until {
+            // the CPU goes to any other runnable process first
+            std::thread::yield_now();
+            // defers this task until the sockets were polled (without
+            // blocking), so every other task's readiness is seen first
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
 /// `Ok` when every task finished; `Err` when a hook stopped the run or a
 /// rule was broken.
 async fn main_loop<H: RunHooks + 'static>(
@@ -169,33 +210,40 @@ async fn main_loop<H: RunHooks + 'static>(
     exit_tx: &mpsc::UnboundedSender<ExitEvent>,
     exits: &mut mpsc::UnboundedReceiver<ExitEvent>,
 ) -> Result<(), DaisyError> {
-    let mut interval = tokio::time::interval(TICK);
+    let mut interval = tokio::time::interval(shared.0.borrow().config.tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let wake = shared.0.borrow().main_wake.clone();
     loop {
-        tokio::select! {
-            _ = interval.tick() => {}
+        // a tick also calls the hook (progress, Ctrl-C); an exit or a wake
+        // (see `State::wake_main`) is acted on at once, without it
+        let ticked = tokio::select! {
+            _ = interval.tick() => true,
             Some((id, status)) = exits.recv() => {
                 on_worker_exit(&mut shared.0.borrow_mut(), id, status);
-                shared.1.notify_waiters();
-                continue;
+                false
             }
-        }
+            () = wake.notified() => false,
+        };
+
         let snap = {
             let mut st = shared.0.borrow_mut();
             sweep_timeouts(&mut st);
             abandon_crashing_tasks(&mut st);
             staff(&mut st, exit_tx);
             start_cold_queue(&mut st, exit_tx);
-            st.snapshot()
+            // the hook also sees the run's last state (its final counts)
+            (ticked || st.scheduler.is_done()).then(|| st.snapshot())
         };
         launcher::start_wanted(shared, exit_tx);
         shared.1.notify_waiters();
-        // the hook runs without any borrow held: it may take the GIL
-        let tick = {
-            let mut st = shared.0.borrow_mut();
-            st.hooks.tick(&snap)
-        };
-        tick?;
+        if let Some(snap) = snap {
+            // the hook runs without any borrow held: it may take the GIL
+            let tick = {
+                let mut st = shared.0.borrow_mut();
+                st.hooks.tick(&snap)
+            };
+            tick?;
+        }
         if let Some(stop) = shared.0.borrow_mut().stop.take() {
             return Err(stop);
         }
@@ -628,11 +676,16 @@ async fn teardown<H>(
 async fn wait_for_launchers<H>(shared: &Shared<H>) {
     let running = |shared: &Shared<H>| shared.0.borrow().launchers.iter().any(|l| l.running);
     let deadline = tokio::time::Instant::now() + launcher::LAUNCHER_GRACE * 2;
-    while running(shared) {
+    loop {
+        // register before looking, so a launcher reaped in between is seen
         let notified = shared.1.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if !running(shared) {
+            return;
+        }
         tokio::select! {
             () = notified => {}
-            () = tokio::time::sleep(TICK) => {}
             () = tokio::time::sleep_until(deadline) => {
                 tracing::warn!("a launcher did not leave; the run ends without it");
                 return;
