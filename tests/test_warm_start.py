@@ -408,3 +408,48 @@ def test_the_launcher_preloads_what_the_function_imports_inside(tmp_path, log_di
     assert len(workers) == 2, workers
     # imported once, by a process that is none of the workers: the launcher
     assert len(importers) == 1 and importers[0] not in workers, (importers, workers)
+
+
+#: modules only the driver needs: a launcher (and a cold worker) that
+#: imported them paid about half of ``import daisy`` before its first block
+DRIVER_MODULES = (
+    "daisy.convenience",
+    "daisy.progress",
+    "daisy.run_report",
+    "daisy.server",
+    "daisy.spawners",
+    "daisy.task",
+)
+
+
+@pytest.mark.parametrize("entry", ["daisy._launcher", "daisy._worker"])
+def test_a_launcher_or_worker_imports_none_of_the_drivers_modules(entry):
+    code = (
+        f"import sys, {entry}; print(' '.join(m for m in {DRIVER_MODULES!r} if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split() == [], f"{entry} imported {out.stdout.strip()}"
+
+
+def test_every_public_name_resolves_and_is_listed():
+    # the package imports its names on first use: each one must resolve to
+    # the object its module defines, and dir() must list it before that
+    import importlib
+
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import daisy; print(' '.join(dir(daisy)))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split()
+    for name in daisy.__all__:
+        assert name in fresh, name
+        value = getattr(daisy, name)
+        assert value is not None, name
+    assert daisy.Task is importlib.import_module("daisy.task").Task
+    assert daisy.run_report is importlib.import_module("daisy.run_report")
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = daisy.nope

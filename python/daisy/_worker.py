@@ -16,19 +16,35 @@ stdout and stderr are already the worker's log files.
 from __future__ import annotations
 
 import atexit
+import inspect
 import io
 import logging
 import os
 import pickle
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
 
 from daisy.client import Client
 from daisy.context import Context
-from daisy.task import _count_required_args
 from daisy.worker import run_exit_hooks
+
+
+def _count_required_args(fn: Callable[..., Any]) -> int | None:
+    """Positional parameters without defaults, or None if unknowable: a
+    worker calls a process function that has none without a block (a worker
+    function), and `Task` checks the count when it is built."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    return sum(
+        1
+        for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    )
 
 
 def load_payload(payload: bytes) -> tuple[Any, Any]:

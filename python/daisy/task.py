@@ -8,7 +8,6 @@ message that names the parameter.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import numbers
@@ -22,6 +21,7 @@ from funlib.geometry import Roi
 
 from daisy import _v1_names
 from daisy._daisy import Block, DependencyGraph, TaskSpec, TrackingStore, validated_roi
+from daisy._worker import _count_required_args
 from daisy.convenience import run_blockwise
 from daisy.pipeline import Composable
 from daisy.run_report import BlockRecord, TaskReport, read_last_run, runs_file_for
@@ -30,19 +30,6 @@ from daisy.tracking_store import resolve_tracking_path
 logger = logging.getLogger(__name__)
 
 _FITS = ("valid", "overhang", "shrink")
-
-
-def _count_required_args(fn: Callable[..., Any]) -> int | None:
-    """Positional parameters without defaults, or None if unknowable."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-    return sum(
-        1
-        for p in sig.parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-    )
 
 
 #: the largest count the core takes (u32) and the largest resource amount (u64)
