@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_functions import client_loop, noop  # noqa: E402
+from test_runtime_bench import make_task  # noqa: E402
 
 import daisy  # noqa: E402
 
@@ -31,16 +32,7 @@ _ids = itertools.count()
 
 def timed_run(n_blocks: int, workers: int, function: Callable[..., None]) -> float:
     """Seconds one run of ``n_blocks`` no-op blocks takes."""
-    task = daisy.Task(
-        f"fixed_cost_{next(_ids)}",
-        total_roi=daisy.Roi((0,), (n_blocks,)),
-        read_roi=daisy.Roi((0,), (1,)),
-        write_roi=daisy.Roi((0,), (1,)),
-        process_function=function,
-        read_write_conflict=False,
-        max_workers=workers,
-        max_retries=0,
-    )
+    task = make_task(f"fixed_cost_{next(_ids)}", function, workers, n_blocks)
     start = time.perf_counter()
     assert daisy.run_blockwise([task], progress=False, summary=False)
     return time.perf_counter() - start

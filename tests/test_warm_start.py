@@ -422,15 +422,21 @@ DRIVER_MODULES = (
 )
 
 
+def fresh_python(code: str) -> str:
+    """What ``code`` prints in a new interpreter (its imports its own)."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return out.stdout
+
+
 @pytest.mark.parametrize("entry", ["daisy._launcher", "daisy._worker"])
 def test_a_launcher_or_worker_imports_none_of_the_drivers_modules(entry):
     code = (
         f"import sys, {entry}; print(' '.join(m for m in {DRIVER_MODULES!r} if m in sys.modules))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert out.stdout.split() == [], f"{entry} imported {out.stdout.strip()}"
+    imported = fresh_python(code)
+    assert imported.split() == [], f"{entry} imported {imported.strip()}"
 
 
 def test_every_public_name_resolves_and_is_listed():
@@ -438,13 +444,7 @@ def test_every_public_name_resolves_and_is_listed():
     # the object its module defines, and dir() must list it before that
     import importlib
 
-    fresh = subprocess.run(
-        [sys.executable, "-c", "import daisy; print(' '.join(dir(daisy)))"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout.split()
+    fresh = fresh_python("import daisy; print(' '.join(dir(daisy)))").split()
     for name in daisy.__all__:
         assert name in fresh, name
         value = getattr(daisy, name)

@@ -9,11 +9,11 @@ done by a Rust core (``daisy._daisy``); this package is its Python face.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from funlib.geometry import Coordinate, Roi
 
+from daisy import _v1_names
 from daisy._daisy import BlockStats, LayoutMismatch, __version__, profile_block
 
 # Every other public name is imported on first use (PEP 562): a worker or
@@ -26,7 +26,6 @@ from daisy._daisy import BlockStats, LayoutMismatch, __version__, profile_block
 # daisy` for its strict API, `daisy.v1_compat` for its 1.x layer) are
 # among them.
 _LAZY: dict[str, str] = {
-    "_v1_names": "daisy._v1_names",
     "block": "daisy.block",
     "blocks": "daisy.blocks",
     "cl_monitor": "daisy.cl_monitor",
@@ -98,17 +97,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name of the package on first use, then keep it."""
-    target = _LAZY.get(name)
-    if target is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    path, _, attribute = target.partition(":")
-    value = importlib.import_module(path)
-    if attribute:
-        value = getattr(value, attribute)
-    globals()[name] = value
-    return value
+__getattr__ = _v1_names.lazy_names(__name__, _LAZY)
 
 
 def __dir__() -> list[str]:

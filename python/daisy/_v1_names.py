@@ -7,14 +7,16 @@ that imports them from there, and imported on first use: most of them
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
 
 def lazy_names(module: str, names: dict[str, str]) -> Callable[[str], Any]:
     """A module ``__getattr__`` (PEP 562) for ``module`` that resolves each
-    key of ``names`` on first access; values are ``"package.module"`` (the
-    module itself) or ``"package.module:attribute"``."""
+    key of ``names`` on first access and keeps it in the module (later
+    accesses are plain attribute lookups); values are ``"package.module"``
+    (the module itself) or ``"package.module:attribute"``."""
 
     def __getattr__(name: str) -> Any:
         target = names.get(name)
@@ -22,6 +24,9 @@ def lazy_names(module: str, names: dict[str, str]) -> Callable[[str], Any]:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         path, _, attribute = target.partition(":")
         value = importlib.import_module(path)
-        return getattr(value, attribute) if attribute else value
+        if attribute:
+            value = getattr(value, attribute)
+        setattr(sys.modules[module], name, value)
+        return value
 
     return __getattr__
