@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Barrier, Mutex};
 
 struct Hooks {
     addr: mpsc::Sender<SocketAddr>,
@@ -151,12 +151,17 @@ fn external_clients_process_every_block_once() {
 
     let failed_once = Arc::new(Mutex::new(HashSet::new()));
     let mut threads = Vec::new();
+    // every client is in before any works: a run that ended first would
+    // refuse the late ones
+    let connected = Arc::new(Barrier::new(4));
     for task in ["a", "a", "b", "b"] {
         let seen = seen.clone();
         let failed_once = failed_once.clone();
+        let connected = connected.clone();
         threads.push(std::thread::spawn(move || {
             let mut c =
                 Client::connect(&addr.ip().to_string(), addr.port(), "s3cret", task, None).unwrap();
+            connected.wait();
             while let Some(mut block) = c.acquire_block().unwrap() {
                 // the first attempt at every 5th block fails: it must come back
                 if block.spatial_id % 5 == 0 && failed_once.lock().unwrap().insert(block.key) {
@@ -325,12 +330,18 @@ fn requests_in_flight_when_the_run_ends_are_answered() {
     const CLIENTS: usize = 300;
     let (server, addr) = start("in-flight");
     let mut threads = Vec::new();
+    // every client is in before any works: the run, which now ends as its
+    // last block comes back, would refuse those still connecting (a
+    // connection reset, not a request in flight)
+    let connected = Arc::new(Barrier::new(CLIENTS));
     for i in 0..CLIENTS {
         let task = if i % 2 == 0 { "a" } else { "b" };
+        let connected = connected.clone();
         threads.push(std::thread::spawn(move || {
             let mut c =
                 Client::connect(&addr.ip().to_string(), addr.port(), "in-flight", task, None)
                     .unwrap();
+            connected.wait();
             let mut next = c.acquire_block();
             while let Ok(Some(mut block)) = next {
                 block.status = BlockStatus::Success;
