@@ -9,6 +9,12 @@ API this package shares with daisy 2.0.0 is used, so the same file runs
 under either (see ``compare_with_daisy200.py``). The datasets are made
 once per benchmark (outside the timing); every round processes every
 block, and checks the result against numpy.
+
+``test_smoothing_alone_in_one_process`` is that pipeline's floor: the
+upstream task's 64 blocks run one after another by a plain loop in the
+benchmark's own process, its imports already done and no scheduler at all.
+With one worker per task those blocks run in series under any scheduler,
+so no run of the pipeline can take less than this.
 """
 
 from __future__ import annotations
@@ -76,15 +82,20 @@ def _tasks() -> list[daisy.Task]:
     return [smoothing, thresholding]
 
 
-def _expected_mask(raw: np.ndarray) -> np.ndarray:
+def _expected_smooth(raw: np.ndarray) -> np.ndarray:
     from bench_functions import box_sum
 
     k = 2 * CONTEXT + 1
-    smoothed = (box_sum(np.pad(raw, CONTEXT).astype(np.int32), k) // k**3).astype(np.uint8)
-    return (smoothed > 127).astype(np.uint8)
+    return (box_sum(np.pad(raw, CONTEXT).astype(np.int32), k) // k**3).astype(np.uint8)
 
 
-def test_smooth_then_threshold_pipeline(benchmark, monkeypatch):
+def _expected_mask(raw: np.ndarray) -> np.ndarray:
+    return (_expected_smooth(raw) > 127).astype(np.uint8)
+
+
+def _datasets(monkeypatch) -> tuple[str, np.ndarray]:
+    """A fresh directory with the pipeline's datasets, its path set where the
+    functions (in this process and in workers) look for it; and the raw data."""
     base = tempfile.mkdtemp(prefix="daisy-bench-pipeline-")
     # the workers (and their launchers) read the dataset paths from here
     monkeypatch.setenv("DAISY_BENCH_PIPELINE_DIR", base)
@@ -92,7 +103,11 @@ def test_smooth_then_threshold_pipeline(benchmark, monkeypatch):
 
     for name in bench_functions.PIPELINE_PATHS:
         bench_functions.PIPELINE_PATHS[name] = os.path.join(base, f"{name}.zarr")
-    raw = _prepare(base)
+    return base, _prepare(base)
+
+
+def test_smooth_then_threshold_pipeline(benchmark, monkeypatch):
+    base, raw = _datasets(monkeypatch)
     daisy.logging.set_log_basedir(tempfile.mkdtemp(prefix="daisy-bench-logs-"))
 
     def once():
@@ -112,3 +127,36 @@ def test_smooth_then_threshold_pipeline(benchmark, monkeypatch):
             benchmark.extra_info[f"{task_id}_startup_s"] = w.startup.mean
             benchmark.extra_info[f"{task_id}_teardown_s"] = w.teardown.mean
             benchmark.extra_info[f"{task_id}_launcher_s"] = getattr(w, "launcher_startup", None)
+
+
+class _Block:
+    """What ``smooth`` reads of a block: its read and write ROIs."""
+
+    def __init__(self, write_roi: daisy.Roi) -> None:
+        self.write_roi = write_roi
+        self.read_roi = write_roi.grow((CONTEXT,) * 3, (CONTEXT,) * 3)
+
+
+def test_smoothing_alone_in_one_process(benchmark, monkeypatch):
+    base, raw = _datasets(monkeypatch)
+    from bench_functions import smooth
+
+    corners = range(0, SIZE, BLOCK)
+    blocks = [
+        _Block(daisy.Roi((z, y, x), (BLOCK,) * 3))
+        for z in corners
+        for y in corners
+        for x in corners
+    ]
+    smooth(blocks[0])  # imports done before the timing, as a warm worker has them
+
+    def once():
+        for block in blocks:
+            smooth(block)
+
+    benchmark.pedantic(once, rounds=3, iterations=1)
+    from funlib.persistence import open_ds
+
+    smoothed = open_ds(os.path.join(base, "smooth.zarr"), mode="r")
+    assert np.array_equal(smoothed[smoothed.roi], _expected_smooth(raw))
+    benchmark.extra_info["blocks"] = len(blocks)
