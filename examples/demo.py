@@ -14,7 +14,8 @@ Both run on worker processes with resource tracking, so at the end daisy
 prints the Execution Summary and the Resource Utilization panel (what the
 blocks cost, what the workers did); the demo then checks the result
 against the same filter applied to the whole volume at once. Running it
-again on the same output directory resumes: every block is already done.
+again on the same output directory resumes: every block is already done,
+and the result still checks.
 
 Run: ``python examples/demo.py [output directory]``.
 """
@@ -54,12 +55,17 @@ def main(workdir: Path) -> bool:
     # chunks: two workers never write into the same chunk at once.
     margin = (1, 1, 1)
     raw_shape = tuple(s + 2 for s in SHAPE)
-    raw = prepare_ds(
-        store / "raw", raw_shape, offset=(-1, -1, -1), dtype=np.float32, chunk_shape=BLOCK, mode="w"
-    )
-    raw[raw.roi] = rng.random(raw_shape, dtype=np.float32)
-    smoothed = prepare_ds(store / "smoothed", SHAPE, dtype=np.float32, chunk_shape=BLOCK, mode="w")
-    mask = prepare_ds(store / "mask", SHAPE, dtype=np.uint8, chunk_shape=BLOCK, mode="w")
+    if (store / "raw").exists():
+        # a rerun: the datasets and the tracking stores are the first run's,
+        # so daisy skips every block that run finished
+        raw, smoothed, mask = (open_ds(store / name) for name in ("raw", "smoothed", "mask"))
+    else:
+        raw = prepare_ds(
+            store / "raw", raw_shape, offset=(-1, -1, -1), dtype=np.float32, chunk_shape=BLOCK
+        )
+        raw[raw.roi] = rng.random(raw_shape, dtype=np.float32)
+        smoothed = prepare_ds(store / "smoothed", SHAPE, dtype=np.float32, chunk_shape=BLOCK)
+        mask = prepare_ds(store / "mask", SHAPE, dtype=np.uint8, chunk_shape=BLOCK)
 
     def smooth_block(block: daisy.Block) -> None:
         data = open_ds(store / "raw")[block.read_roi]
@@ -87,11 +93,11 @@ def main(workdir: Path) -> bool:
         write_roi=daisy.Roi((0, 0, 0), BLOCK),
         process_function=threshold_block,
         read_write_conflict=False,
-        upstream_tasks=[smooth],
         max_workers=2,
         resource_tracking=True,
     )
-    ok = daisy.run_blockwise([threshold])
+    # `smooth + threshold`: threshold reads smooth's output, block by block
+    ok = daisy.run_blockwise(smooth + threshold)
 
     expected = box_filter(raw[raw.roi])
     got = smoothed[output]

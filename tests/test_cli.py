@@ -242,6 +242,29 @@ def test_cli_errors_are_one_line_on_stderr_with_exit_2(tmp_path):
         assert "Traceback" not in out.stderr
 
 
+def test_report_refuses_a_negative_worker_table(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    append_run(path, synthetic(10.0, 0.1))
+    code = main(["report", str(path), "--max-workers", "-3"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "--max-workers" in err, err
+
+
+def test_an_html_report_that_cannot_be_written_is_one_line_with_exit_2(tmp_path):
+    pytest.importorskip("bokeh")
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    task = line_task("t", 2, process_function=sleepy, resource_tracking=True)
+    assert daisy.run_blockwise([task], multiprocessing=False, progress=False, summary=False)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = run_daisy("report", str(tmp_path / "tracking"), "--html", str(blocker / "r.html"))
+    assert out.returncode == 2, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("daisy: "), out.stderr
+    assert str(blocker / "r.html") in lines[0]
+
+
 def test_a_closed_pipe_ends_the_output_quietly(tmp_path):
     """``daisy report ... | head -1``: no BrokenPipeError."""
     line = json.dumps(synthetic(10.0, 0.1).to_dict())

@@ -124,6 +124,30 @@ def test_the_histograms_of_10k_blocks_have_readable_axes(tmp_path):
         driver.quit()
 
 
+def _fail_block_3(block):
+    if block.block_id[1] == 3:
+        raise RuntimeError("block 3 always fails")
+
+
+def test_the_histograms_count_only_the_blocks_that_completed(tmp_path):
+    # a failed block has no measurements (its wall and CPU are NaN, its peak
+    # RSS 0 in the store): it must not show as a block of 0 B
+    from daisy.html_report import _bokeh, _task_section, find_runs_files, read_runs, store_of
+
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    task = line_task("t", 10, process_function=_fail_block_3, resource_tracking=True, max_retries=0)
+    assert not daisy.run_blockwise([task], progress=False, summary=False)
+    (runs,) = find_runs_files(tmp_path / "tracking")
+    bk = _bokeh()
+    parts = _task_section(bk, read_runs(runs)[-1], store_of(runs))
+    counted = {}
+    for model in parts:
+        for fig in model.select({"name": "histogram"}):
+            (glyph,) = fig.renderers
+            counted[fig.title.text] = int(sum(glyph.data_source.data["top"]))
+    assert counted == {"block wall time": 9, "block CPU": 9, "block peak RSS": 9}
+
+
 def test_run_blockwise_writes_the_report_and_the_cli_too(tmp_path, capsys):
     daisy.set_tracking_basedir(tmp_path / "tracking")
     task = line_task("t", 4, process_function=lambda b: None, resource_tracking=True)

@@ -16,6 +16,8 @@ import textwrap
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     """\
     import sys
@@ -130,3 +132,54 @@ def test_a_bad_interval_names_the_variable(tmp_path):
     )
     assert proc.returncode != 0
     assert "DAISY_PROGRESS_INTERVAL" in proc.stderr and "'soon'" in proc.stderr, proc.stderr
+
+
+def _quick(block):
+    pass
+
+
+class _Recorder:
+    """A progress observer keeping each task's last total and worker count."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[int, int]] = {}
+
+    def update(self, task_id, state, workers) -> None:
+        self.last[task_id] = (state.total_block_count, workers)
+
+    def close(self) -> None:
+        pass
+
+
+def test_each_tasks_progress_is_its_own_when_upstream_tasks_are_given_by_keyword(log_dir):
+    # Passed as [downstream] with the upstream named by `upstream_tasks`, the
+    # pipeline lists the tasks downstream first while the core runs them
+    # upstream first: every per-task figure must still reach its own task.
+    import daisy
+
+    up = daisy.Task(
+        "upstream12",
+        daisy.Roi((0,), (120,)),
+        daisy.Roi((0,), (10,)),
+        daisy.Roi((0,), (10,)),
+        process_function=_quick,
+        max_workers=1,
+        read_write_conflict=False,
+    )
+    with pytest.warns(DeprecationWarning):
+        down = daisy.Task(
+            "downstream4",
+            daisy.Roi((80,), (40,)),
+            daisy.Roi((0,), (10,)),
+            daisy.Roi((0,), (10,)),
+            process_function=_quick,
+            max_workers=1,
+            read_write_conflict=False,
+            upstream_tasks=[up],
+        )
+    recorder = _Recorder()
+    assert daisy.run_blockwise([down], progress=[recorder], summary=False)
+    assert {tid: total for tid, (total, _) in recorder.last.items()} == {
+        "upstream12": 12,
+        "downstream4": 4,
+    }

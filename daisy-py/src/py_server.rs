@@ -165,6 +165,10 @@ impl PyRunConfig {
 
 struct PyHooks {
     task_ids: Arc<Vec<String>>,
+    /// for each spec as the caller listed it, its index in the core's
+    /// order (which puts upstream tasks first): the per-task lists given
+    /// to `on_tick` follow the caller's order, which is the one it knows
+    caller_order: Vec<usize>,
     checks: Vec<Option<Py<PyAny>>>,
     on_tick: Py<PyAny>,
     on_listening: Py<PyAny>,
@@ -172,9 +176,17 @@ struct PyHooks {
     stop: StopCause,
 }
 
-fn states_list(py: Python<'_>, snap: &RunSnapshot) -> PyResult<Py<PyList>> {
-    let items: Vec<PyTaskState> = snap
-        .states
+/// `per_task` (one entry per task, in the core's order) in the caller's
+/// order, `order[i]` being the core index of the caller's i-th task.
+fn in_caller_order<T: Clone>(order: &[usize], per_task: &[T]) -> Vec<T> {
+    order
+        .iter()
+        .filter_map(|&i| per_task.get(i).cloned())
+        .collect()
+}
+
+fn states_list(py: Python<'_>, order: &[usize], snap: &RunSnapshot) -> PyResult<Py<PyList>> {
+    let items: Vec<PyTaskState> = in_caller_order(order, &snap.states)
         .iter()
         .map(|s| PyTaskState::from_core(s, true))
         .collect();
@@ -209,7 +221,7 @@ impl RunHooks for PyHooks {
     fn tick(&mut self, snap: &RunSnapshot) -> Result<(), DaisyError> {
         Python::attach(|py| {
             py.check_signals()?;
-            let states = states_list(py, snap)?;
+            let states = states_list(py, &self.caller_order, snap)?;
             let round_trips: Vec<(String, f64)> = snap
                 .round_trips
                 .iter()
@@ -224,8 +236,8 @@ impl RunHooks for PyHooks {
                     py,
                     (
                         states,
-                        snap.workers.clone(),
-                        snap.restarts.clone(),
+                        in_caller_order(&self.caller_order, &snap.workers),
+                        in_caller_order(&self.caller_order, &snap.restarts),
                         round_trips,
                         live,
                     ),
@@ -246,7 +258,8 @@ impl RunHooks for PyHooks {
 }
 
 /// Run `specs` with worker processes, one [`PyTaskConfig`] per task (in
-/// any order); returns a dict with `states` (task id to TaskState),
+/// any order); `on_tick` gets its per-task lists (states, workers,
+/// restarts) in the order of `specs`; returns a dict with `states` (task id to TaskState),
 /// `failures` (task id, spatial id, worker id, reason), `failed_blocks`
 /// (task id, spatial id, write ROI as slices, failed attempts, failed for
 /// good, last message; a block once, in order), `abandoned` (task
@@ -281,6 +294,10 @@ pub fn run_distributed(
         .iter()
         .map(|s| s.task_id.clone())
         .collect();
+    let caller_order: Vec<usize> = specs
+        .iter()
+        .filter_map(|s| task_ids.iter().position(|t| *t == s.spec.task_id))
+        .collect();
     let mut runtimes = Vec::with_capacity(task_ids.len());
     let mut checks = Vec::with_capacity(task_ids.len());
     for tid in &task_ids {
@@ -306,6 +323,7 @@ pub fn run_distributed(
     let stop = StopCause::default();
     let hooks = PyHooks {
         task_ids: Arc::new(task_ids.clone()),
+        caller_order,
         checks,
         on_tick,
         on_listening,

@@ -263,11 +263,7 @@ class Launcher:
 
 def main() -> int:
     """Load the payload from stdin, then serve fork requests."""
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    _worker.log_daisy_messages()
     sock = socket.socket(fileno=int(os.environ.pop(FD_VARIABLE)))
     payload = sys.stdin.buffer.read()
     try:

@@ -120,12 +120,24 @@ def leave(code: int, forked: bool = False) -> None:
     sys.exit(code)
 
 
+def log_daisy_messages() -> None:
+    """Send the ``daisy`` loggers' records, INFO and up, to stderr (the
+    worker's log) and leave the root logger alone. A worker's logging is
+    the user's to set up, as in daisy 1.2.2 and 2.0.0: the root logger at
+    WARNING with no handler, so a ``logging.basicConfig`` in the user's
+    function takes effect and libraries' INFO lines stay out unless asked
+    for. Not propagated, so a root handler the user adds does not repeat
+    daisy's lines."""
+    log = logging.getLogger("daisy")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
 def main(argv: list[str]) -> int:
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    log_daisy_messages()
     if len(argv) == 2 and argv[0] == "--payload":
         with open(argv[1], "rb") as f:
             payload = f.read()

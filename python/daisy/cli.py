@@ -142,6 +142,10 @@ def report_command(args: argparse.Namespace) -> int:
     if args.html and not _has_bokeh():
         print(NEEDS_BOKEH, file=sys.stderr)
         return 2
+    if args.max_workers < 0:
+        raise CliError(
+            f"--max-workers {args.max_workers}: give the number of worker rows to show, 0 or more"
+        )
     files = find_runs_files(Path(args.path))
     if not files:
         print(f"daisy: no {RUNS_FILE} at {args.path}", file=sys.stderr)
@@ -159,7 +163,13 @@ def report_command(args: argparse.Namespace) -> int:
     if args.html:
         from daisy.html_report import write_html_report
 
-        written = write_html_report([Path(args.path)], Path(args.html), run=args.run)
+        try:
+            written = write_html_report([Path(args.path)], Path(args.html), run=args.run)
+        except OSError as e:
+            raise CliError(
+                f"--html: could not write {args.html}: {e.strerror or e}; give a path in a "
+                "directory you can write to"
+            ) from e
         print(f"daisy: wrote {written}")
         return 0
     if args.format == "json":

@@ -286,10 +286,16 @@ def _task_section(bk: Any, report: TaskReport, store: Path | None) -> list[Any]:
     parts += _timeline(bk, report, arrays)
     hist = []
     if "wall_seconds" in arrays:
+        wall = arrays["wall_seconds"].astype(np.float64)
+        # the blocks measured: a block not run, or whose last attempt failed,
+        # has a NaN wall time and a peak RSS of 0 that is no measurement
+        done = np.isfinite(wall)
         hist = [
-            _histogram(bk, "block wall time", arrays["wall_seconds"].astype(np.float64), SECONDS),
-            _histogram(bk, "block CPU", arrays["cpu_seconds"].astype(np.float64), SECONDS),
-            _histogram(bk, "block peak RSS", arrays["peak_rss_bytes"].astype(np.float64), BYTES),
+            _histogram(bk, "block wall time", wall[done], SECONDS),
+            _histogram(bk, "block CPU", arrays["cpu_seconds"].astype(np.float64)[done], SECONDS),
+            _histogram(
+                bk, "block peak RSS", arrays["peak_rss_bytes"].astype(np.float64)[done], BYTES
+            ),
         ]
     if report.blocks.gpu_mem and "gpu_mem_bytes" in arrays and "gpu_util_pct" in arrays:
         # a block has GPU figures where either was measured (NaN / 0: none)

@@ -165,8 +165,10 @@ class Task(Composable):
         if "/" in task_id or "\\" in task_id or "\0" in task_id or task_id in (".", ".."):
             # the id names the task's log directory and tracking store
             raise ValueError(
-                f"task_id: {task_id!r} would put the task's logs and tracking store outside "
-                "their base directory; use a name without path separators (and not . or ..)"
+                f"task_id: {task_id!r} cannot name the task's log directory and tracking "
+                "store: an id holds no path separator or NUL and is not . or .. (one would "
+                "leave the base directory or nest in another task's store); use a name such as "
+                f"{task_id.replace('/', '-').replace(chr(92), '-').strip('.') or 'task'!r}"
             )
         self.task_id = task_id
         self.total_roi = validated_roi(total_roi, "total_roi")
