@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import line_task
@@ -263,6 +264,39 @@ def test_an_html_report_that_cannot_be_written_is_one_line_with_exit_2(tmp_path)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("daisy: "), out.stderr
     assert str(blocker / "r.html") in lines[0]
+
+
+def _tear(path: Path) -> None:
+    """Cut the last line of ``path`` in half, as a full disk leaves it."""
+    text = path.read_text()
+    path.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])
+
+
+def test_a_torn_history_line_is_skipped_and_the_next_run_starts_a_new_line(
+    tmp_path, capsys, caplog
+):
+    # written by Python (a task whose history is next to its logs)
+    path = tmp_path / "runs.jsonl"
+    for wall in (10.0, 11.0):
+        append_run(path, synthetic(wall, round_trip=0.1))
+    _tear(path)
+    append_run(path, synthetic(12.0, round_trip=0.1))
+    assert [r.blocks.wall.total for r in read_runs(path)] == [10.0, 12.0]
+    assert any("damaged" in r.getMessage() for r in caplog.records), caplog.records
+    code, out = run_cli(capsys, "report", str(path), "--format", "json")
+    assert code == 0
+    assert json.loads(out)[0]["wall_total_s"] == 12.0
+    # written by the core (a tracked task's history is in its store)
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    task = line_task("torn", 2, process_function=sleepy, resource_tracking=True)
+    store_runs = tmp_path / "tracking" / "torn" / "runs.jsonl"
+    assert daisy.run_blockwise([task], progress=False, summary=False)
+    _tear(store_runs)
+    task.reset()
+    assert daisy.run_blockwise([task], progress=False, summary=False)
+    assert [r.blocks.count for r in read_runs(store_runs)] == [2]
+    assert task.report().blocks.count == 2
+    assert run_cli(capsys, "report", str(tmp_path / "tracking"))[0] == 0
 
 
 def test_a_closed_pipe_ends_the_output_quietly(tmp_path):

@@ -487,3 +487,66 @@ def test_only_so_many_strangers_may_wait_to_say_hello(tmp_path: Path) -> None:
             for s in strangers:
                 s.close()
     assert run.result.get("ok") is True, run.result
+
+
+FULL_DISK_SCRIPT = """
+import sys
+import daisy
+
+def mark(block):
+    pass
+
+daisy.set_tracking_basedir(sys.argv[1])
+task = daisy.Task(
+    "t",
+    daisy.Roi((0, 0), (4000, 100)),
+    daisy.Roi((0, 0), (1, 1)),
+    daisy.Roi((0, 0), (1, 1)),
+    process_function=mark,
+    max_workers=2,
+    read_write_conflict=False,
+)
+try:
+    daisy.run_blockwise([task], progress=False, summary=False)
+except OSError as e:
+    print("OSError:", e)
+    sys.exit(3)
+"""
+
+
+@pytest.fixture
+def nearly_full_disk(tmp_path: Path):
+    """A 2 MiB tmpfs with 128 KiB left: too little for the done markers and
+    failure counts of 400,000 blocks."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs (CI runs as root)")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)])
+    if made.returncode != 0:
+        pytest.skip("this machine cannot mount a tmpfs")
+    try:
+        (mount / "filler").write_bytes(b"\1" * (2 * 2**20 - 128 * 2**10))
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)])
+
+
+def test_a_tracking_store_on_a_full_disk_is_a_clear_error_not_a_crash(
+    tmp_path: Path, nearly_full_disk: Path
+) -> None:
+    # the store's chunks were sparse files written through a mapping: the
+    # first mark on a page the disk could not supply killed the driver with
+    # SIGBUS (exit 135, no message, no report)
+    script = tmp_path / "full.py"
+    script.write_text(FULL_DISK_SCRIPT)
+    out = subprocess.run(
+        [sys.executable, str(script), str(nearly_full_disk / "tracking")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 3, (out.returncode, out.stdout, out.stderr[-2000:])
+    assert "No space left on device" in out.stdout, out.stdout
+    assert "tracking" in out.stdout, out.stdout

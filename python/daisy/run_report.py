@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -85,11 +86,19 @@ def _report_lines(path: Path) -> list[TaskReport]:
         return []
     out: list[TaskReport] = []
     after_reset = False
-    with open(path, encoding="utf-8") as f:
-        for line in f:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            d = json.loads(line)
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError:
+                # cut short by a full disk or a killed writer: the other
+                # lines are still whole (each is one write), so skip it
+                logging.getLogger(__name__).warning(
+                    "daisy: %s: line %d is damaged (not JSON), skipped", path, number
+                )
+                continue
             if isinstance(d, dict) and RESET_KEY in d and "task_id" not in d:
                 after_reset = True
                 continue
@@ -114,11 +123,19 @@ def read_runs(path: str | os.PathLike[str]) -> list[TaskReport]:
 
 
 def append_run(path: str | os.PathLike[str], report: TaskReport) -> None:
-    """Append one report line to ``path``, creating its directory."""
+    """Append one report line to ``path``, creating its directory. After a
+    last line that was cut short (a full disk), the report starts a line of
+    its own, so that only the damaged line is lost."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(report.to_dict()) + "\n")
+    line = json.dumps(report.to_dict()) + "\n"
+    with open(path, "ab+") as f:
+        if f.tell() > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                line = "\n" + line
+        # one write call per line, so concurrent appends never interleave
+        f.write(line.encode("utf-8"))
 
 
 def _opt_float(x: Any) -> float | None:

@@ -226,10 +226,10 @@ pub fn write_array(
 
 /// Create (or replace) one array holding its fill value everywhere. An
 /// array whose fill value is zero (done markers, failure counts, byte
-/// counts) is created sparse: its chunk is sized with `set_len` and no byte
-/// is written, so a store for 10^6 blocks costs the disk nothing until
-/// blocks are marked, and is created in no time. Other fill values (NaN,
-/// "no worker") are written out.
+/// counts) is sized with `set_len` and no byte is written, so a store for
+/// 10^6 blocks is created in no time; `map_array` then reserves its disk
+/// blocks (`reserve`). Other fill values (NaN, "no worker") are written
+/// out.
 pub fn create_array(store: &Path, kind: &ArrayKind, shape: &Coord) -> Result<(), DaisyError> {
     let n = shape.product();
     let size = kind.dtype.size();
@@ -250,6 +250,25 @@ pub fn create_array(store: &Path, kind: &ArrayKind, shape: &Coord) -> Result<(),
         &dir.join("zarr.json"),
         array_metadata(kind, shape)?.as_bytes(),
     )
+}
+
+/// Give every byte of a chunk its disk block before the chunk is mapped. A
+/// store through the mapping into a hole of a sparse file needs a block
+/// the disk may no longer have, and the kernel answers that with SIGBUS,
+/// which kills the driver without a word; reserved up front, a full disk is
+/// an error when the store opens, before any block runs. Blocks already
+/// allocated cost nothing to reserve again. A filesystem that cannot
+/// reserve at all (EOPNOTSUPP, which glibc emulates where it can) is left
+/// as it is.
+fn reserve(file: &fs::File, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(len).map_err(std::io::Error::other)?;
+    // SAFETY: a plain syscall on an open descriptor this function borrows
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    match rc {
+        0 | libc::EOPNOTSUPP => Ok(()),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
 }
 
 /// `n` elements of `kind`'s fill value, little-endian.
@@ -289,6 +308,15 @@ pub fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedA
             store.display()
         )));
     }
+    reserve(&file, expected).map_err(|e| {
+        DaisyError::Io(format!(
+            "{}: could not reserve the {expected} bytes of the tracking store's array {:?}: \
+             {e}; free space on that disk, or put the tracking stores on another one \
+             (daisy.set_tracking_basedir)",
+            chunk.display(),
+            kind.name
+        ))
+    })?;
     // SAFETY: the file is daisy's own chunk, opened read-write; only this
     // process maps it for writing (one server per run), and every access
     // goes through bounds-checked slices of the mapping.
