@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -380,7 +381,7 @@ def test_workers_exiting_abandon_task_after_max_worker_restarts(
     assert_no_worker_survives(pids)
 
 
-def test_timeouts_do_not_count_as_worker_deaths(pid_dir, rec_dir, log_dir):
+def test_timeouts_do_not_count_as_worker_deaths(pid_dir, rec_dir, log_dir, caplog):
     """Workers killed for a timeout are the server's doing: with
     ``max_worker_restarts=0`` the task is not abandoned; each block fails
     after ``max_retries + 1`` timed-out attempts."""
@@ -408,6 +409,15 @@ def test_timeouts_do_not_count_as_worker_deaths(pid_dir, rec_dir, log_dir):
     assert Counter((t, i) for t, i, _, _ in server.failures) == {("slow", i): 2 for i in range(3)}
     assert all("timed out" in reason for *_, reason in server.failures)
     assert_counts_balance(states, block_ids(task), read_records(rec_dir), log_dir)
+    # the log says which worker, in words, and whether the block is retried
+    said = [r.getMessage() for r in caplog.records if "timed out in" in r.getMessage()]
+    pattern = re.compile(
+        r'^block \d of task "slow" timed out in worker \d+; '
+        r"(retrying it|it has no retries left and failed)$"
+    )
+    assert all(pattern.match(m) for m in said), said
+    assert sum("retrying it" in m for m in said) == 3, said
+    assert sum("no retries left" in m for m in said) == 3, said
     assert len(known_pids(pid_dir)) == 6  # a fresh worker for every attempt
     assert_no_worker_survives(known_pids(pid_dir))
 
@@ -913,3 +923,62 @@ def test_release_from_another_connection_is_refused(pid_dir, rec_dir, log_dir, c
         states, block_ids(task), records + [{"task": "owned", "id": outcome["held"]}], log_dir
     )
     assert_no_worker_survives(known_pids(pid_dir))
+
+
+def test_blocks_cut_short_by_ctrl_c_are_not_failed_attempts(tmp_path):
+    """The user stopped the run: the blocks in flight did not fail, so the
+    report and the tracking store count no failed attempt for them (they
+    used to count one each, "the connection to its worker closed"), and
+    the next run runs them again with their retries whole."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        textwrap.dedent(
+            f"""
+            import os, time
+            import daisy
+
+            PIDS = {str(pids)!r}
+            daisy.logging.set_log_basedir({str(tmp_path / "logs")!r})
+            daisy.set_tracking_basedir({str(tmp_path / "tracking")!r})
+
+            def process(block):
+                open(os.path.join(PIDS, str(os.getpid())), "w").close()
+                time.sleep(30)
+
+            task = daisy.Task("A", daisy.Roi((0,), (40,)), daisy.Roi((0,), (10,)),
+                              daisy.Roi((0,), (10,)), process_function=process, max_workers=2)
+            daisy.run_blockwise(task, progress=False)
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(driver)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(pids.iterdir())) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the workers did not start their blocks"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "KeyboardInterrupt" in err, err
+    from daisy.run_report import read_runs
+
+    (report,) = read_runs(tmp_path / "tracking" / "A" / "runs.jsonl")
+    assert report.outcome == "interrupted", report.outcome
+    assert report.blocks.failures == 0, report.failure_causes
+    import zarr
+
+    failures = zarr.open_array(str(tmp_path / "tracking" / "A" / "failures"), mode="r")[:]
+    assert int(failures.sum()) == 0, failures

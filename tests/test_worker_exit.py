@@ -93,3 +93,40 @@ def test_the_environment_variable_is_checked(monkeypatch, tmp_path, log_dir):
     (err,) = (log_dir / "checked").glob("worker_*.err")
     assert "DAISY_WORKER_FAST_EXIT" in err.read_text()
     assert os.environ["DAISY_WORKER_FAST_EXIT"] == "sometimes"
+
+
+def _leave_in_block_1(marks, how):
+    def process(block):
+        import os
+        import sys
+
+        if block.block_id[1] == 1 and not (marks / "left").exists():
+            (marks / "left").touch()
+            if how == "os._exit":
+                os._exit(0)
+            sys.exit(0)
+
+    return process
+
+
+@pytest.mark.parametrize("how", ["os._exit", "sys.exit"])
+def test_a_worker_that_exits_0_in_the_middle_of_a_block_did_not_exit_cleanly(
+    tmp_path, log_dir, how
+):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    task = daisy.Task(
+        "leaves",
+        daisy.Roi((0,), (40,)),
+        daisy.Roi((0,), (10,)),
+        daisy.Roi((0,), (10,)),
+        process_function=_leave_in_block_1(marks, how),
+        max_workers=1,
+        max_retries=1,
+    )
+    assert daisy.run_blockwise(task, progress=False)
+    report = daisy.last_report()["leaves"]
+    assert report.blocks.failures == 1
+    # the worker that left holding block 1 is no clean exit; its
+    # replacement, told there was no more work, is
+    assert report.workers.exits == {"clean": 1, "error": 1}, report.workers.exits

@@ -25,7 +25,6 @@ use crate::scheduler::{ReleaseOutcome, Scheduler};
 use crate::task_state::TaskState;
 use crate::worker_timeline::WorkerSummary;
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::Path;
 
 use crate::tracking_store::RUNS_FILE;
@@ -260,12 +259,7 @@ impl TaskReport {
     pub fn append_to(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         let line = serde_json::to_string(self).map_err(std::io::Error::other)?;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join(RUNS_FILE))?;
-        // one write call per line, so concurrent appends never interleave
-        f.write_all(format!("{line}\n").as_bytes())
+        crate::tracking_store::append_runs_line(&dir.join(RUNS_FILE), &line)
     }
 }
 
@@ -587,17 +581,18 @@ impl RunLedger {
 
     /// A block the timeout reclaimed: a failed attempt like any other, but
     /// counted in `timeout_reclaim_count` instead of as a worker error (as
-    /// daisy 2.0.0 counts it).
+    /// daisy 2.0.0 counts it). True when the block will be retried.
     pub fn time_out(
         &mut self,
         scheduler: &mut Scheduler,
         key: BlockKey,
         worker: Option<u32>,
         reason: String,
-    ) {
-        self.fail_as(scheduler, key, worker, reason, true);
+    ) -> bool {
+        self.fail_as(scheduler, key, worker, reason, true)
     }
 
+    /// Count a failed attempt; true when the scheduler will retry the block.
     fn fail_as(
         &mut self,
         scheduler: &mut Scheduler,
@@ -605,16 +600,16 @@ impl RunLedger {
         worker: Option<u32>,
         reason: String,
         timed_out: bool,
-    ) {
+    ) -> bool {
         if scheduler.is_abandoned(key.task) {
-            return;
+            return false;
         }
         let block = scheduler.graph().block(key);
         let last_attempt = match scheduler.release_block(key, BlockStatus::Failed) {
             Ok(outcome) => outcome == ReleaseOutcome::Failed,
             Err(e) => {
                 tracing::warn!("could not record a failure: {e}");
-                return;
+                return false;
             }
         };
         self.returned(key.task);
@@ -640,6 +635,7 @@ impl RunLedger {
             worker_id: worker,
             reason,
         });
+        !last_attempt
     }
 
     /// Every failed attempt so far, in order.

@@ -265,12 +265,7 @@ fn sweep_timeouts<H>(st: &mut State<H>) {
         };
         st.note_bar(key, &out, live::BarOutcome::TimedOut);
         let spatial_id = st.scheduler.graph().block(key).spatial_id;
-        tracing::warn!(
-            "block {spatial_id} of task {:?} timed out in worker {:?}; retrying it",
-            st.task_id(key.task),
-            out.worker
-        );
-        st.ledger.time_out(
+        let retried = st.ledger.time_out(
             &mut st.scheduler,
             key,
             out.worker,
@@ -281,6 +276,17 @@ fn sweep_timeouts<H>(st: &mut State<H>) {
                     .timeout
                     .unwrap_or_default()
             ),
+        );
+        tracing::warn!(
+            "block {spatial_id} of task {:?} timed out in {}; {}",
+            st.task_id(key.task),
+            out.worker
+                .map_or_else(|| "a worker".to_string(), |w| format!("worker {w}")),
+            if retried {
+                "retrying it"
+            } else {
+                "it has no retries left and failed"
+            }
         );
         // a failed block of its worker, as a failure the worker reports is
         if let Some(tl) = out.worker.and_then(|id| st.timelines.get_mut(&id)) {
@@ -528,22 +534,27 @@ fn on_worker_exit<H>(st: &mut State<H>, id: u32, status: Option<ExitStatus>) {
     w.flags.alive = false;
     w.flags.busy = false;
     w.hang_up.cancel();
-    let (flags, expected) = (w.flags, w.expected_exit);
-    let task = flags.task;
     let status_text = status
         .map(|s| s.to_string())
         .unwrap_or_else(|| "unknown status".into());
+    // first, so that a block it still held marks it (`lost_block`) whether
+    // its connection's end or its exit is seen first
+    st.reclaim(
+        |o| o.worker == Some(id),
+        Some(id),
+        &format!("worker {id} died ({status_text})"),
+    );
+    let Some(w) = st.workers.get(&id) else {
+        return;
+    };
+    let (flags, expected) = (w.flags, w.expected_exit);
+    let task = flags.task;
     let verdict = policy::classify_exit(
         expected,
         status.map(|s| s.success()),
         &status_text,
         &flags,
         st.scheduler.is_task_finished(task),
-    );
-    st.reclaim(
-        |o| o.worker == Some(id),
-        Some(id),
-        &format!("worker {id} died ({status_text})"),
     );
     if let Some(tl) = st.timelines.get_mut(&id) {
         tl.on_exit(Instant::now(), verdict.exit);
@@ -593,6 +604,7 @@ async fn teardown<H>(
         let mut guard = shared.0.borrow_mut();
         let st = &mut *guard;
         st.stopping = true;
+        st.interrupted = interrupted;
         // no more warm starts: each launcher leaves once its workers have
         for slot in &mut st.launchers {
             if matches!(slot.phase, LauncherPhase::Active { .. }) {

@@ -33,6 +33,10 @@ pub struct WorkerFlags {
     pub dismissed: bool,
     /// Blocks handed to it.
     pub blocks_taken: u64,
+    /// A block it held was taken back because it left or lost its
+    /// connection in the middle of it: whatever its exit status, no clean
+    /// exit.
+    pub lost_block: bool,
 }
 
 /// Resources held by the live workers: each holds its task's `requires`.
@@ -168,6 +172,9 @@ pub fn classify_exit(
     let unexpected = match expected {
         Some(_) => None,
         None if success != Some(true) => Some(format!("died ({status_text})")),
+        None if flags.lost_block => {
+            Some(format!("exited ({status_text}) in the middle of a block"))
+        }
         None if !flags.dismissed && flags.blocks_taken == 0 && !task_finished => {
             Some("exited before the task was finished without taking a block".to_string())
         }
@@ -374,6 +381,18 @@ mod tests {
         assert!(v.unexpected.unwrap().contains("exit status: 1"));
         let v = classify_exit(None, None, "unknown status", &w, true);
         assert_eq!(v.exit, WorkerExit::Error);
+    }
+
+    #[test]
+    fn leaving_in_the_middle_of_a_block_is_no_clean_exit() {
+        let w = WorkerFlags {
+            blocks_taken: 4,
+            lost_block: true,
+            ..worker(0)
+        };
+        let v = classify_exit(None, Some(true), "exit status: 0", &w, true);
+        assert_eq!(v.exit, WorkerExit::Error);
+        assert!(v.unexpected.unwrap().contains("in the middle of a block"));
     }
 
     #[test]

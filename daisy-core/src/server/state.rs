@@ -185,6 +185,9 @@ pub struct State<H> {
     pub pending_hellos: usize,
     /// The run is ending: no more blocks, no more workers.
     pub stopping: bool,
+    /// The run was stopped from outside (Ctrl-C, SIGTERM, a hook): the
+    /// blocks its killed workers held did not fail (see `reclaim`).
+    pub interrupted: bool,
     /// Admitted connections whose handler still runs: the run's end waits
     /// (at most `CLIENT_DRAIN`) for them to hear "no more blocks".
     pub open_connections: usize,
@@ -239,6 +242,7 @@ impl<H> State<H> {
             next_conn: 0,
             pending_hellos: 0,
             stopping: false,
+            interrupted: false,
             open_connections: 0,
             timelines: BTreeMap::new(),
             ledger: RunLedger::new(n),
@@ -289,7 +293,10 @@ impl<H> State<H> {
 
     /// Every block out that matches `lost` counts as a failed attempt (its
     /// worker died or its connection closed): removed from `outstanding`
-    /// here, so it is accounted for exactly once.
+    /// here, so it is accounted for exactly once. On an interrupted run the
+    /// blocks were cut short by whoever stopped it, not failed: they count
+    /// no attempt (in the report or the tracking store) and stay unfinished,
+    /// for the next run to do with their retries whole.
     pub fn reclaim(&mut self, lost: impl Fn(&Outstanding) -> bool, worker: Option<u32>, why: &str) {
         let keys: Vec<BlockKey> = self
             .outstanding
@@ -297,12 +304,20 @@ impl<H> State<H> {
             .filter(|(_, o)| lost(o))
             .map(|(k, _)| *k)
             .collect();
+        if let Some(w) = worker
+            .filter(|_| !keys.is_empty())
+            .and_then(|id| self.workers.get_mut(&id))
+        {
+            w.flags.lost_block = true;
+        }
         for key in keys {
             if let Some(out) = self.outstanding.remove(&key) {
                 self.note_bar(key, &out, BarOutcome::Lost);
             }
-            self.ledger
-                .fail(&mut self.scheduler, key, worker, why.to_string());
+            if !self.interrupted {
+                self.ledger
+                    .fail(&mut self.scheduler, key, worker, why.to_string());
+            }
         }
     }
 
@@ -547,6 +562,19 @@ pub(crate) mod test_support {
 mod tests {
     use super::test_support::{hand_out, state};
     use super::*;
+
+    #[test]
+    fn blocks_cut_short_by_an_interrupt_are_no_failed_attempts() {
+        let mut st = state();
+        let held = hand_out(&mut st, 0, 1);
+        st.interrupted = true;
+        st.reclaim(|o| o.conn == 1, None, "the connection closed");
+        assert!(!st.outstanding.contains_key(&held));
+        let out = st.outcome(true);
+        assert!(out.failures.is_empty(), "{:?}", out.failures);
+        assert_eq!(out.states[0].failed_attempts, 0);
+        assert_eq!(out.states[0].failed_count, 0);
+    }
 
     #[test]
     fn reclaim_accounts_each_lost_block_once() {
