@@ -10,6 +10,7 @@ workers by value.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -128,3 +129,45 @@ def test_the_summary_says_what_to_do_next(failed_run):
     logs = re.findall(r"worker logs: (\S+\.err)", section)
     assert logs, section
     assert all((tmp / log).exists() or Path(log).exists() for log in logs), logs
+
+
+RETRIED_SCRIPT = textwrap.dedent(
+    """\
+    import os
+
+    import daisy
+
+
+    def flaky(block):
+        marker = os.path.join(os.environ["FLAKY_MARKS"], f"tried-{block.block_id[1]}")
+        if block.block_id[1] == 2 and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise ValueError("a transient error")
+
+
+    if __name__ == "__main__":
+        task = daisy.Task(
+            "flaky", daisy.Roi((0,), (40,)), daisy.Roi((0,), (10,)), daisy.Roi((0,), (10,)),
+            process_function=flaky, max_workers=1, max_retries=1,
+        )
+        print("RESULT", daisy.run_blockwise([task], progress=False))
+    """
+)
+
+
+def test_a_run_whose_failed_attempts_all_succeeded_on_retry_asks_for_no_rerun(tmp_path):
+    script = tmp_path / "retried.py"
+    script.write_text(RETRIED_SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, FLAKY_MARKS=str(tmp_path)),
+    )
+    assert "RESULT True" in proc.stdout, proc.stdout + proc.stderr
+    section = _task_section(proc.stdout, "flaky")
+    # the retried block is listed, with what happened
+    assert re.search(r"block 2 \[20:30\]: failed 1 attempt, retried", section), section
+    assert "rerun" not in section, section

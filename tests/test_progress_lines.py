@@ -183,3 +183,31 @@ def test_each_tasks_progress_is_its_own_when_upstream_tasks_are_given_by_keyword
         "upstream12": 12,
         "downstream4": 4,
     }
+
+
+def _state(done: int, total: int):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        completed_count=done,
+        skipped_count=0,
+        failed_count=0,
+        orphaned_count=0,
+        total_block_count=total,
+        is_done=lambda: done == total,
+    )
+
+
+def test_a_task_cut_short_ends_with_stopped_not_finished():
+    import io
+
+    from daisy.progress import LineProgress
+
+    out = io.StringIO()
+    progress = LineProgress(interval=60, file=out)
+    progress.update("cut", _state(104, 200), 2)
+    progress.update("whole", _state(10, 10), 1)
+    progress.close()  # the run was interrupted
+    last = {line.split()[1]: line for line in out.getvalue().splitlines()}
+    assert re.search(r"104/200 done, .* stopped after \S+$", last["cut"]), last
+    assert re.search(r"10/10 done, .* finished in \S+$", last["whole"]), last

@@ -117,7 +117,8 @@ class LineProgress:
 
     ``done`` counts completed blocks (skipped ones included), ``blk/s`` the
     blocks this run processed per second since the task started, and the
-    last line says ``finished in`` instead of ``eta``. A run of a day with
+    last line says ``finished in`` instead of ``eta`` (``stopped after``
+    when the run ended before the task did). A run of a day with
     the default interval writes a few thousand lines, not gigabytes.
     """
 
@@ -163,9 +164,12 @@ class LineProgress:
             - state.failed_count
             - state.orphaned_count
         )
-        if state.is_done() or last:
+        if state.is_done():
             self._ended.add(task_id)
             tail = f"finished in {_duration(elapsed)}"
+        elif last:  # the run ended before the task did (stopped, or abandoned)
+            self._ended.add(task_id)
+            tail = f"stopped after {_duration(elapsed)}"
         else:
             tail = f"eta {_duration(left / rate)}" if rate > 0 else "eta ?"
         orphaned = f", {state.orphaned_count} orphaned" if state.orphaned_count else ""

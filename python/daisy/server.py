@@ -471,7 +471,11 @@ class Server(ServerObservee):
                 where = "" if worker_id is None else f", worker {worker_id}"
                 lines.append(f"First failure (block {spatial_id}{where}):")
                 lines += [f"  {line}" for line in reason.rstrip().splitlines()]
-            if rows or state.failed_count:
+            unfinished = (
+                any(failed for *_, failed, _ in rows) or state.failed_count or state.orphaned_count
+            )
+            if unfinished:
+                # (every attempt that failed and was retried succeeded: nothing to rerun)
                 lines.append(
                     "Next: rerun to retry the failed blocks ("
                     + (
