@@ -287,6 +287,47 @@ def test_a_killed_launcher_loses_no_block(tmp_path, log_dir):
     assert w.exits.get("error", 0) >= 1, w.exits
 
 
+def test_a_stopped_launcher_is_given_up_for_cold_starts(tmp_path):
+    # a launcher that stops answering (SIGSTOP, a frozen cgroup, a process
+    # stuck in the kernel) used to stall the run for good: the worker that
+    # died was never replaced, as its fork request waited for an answer
+    out = tmp_path / "out"
+    out.mkdir()
+    done = _script(
+        tmp_path,
+        f"""
+        import os, signal
+        from pathlib import Path
+        import daisy
+
+        OUT = Path({str(out)!r})
+        daisy.logging.set_log_basedir({str(tmp_path / "logs")!r})
+
+        def process(block):
+            if block.block_id[1] == 3 and not (OUT / "stopped").exists():
+                (OUT / "stopped").touch()
+                # a warm worker's parent is its launcher: stop it, and die
+                # with the block in hand, so that the run needs a new worker
+                os.kill(os.getppid(), signal.SIGSTOP)
+                os._exit(1)
+            (OUT / str(block.block_id[1])).write_text(str(os.getpid()))
+
+        task = daisy.Task("stalled", daisy.Roi((0,), (60,)), daisy.Roi((0,), (10,)),
+                          daisy.Roi((0,), (10,)), process_function=process, max_workers=1)
+        print("RESULT", daisy.run_blockwise(task, progress=False))
+        w = daisy.last_report()["stalled"].workers
+        print("STARTS", sorted(r.start for r in w.by_id.values()))
+        print("REASON", w.cold_start_reason)
+        """,
+    )
+    assert "RESULT True" in done.stdout, done.stdout + done.stderr
+    assert sorted(p.name for p in out.iterdir() if p.name.isdigit()) == [str(i) for i in range(6)]
+    starts = next(line for line in done.stdout.splitlines() if line.startswith("STARTS"))
+    assert "warm" in starts and "cold" in starts, done.stdout
+    reason = next(line for line in done.stdout.splitlines() if line.startswith("REASON"))
+    assert "answered nothing" in reason, done.stdout
+
+
 def test_a_fully_resumed_task_starts_no_worker_and_no_launcher(tmp_path, tracking, log_dir):
     out = tmp_path / "out"
     out.mkdir()

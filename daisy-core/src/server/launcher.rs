@@ -35,13 +35,14 @@ use super::supervision;
 use crate::block::TaskIndex;
 use crate::worker_timeline::StartKind;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Instant;
 use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
@@ -52,6 +53,16 @@ const MAX_REPLY_LINE: usize = 64 << 10;
 /// How long a launcher gets to leave once its socket is closed at the end
 /// of a run (it only has to notice): then it is killed.
 pub const LAUNCHER_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long the launcher may leave a fork request unanswered, or a forked
+/// worker's end unreported (the server watches each warm worker through a
+/// pidfd of its own), before it is given up and the task's workers start
+/// cold. A fork takes milliseconds (a launcher holding gigabytes, well
+/// under a second), and a launcher reaps a worker as it ends; one that
+/// answers nothing for this long is stopped (SIGSTOP, a frozen cgroup) or
+/// stuck in the kernel, and without the deadline the run waited for it for
+/// good. Giving up a merely slow one costs only cold starts.
+pub const FORK_REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What the server writes for a [`ForkRequest`], one JSON line (the
 /// descriptors travel beside it).
@@ -224,10 +235,13 @@ struct Session<H> {
 struct Ledger {
     /// Asked before the launcher was ready: sent once it is.
     queued: Vec<ForkRequest>,
-    /// Sent, not yet answered.
-    sent: BTreeSet<u32>,
+    /// Sent, not yet answered: worker id to when it was sent.
+    sent: BTreeMap<u32, Instant>,
     /// Forked and alive: worker id to pid.
     alive: BTreeMap<u32, u32>,
+    /// Forked workers seen to end (pidfd) that the launcher has not
+    /// reported yet: worker id to when the server saw it.
+    unreported: BTreeMap<u32, Instant>,
 }
 
 impl<H: 'static> Session<H> {
@@ -282,6 +296,7 @@ impl<H: 'static> Session<H> {
             Ok(s) => s,
             Err(e) => return Err((format!("its socket is unusable: {e}"), ledger)),
         };
+        let (died_tx, mut died) = mpsc::unbounded_channel::<u32>();
         let mut ready = false;
         let mut open = true;
         let mut buf: Vec<u8> = Vec::new();
@@ -290,7 +305,30 @@ impl<H: 'static> Session<H> {
             if !open && ledger.sent.is_empty() && ledger.alive.is_empty() {
                 return Ok(ledger.queued.iter().map(|r| r.worker_id).collect());
             }
+            let answer_by = ledger
+                .sent
+                .values()
+                .chain(ledger.unreported.values())
+                .min()
+                .map(|&since| tokio::time::Instant::from_std(since + FORK_REPLY_TIMEOUT));
             tokio::select! {
+                () = tokio::time::sleep_until(answer_by.unwrap_or_else(tokio::time::Instant::now)),
+                    if answer_by.is_some() =>
+                {
+                    return Err((
+                        format!(
+                            "the launcher answered nothing for {} s (a fork request, or a \
+                             worker's end): it is stopped or stuck",
+                            FORK_REPLY_TIMEOUT.as_secs()
+                        ),
+                        ledger,
+                    ));
+                }
+                Some(id) = died.recv() => {
+                    if ledger.alive.contains_key(&id) {
+                        ledger.unreported.entry(id).or_insert_with(Instant::now);
+                    }
+                }
                 readable = stream.readable() => {
                     if let Err(e) = readable {
                         return Err((format!("its socket failed: {e}"), ledger));
@@ -322,12 +360,14 @@ impl<H: 'static> Session<H> {
                             }
                             Reply::Cold { reason } => return Err((reason, ledger)),
                             Reply::Forked { worker_id, pid } => {
-                                if ledger.sent.remove(&worker_id) {
+                                if ledger.sent.remove(&worker_id).is_some() {
                                     ledger.alive.insert(worker_id, pid);
                                     self.on_forked(worker_id, pid);
+                                    watch_worker(worker_id, pid, died_tx.clone());
                                 }
                             }
                             Reply::Exited { worker_id, status } => {
+                                ledger.unreported.remove(&worker_id);
                                 if ledger.alive.remove(&worker_id).is_some() {
                                     let status = ExitStatus::from_raw(status);
                                     let _ = self.exit_tx.send((worker_id, Some(status)));
@@ -390,7 +430,7 @@ impl<H: 'static> Session<H> {
                 }
             }
         }
-        ledger.sent.insert(req.worker_id);
+        ledger.sent.insert(req.worker_id, Instant::now());
         Ok(())
     }
 
@@ -421,7 +461,7 @@ impl<H: 'static> Session<H> {
     ) {
         let mut st = self.shared.0.borrow_mut();
         let mut unserved: Vec<u32> = ledger.queued.iter().map(|r| r.worker_id).collect();
-        unserved.extend(ledger.sent.iter().copied());
+        unserved.extend(ledger.sent.keys().copied());
         requests.close();
         while let Ok(req) = requests.try_recv() {
             unserved.push(req.worker_id);
@@ -432,6 +472,41 @@ impl<H: 'static> Session<H> {
         }
         go_cold(&mut st, self.task, reason, unserved);
     }
+}
+
+/// Watch a warm worker's end through a pidfd of the server's own: `died`
+/// gets its id once it has exited. Its launcher reports the end too, but a
+/// launcher that is stopped or stuck reports nothing, and the run would
+/// count the worker alive for good. A worker already gone (`ESRCH`) is
+/// reported at once; where pidfds are missing the watch is left out.
+fn watch_worker(worker_id: u32, pid: u32, died: mpsc::UnboundedSender<u32>) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: a plain syscall; a descriptor it returns is owned below
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        if io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            let _ = died.send(worker_id);
+        }
+        return;
+    }
+    let Ok(fd) = RawFd::try_from(fd) else {
+        return;
+    };
+    // SAFETY: `fd` was just returned by pidfd_open and nothing else owns it
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: the AsyncFd owns the only handle to the descriptor (an
+    // OwnedFd moved in), so it stays open while registered and is closed
+    // only after its registration is dropped
+    let Ok(fd) = (unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }) else {
+        return;
+    };
+    tokio::task::spawn_local(async move {
+        if fd.readable().await.is_ok() {
+            let _ = died.send(worker_id);
+        }
+    });
 }
 
 /// `sendmsg` of `data` with `fds` attached (`SCM_RIGHTS`); the bytes sent.
