@@ -982,3 +982,31 @@ def test_blocks_cut_short_by_ctrl_c_are_not_failed_attempts(tmp_path):
 
     failures = zarr.open_array(str(tmp_path / "tracking" / "A" / "failures"), mode="r")[:]
     assert int(failures.sum()) == 0, failures
+
+
+def test_a_worker_that_crashes_says_how_and_where(tmp_path, log_dir):
+    """A block that segfaults its worker: the failure names the signal (it
+    used to say only that the connection closed, whichever the server saw
+    first), and the worker's log has the Python traceback of the crash."""
+    marker = tmp_path / "crashed"
+
+    def crash_once(block):
+        import ctypes
+
+        if block.block_id[1] == 1 and not marker.exists():
+            marker.touch()
+            ctypes.string_at(0)  # SIGSEGV
+
+    task = line_task("crashes", 4, crash_once, max_workers=1, max_retries=1)
+    server = daisy.Server()
+    states, _ = run_guarded(lambda: server.run_blockwise(task, progress=False))
+    assert states["crashes"].completed_count == 4
+    (failure,) = server.failures
+    assert "SIGSEGV" in failure[3] or "signal: 11" in failure[3], failure
+    report = daisy.last_report()["crashes"]
+    assert any("SIGSEGV" in message for message, _ in report.failure_causes.messages), (
+        report.failure_causes
+    )
+    errs = "".join(p.read_text() for p in (log_dir / "crashes").glob("worker_*.err"))
+    assert "Fatal Python error: Segmentation fault" in errs, errs
+    assert "in crash_once" in errs, errs

@@ -224,12 +224,37 @@ pub struct FailureCauses {
     pub first_traceback: Option<String>,
 }
 
+/// What a block lost with its worker's connection is first put down as;
+/// [`RunLedger::explain_lost`] replaces it once the worker's end is known.
+pub const CONNECTION_CLOSED: &str = "the connection to its worker closed";
+
 impl FailureCauses {
+    /// One attempt counted as `old` (a one-line text) counts as `new`
+    /// instead: the first traceback too, where it was `old`.
+    pub fn restate(&mut self, old: &str, new: &str) {
+        if self.first_traceback.as_deref() == Some(old) {
+            self.first_traceback = Some(tail(new.trim_end(), FIRST_TRACEBACK_BYTES));
+        }
+        if let Some(i) = self.messages.iter().position(|c| c.message == old) {
+            self.messages[i].count -= 1;
+            if self.messages[i].count == 0 {
+                self.messages.remove(i);
+            }
+        } else {
+            self.other = self.other.saturating_sub(1);
+        }
+        self.note_message(new);
+    }
+
     /// Count one failed attempt's text.
     pub fn note(&mut self, text: &str) {
         if self.first_traceback.is_none() {
             self.first_traceback = Some(tail(text.trim_end(), FIRST_TRACEBACK_BYTES));
         }
+        self.note_message(text);
+    }
+
+    fn note_message(&mut self, text: &str) {
         let message = last_line(text);
         if let Some(c) = self.messages.iter_mut().find(|c| c.message == message) {
             c.count += 1;
@@ -636,6 +661,23 @@ impl RunLedger {
             reason,
         });
         !last_attempt
+    }
+
+    /// Worker `worker` has ended, `why` (its exit status): the attempts
+    /// that failed as its connection closed, before its end was known
+    /// ([`CONNECTION_CLOSED`]), say `why` instead, in the report and the
+    /// summary.
+    pub fn explain_lost(&mut self, worker: u32, why: &str) {
+        let lost = self
+            .failures
+            .iter_mut()
+            .filter(|n| n.worker_id == Some(worker) && n.reason == CONNECTION_CLOSED);
+        for note in lost {
+            note.reason = why.to_string();
+            if let Some(causes) = self.causes.get_mut(note.task as usize) {
+                causes.restate(CONNECTION_CLOSED, why);
+            }
+        }
     }
 
     /// Every failed attempt so far, in order.

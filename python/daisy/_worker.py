@@ -16,6 +16,7 @@ stdout and stderr are already the worker's log files.
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import inspect
 import io
 import logging
@@ -68,7 +69,10 @@ def run_payload(payload: bytes, context: Context | None = None) -> None:
 def run_function(function: Any, post_check: Any, context: Context | None = None) -> None:
     """Run one worker of a loaded function: a block function is called for
     every block this worker acquires; a worker function (no arguments)
-    once."""
+    once. A crash of the interpreter (a segfault in an extension) writes
+    the Python traceback of every thread to the worker's log (stderr),
+    where it would otherwise leave nothing."""
+    faulthandler.enable(file=2, all_threads=True)
     if _count_required_args(function) == 0:
         function()
         return

@@ -326,7 +326,7 @@ impl<H> Drop for ReclaimOnDrop<H> {
         st.reclaim(
             |o| o.conn == conn_id,
             worker_id,
-            "the connection to its worker closed",
+            crate::run_report::CONNECTION_CLOSED,
         );
         st.wake_main();
         if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {

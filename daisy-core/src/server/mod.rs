@@ -539,11 +539,16 @@ fn on_worker_exit<H>(st: &mut State<H>, id: u32, status: Option<ExitStatus>) {
         .unwrap_or_else(|| "unknown status".into());
     // first, so that a block it still held marks it (`lost_block`) whether
     // its connection's end or its exit is seen first
-    st.reclaim(
-        |o| o.worker == Some(id),
-        Some(id),
-        &format!("worker {id} died ({status_text})"),
-    );
+    let why = if status.is_some_and(|s| s.success()) {
+        format!("worker {id} exited ({status_text}) with the block in hand")
+    } else {
+        format!("worker {id} died ({status_text})")
+    };
+    st.reclaim(|o| o.worker == Some(id), Some(id), &why);
+    if status.is_some() {
+        // its connection's end may have been seen first
+        st.ledger.explain_lost(id, &why);
+    }
     let Some(w) = st.workers.get(&id) else {
         return;
     };
