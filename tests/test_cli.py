@@ -88,6 +88,10 @@ def test_report_of_a_resumed_run_and_of_an_earlier_run(tmp_path, capsys):
     assert first["run"] == 0 and first["skipped"] == 0 and first["wall_total_s"] > 0
     code, out = run_cli(capsys, "report", str(tmp_path / "seg"))
     assert "5 blocks (5 skipped)" in out
+    # the panel of a run that only skipped says where the work was measured
+    assert "every block was skipped: --run 0 is the last run that processed blocks" in out, out
+    code, out = run_cli(capsys, "report", str(tmp_path / "seg"), "--run", "0")
+    assert "every block was skipped" not in out, out
     assert main(["report", str(tmp_path / "seg"), "--run", "7"]) == 2
     assert "--run 7 is not one" in capsys.readouterr().err
 

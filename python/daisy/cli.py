@@ -137,6 +137,12 @@ def _select(runs: list[TaskReport], run: int | None, where: Path) -> tuple[int, 
     return index, runs[index]
 
 
+def _processed_blocks(report: TaskReport) -> bool:
+    """Whether a run processed any block (a fully resumed run skipped them
+    all and measured nothing)."""
+    return report.blocks.count > report.blocks.skipped
+
+
 def report_command(args: argparse.Namespace) -> int:
     """``daisy report``."""
     if args.html and not _has_bokeh():
@@ -152,9 +158,17 @@ def report_command(args: argparse.Namespace) -> int:
         return 2
     rows, sections = [], []
     for f in files:
-        index, report = _select(read_runs(f), args.run, f)
+        runs = read_runs(f)
+        index, report = _select(runs, args.run, f)
         rows.append(summary_row(report, index, store_of(f)))
         section = report.render(max_workers=args.max_workers)
+        if args.run is None and report.blocks.count and not _processed_blocks(report):
+            worked = [i for i, r in enumerate(runs) if _processed_blocks(r)]
+            if worked:
+                section += (
+                    f"\n    every block was skipped: --run {worked[-1]} is the last run that "
+                    "processed blocks"
+                )
         first = report.failure_causes.first_traceback
         if first:
             body = "\n".join("      " + line for line in first.splitlines())
@@ -208,7 +222,7 @@ def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> lis
     if len(runs) < 2:
         return []
     last = runs[-1]
-    previous = [r for r in runs[:-1] if r.blocks.count > r.blocks.skipped][-history:]
+    previous = [r for r in runs[:-1] if _processed_blocks(r)][-history:]
     # whether a Task.reset() lies between the oldest run compared and the last
     window = runs[runs.index(previous[0]) + 1 :] if previous else []
     reset_between = any(r.after_reset for r in window)

@@ -147,6 +147,8 @@ def _timeline(bk: Any, report: TaskReport, arrays: dict[str, np.ndarray]) -> lis
         name="timeline_bars",
     )
     fig.yaxis.axis_label = "worker"
+    # worker ids are integers: no tick at 0.5 or 4.5
+    fig.yaxis.ticker = bk.models.BasicTicker(min_interval=1)
     fig.xaxis.axis_label = "seconds"
     text = f"<p>{index.size} blocks of this run on the timeline.{note}</p>"
     return [fig, bk.models.Div(text=text)]
@@ -231,7 +233,7 @@ def _worker_phases(bk: Any, report: TaskReport) -> Any:
     fig = bk.plotting.figure(
         title="worker phases (seconds)",
         y_range=names,
-        height=max(160, 22 * len(names) + 80),
+        height=max(160, 22 * len(names) + 80) + 40,  # + the legend above
         width=480,
         tools="hover",
         tooltips="$name: @$name s",
@@ -245,10 +247,12 @@ def _worker_phases(bk: Any, report: TaskReport) -> Any:
         source=bk.models.ColumnDataSource(data),
         legend_label=phases,
     )
-    fig.legend.location = "top_center"
-    fig.legend.orientation = "horizontal"
-    fig.legend.label_text_font_size = "8pt"
-    fig.y_range.range_padding = 0.6  # room for the legend above the bars
+    # above the plot, where it covers no worker's bar
+    legend = fig.legend[0]
+    fig.center.remove(legend)
+    fig.add_layout(legend, "above")
+    legend.orientation = "horizontal"
+    legend.label_text_font_size = "8pt"
     return fig
 
 
