@@ -483,3 +483,48 @@ def test_a_stopped_run_ends_the_page_as_interrupted():
     assert last["summary"]["outcome"] == "interrupted"
     assert last["tasks"][0]["done"] == states["dash_stop"].completed_count
     assert last["workers"] == []
+    # nothing processes after the run, and a task cut short has no ETA
+    # (the page used to say "done" with thousands of blocks left)
+    assert last["tasks"][0]["processing"] == 0, last["tasks"]
+    assert last["tasks"][0]["eta_seconds"] is None, last["tasks"]
+    t = last["tasks"][0]
+    assert t["done"] + t["failed"] + t["orphaned"] + t["pending"] + t["processing"] == t["total"]
+
+
+def steady_block(b: daisy.Block) -> None:
+    """50 ms per block: 60 blocks on two workers last long enough to be
+    watched."""
+    time.sleep(0.05)
+
+
+def test_every_page_watching_the_run_gets_its_final_state():
+    """Two pages (each polls with its own viewer id) and a plain poller:
+    the run's end waits until each has fetched the final state, not just
+    the first one (the other pages were left showing a running run)."""
+    port = free_port()
+    task = line_task("dash_viewers", 60, process_function=steady_block, max_workers=2)
+    last: dict[str, dict[str, Any]] = {}
+
+    def watch(viewer: str | None) -> None:
+        query = "" if viewer is None else f"?viewer={viewer}"
+        deadline = time.time() + DEADLINE
+        while time.time() < deadline:
+            try:
+                url = f"http://127.0.0.1:{port}/status.json{query}"
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    last[viewer or "plain"] = json.loads(r.read())
+            except (urllib.error.URLError, ConnectionError):
+                if last.get(viewer or "plain"):
+                    return  # served, then closed
+            time.sleep(0.5)
+
+    watchers = [threading.Thread(target=watch, args=(v,), daemon=True) for v in ("a", "b", None)]
+    for w in watchers:
+        w.start()
+    assert daisy.run_blockwise([task], progress=False, dashboard_port=port)
+    for w in watchers:
+        w.join(DEADLINE)
+    assert sorted(last) == ["a", "b", "plain"]
+    for viewer, st in last.items():
+        assert st["finished"], f"viewer {viewer} never got the final state"
+        assert st["tasks"][0]["done"] == 60, (viewer, st["tasks"])

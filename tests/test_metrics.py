@@ -99,3 +99,42 @@ def test_metrics_count_blocks_failures_and_round_trips(tmp_path):
 def test_metrics_port_in_a_serial_run_is_refused():
     with pytest.raises(ValueError, match="metrics_port"):
         daisy.run_blockwise([line_task("s", 2)], multiprocessing=False, metrics_port=free_port())
+
+
+def _last_fails(b):
+    time.sleep(0.05)
+    if b.block_id[1] == 9:
+        raise RuntimeError("the last block fails")
+
+
+def test_a_scraper_that_was_watching_gets_the_final_figures():
+    """The run's last block fails for good at its very end: a scraper that
+    was scraping gets those figures before the server stops (it used to
+    stop on the last tick, and the final counts never showed)."""
+    port = free_port()
+    task = line_task("metrics_end", 10, process_function=_last_fails, max_workers=1)
+    scrapes: list[str] = []
+
+    def scraper():
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                scrapes.append(scrape(port))
+            except (urllib.error.URLError, ConnectionError):
+                if scrapes:
+                    return  # scraped, then stopped
+            time.sleep(0.2)
+
+    t = threading.Thread(target=scraper, daemon=True)
+    t.start()
+    states = daisy.run_blockwise(
+        [task], progress=False, summary=False, metrics_port=port, return_states=True
+    )
+    t.join(120)
+    final = states["metrics_end"]
+    assert (final.completed_count, final.failed_count) == (9, 1)
+    last = scrapes[-1]
+    assert value(last, 'daisy_blocks{state="completed",task="metrics_end"}') == 9, last
+    assert value(last, 'daisy_blocks{state="failed",task="metrics_end"}') == 1, last
+    attempts = value(last, 'daisy_block_failures_total{task="metrics_end"}')
+    assert attempts == final.failed_attempts == 3, last  # max_retries=2: three attempts

@@ -211,3 +211,54 @@ def test_a_notebook_shows_a_progress_widget_and_html_reports_without_stderr(tmp_
             problems.append(f"{name}'s HTML lacks {missing}: {_short(page, 300)!r}")
 
     assert not problems, "\n".join(problems) + context
+
+
+def failing_notebook(store: Path) -> Any:
+    """A notebook whose block function, defined in a cell, fails one block
+    for good: the failure's traceback and its progress bar, as the user
+    sees them."""
+    v4 = nbformat.v4
+    define = """\
+def proc(block):
+    if block.block_id[1] == 1:
+        raise ValueError("block one is bad")
+"""
+    run = f"""\
+import daisy
+
+task = daisy.Task(
+    "nbfail",
+    total_roi=daisy.Roi((0,), ({10 * N_BLOCKS},)),
+    read_roi=daisy.Roi((0,), (10,)),
+    write_roi=daisy.Roi((0,), (10,)),
+    process_function=proc,
+    max_workers=1,
+    max_retries=0,
+    tracking_path={str(store)!r},
+)
+ok = daisy.run_blockwise([task], summary=False)
+assert not ok, ok
+print(daisy.last_report()["nbfail"].failure_causes.first_traceback)
+"""
+    nb = v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "daisy test kernel"}
+    nb.cells = [v4.new_code_cell(define), v4.new_code_cell(run)]
+    return nb
+
+
+def test_a_failure_in_a_function_defined_in_a_cell_shows_its_line_and_a_failed_bar(tmp_path):
+    nb = execute(failing_notebook(tmp_path / "store"), tmp_path)
+    context = f"\n(executed notebook: {tmp_path / 'executed.ipynb'})\n{dump(nb)}"
+    _, run_cell = nb.cells
+    printed = "".join(
+        o["text"]
+        for o in run_cell.get("outputs", [])
+        if o["output_type"] == "stream" and o["name"] == "stdout"
+    )
+    # the worker has no file for the cell: the line comes with the function
+    assert 'raise ValueError("block one is bad")' in printed, printed + context
+    if has_progress_bar(run_cell) == "widget":
+        bars = progress_models(nb)
+        assert bars, context
+        # a task with a failed block does not end as a green, full bar
+        assert all(b.get("bar_style") == "danger" for b in bars), bars

@@ -183,6 +183,8 @@ def test_each_tasks_progress_is_its_own_when_upstream_tasks_are_given_by_keyword
         "upstream12": 12,
         "downstream4": 4,
     }
+    # and listed upstream first, as the summary lists them
+    assert list(recorder.last) == ["upstream12", "downstream4"]
 
 
 def _state(done: int, total: int):

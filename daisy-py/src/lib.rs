@@ -61,6 +61,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_server::run_distributed, m)?)?;
     m.add_function(wrap_pyfunction!(cantor_number, m)?)?;
     m.add_function(wrap_pyfunction!(py_task_spec::validated_roi, m)?)?;
+    m.add_function(wrap_pyfunction!(py_task_spec::pipeline_order, m)?)?;
     m.add_function(wrap_pyfunction!(reset_tracking, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::read_tracking_array, m)?)?;
     m.add(

@@ -114,3 +114,15 @@ pub fn validated_roi<'py>(value: &Bound<'py, PyAny>, param: &str) -> PyResult<Bo
         roi_to_py(value.py(), &roi)
     }
 }
+
+/// The task ids of `specs` in the order the core runs and reports them:
+/// upstream tasks before downstream ones, ties in the order given (what
+/// progress, the dashboard and the metrics list, as the summary does).
+/// Specs that do not make a pipeline (a cycle, an unknown upstream) raise
+/// the same error running them would.
+#[pyfunction]
+pub fn pipeline_order(specs: Vec<PyRef<'_, PyTaskSpec>>) -> PyResult<Vec<String>> {
+    let pipeline =
+        daisy_core::Pipeline::new(specs.iter().map(|s| s.spec.clone()).collect()).py()?;
+    Ok(pipeline.specs().iter().map(|s| s.task_id.clone()).collect())
+}

@@ -24,6 +24,7 @@ __all__ = [
     "reset_tracking",
     "read_tracking_array",
     "validated_roi",
+    "pipeline_order",
     "BlockStats",
     "profile_block",
     "TrackingStore",
@@ -283,6 +284,7 @@ class LiveDetail:
     def pace(self) -> list[tuple[float, float | None, float | None]]: ...
 
 def validated_roi(value: Any, param: str) -> Roi: ...
+def pipeline_order(specs: Sequence[TaskSpec]) -> list[str]: ...
 def read_tracking_array(path: str, name: str) -> tuple[str, list[int], bytes] | None: ...
 def run_distributed(
     specs: Sequence[TaskSpec],

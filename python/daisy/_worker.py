@@ -19,6 +19,7 @@ import atexit
 import faulthandler
 import inspect
 import io
+import linecache
 import logging
 import os
 import pickle
@@ -50,11 +51,17 @@ def _count_required_args(fn: Callable[..., Any]) -> int | None:
 
 def load_payload(payload: bytes) -> tuple[Any, Any]:
     """The payload's ``(function, post_check)``, the driver's ``sys.path``
-    entries added first so the function's modules import here."""
+    entries added first so the function's modules import here, and the
+    source lines the driver sent (a notebook cell's) put in ``linecache``
+    for tracebacks to show."""
     stream = io.BytesIO(payload)
-    for entry in reversed(pickle.load(stream)):
+    path, sources = pickle.load(stream)
+    for entry in reversed(path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
+    for name, lines in sources.items():
+        # no modification time: linecache.checkcache keeps the entry
+        linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
     function, post_check = cloudpickle.load(stream)
     return function, post_check
 

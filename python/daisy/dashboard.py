@@ -53,6 +53,7 @@ import json
 import logging
 import threading
 import time
+import urllib.parse
 from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Any
@@ -76,6 +77,14 @@ POLL_MS = 1000
 #: after the run, how long a page that was polling is waited for to fetch
 #: the final state before the server stops, seconds
 LINGER_SECONDS = 2.5
+
+#: a viewer that polled this recently is watching: the run's end waits
+#: (at most `LINGER_SECONDS`) for it to fetch the final state
+WATCHING_SECONDS = 5.0
+
+#: viewers remembered at once; past it, those no longer watching are
+#: forgotten and a new one is not waited for
+MAX_VIEWERS = 256
 
 
 def _pace(live: LiveDetail | None, n: int) -> list[tuple[float, float | None, float | None]]:
@@ -112,8 +121,10 @@ class Dashboard:
         self._live: LiveDetail | None = None
         self._started_at = time.time()
         self._summary: dict[str, Any] | None = None
-        self._last_poll: float | None = None
-        self._final_served = threading.Event()
+        #: viewer to when it last polled, and the viewers served the final state
+        self._polls: dict[str, float] = {}
+        self._served_final: set[str] = set()
+        self._final_cond = threading.Condition(self._lock)
         self._registry = registry
         self._page = page_html().encode()
         # the stdlib's threading server: one daemon thread per connection,
@@ -196,27 +207,30 @@ class Dashboard:
             self._summary = {"outcome": outcome, "finished_at": time.time(), "tasks": tasks}
 
     def close(self) -> None:
-        """Stop serving. A page that polled lately gets up to
-        `LINGER_SECONDS` to fetch the final state first."""
+        """Stop serving. Every viewer that polled in the last
+        `WATCHING_SECONDS` (each page, each other poller) gets up to
+        `LINGER_SECONDS` in all to fetch the final state first."""
         with self._lock:
-            watched = self._last_poll is not None and time.monotonic() - self._last_poll < 5.0
-        if watched and self._summary is not None:
-            self._final_served.wait(LINGER_SECONDS)
+            now = time.monotonic()
+            watching = {v for v, t in self._polls.items() if now - t < WATCHING_SECONDS}
+            if self._summary is not None:
+                self._final_cond.wait_for(
+                    lambda: watching <= self._served_final, timeout=LINGER_SECONDS
+                )
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5.0)
 
-    def status(self) -> dict[str, Any]:
-        """What ``/status.json`` serves (its schema: the module's help)."""
+    def status(self, viewer: str = "") -> dict[str, Any]:
+        """What ``/status.json`` serves (its schema: the module's help), to
+        ``viewer`` (a page's own id, or the client's address)."""
         with self._lock:
             states, live, summary = self._states, self._live, self._summary
             workers, restarts = self._workers, self._restarts
             now = live.now if live is not None and summary is None else time.time()
             ticks = list(self._ticks)
             dropped = self._dropped
-            self._last_poll = time.monotonic()
-            if summary is not None:
-                self._final_served.set()
+            self._note_poll(viewer)
         cutoff = now - WINDOW_SECONDS
         bars: list[tuple[str, int | None, int, float, float, str]] = []
         for tick in reversed(ticks):
@@ -231,6 +245,13 @@ class Dashboard:
         tasks = []
         for i, s in enumerate(states):
             rate, eta, util = pace[i]
+            held = s.processing_count
+            if summary is not None:
+                # the run is over: nothing is processing any more (blocks cut
+                # short by an interrupt wait for the next run), and a task
+                # that did not finish has no ETA
+                held = 0
+                eta = 0.0 if s.is_done() else None
             tasks.append(
                 {
                     "task_id": self._order[i],
@@ -239,8 +260,8 @@ class Dashboard:
                     "skipped": s.skipped_count,
                     "failed": s.failed_count,
                     "orphaned": s.orphaned_count,
-                    "pending": s.pending_count + s.ready_count,
-                    "processing": s.processing_count,
+                    "pending": s.pending_count + s.ready_count + s.processing_count - held,
+                    "processing": held,
                     "workers": workers[i] if i < len(workers) else 0,
                     "failed_attempts": s.failed_attempts,
                     "restarts": restarts[i] if i < len(restarts) else 0,
@@ -296,14 +317,31 @@ class Dashboard:
         """The page (HTML, every script inline)."""
         return self._page
 
-    def metrics(self) -> bytes | None:
-        """The Prometheus exposition of ``registry``, if one was given."""
+    def metrics(self, viewer: str = "") -> bytes | None:
+        """The Prometheus exposition of ``registry``, if one was given, to
+        ``viewer`` (a scraper: the run's end waits for it as for a page)."""
         if self._registry is None:
             return None
         from prometheus_client import generate_latest
 
         data: bytes = generate_latest(self._registry)
+        with self._lock:
+            self._note_poll(viewer)
         return data
+
+    def _note_poll(self, viewer: str) -> None:
+        """``viewer`` polled now (the lock held): it is watching, and once
+        the run is over it has the final state."""
+        polled = time.monotonic()
+        if len(self._polls) >= MAX_VIEWERS:
+            # forget those no longer watching (a client inventing ids
+            # cannot grow this, nor hold the run's end past the linger)
+            self._polls = {v: t for v, t in self._polls.items() if polled - t < WATCHING_SECONDS}
+        if viewer in self._polls or len(self._polls) < MAX_VIEWERS:
+            self._polls[viewer] = polled
+        if self._summary is not None:
+            self._served_final.add(viewer)
+            self._final_cond.notify_all()
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -328,9 +366,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path in ("/", "/index.html"):
             self._send(200, "text/html; charset=utf-8", self.dashboard.page())
         elif path == "/status.json":
-            body = json.dumps(self.dashboard.status(), allow_nan=False).encode()
+            viewer = urllib.parse.parse_qs(self.path.partition("?")[2]).get("viewer", [""])[0]
+            # a page's own id, else the client's address
+            viewer = viewer[:64] if viewer else f"@{self.client_address[0]}"
+            body = json.dumps(self.dashboard.status(viewer), allow_nan=False).encode()
             self._send(200, "application/json", body)
-        elif path == "/metrics" and (metrics := self.dashboard.metrics()) is not None:
+        elif path == "/metrics" and (
+            metrics := self.dashboard.metrics(f"metrics@{self.client_address[0]}")
+        ):
             self._send(200, "text/plain; version=0.0.4; charset=utf-8", metrics)
         else:
             self.send_error(
@@ -381,6 +424,8 @@ th:first-child, td:first-child { text-align: left; }
 _SCRIPT = """
 (function () {
   const POLL_MS = %(poll)d;
+  // this page's own id: the run's end waits for every page watching it
+  const VIEWER = Math.random().toString(36).slice(2, 12);
   const COLOURS = {"done": "#2ca02c", "failed": "#d62728", "timed out": "#ff7f0e",
                    "lost": "#7f7f7f"};
   const d = window.daisyDashboard = {updates: 0, last: null, misses: 0};
@@ -472,7 +517,7 @@ _SCRIPT = """
   async function poll() {
     let st = null;
     try {
-      const r = await fetch("status.json", {cache: "no-store"});
+      const r = await fetch(`status.json?viewer=${VIEWER}`, {cache: "no-store"});
       if (r.ok) st = await r.json();
     } catch (e) {
       st = null;

@@ -10,21 +10,46 @@ server tick (about 20 times a second):
 - ``daisy_blocks{task, state}``: blocks per state (pending, ready,
   processing, completed, skipped, failed, orphaned);
 - ``daisy_workers_alive{task}``: live worker processes;
-- ``daisy_block_seconds{task}``: histogram of block round trips (dispatch
-  to return, as the server times them);
+- ``daisy_block_seconds{task}``: histogram of the round trips of the
+  blocks that completed (dispatch to return, as the server times them);
 - ``daisy_block_failures_total{task}``: failed attempts;
 - ``daisy_worker_restarts_total{task}``: workers that died unexpectedly.
+
+At the run's end, a scraper that scraped in the last few seconds gets a
+moment to scrape the final figures before the server stops (as a page of
+the dashboard does).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from daisy._daisy import TaskState
+from daisy.dashboard import LINGER_SECONDS, WATCHING_SECONDS
 
 #: histogram buckets of block round trips, seconds: a millisecond to an hour
 BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0, 3600.0)
+
+
+class _Scrapes:
+    """A collector that exports nothing and notes when its registry was
+    last collected: when the metrics were last scraped."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.last: float | None = None
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        with self.changed:
+            self.last = time.monotonic()
+            self.changed.notify_all()
+        return iter(())
 
 
 class PrometheusMetrics:
@@ -69,6 +94,8 @@ class PrometheusMetrics:
         self._seen_restarts = dict.fromkeys(task_ids, 0)
         self._order = list(task_ids)
         self._server: Any = None
+        self._scrapes = _Scrapes()
+        self.registry.register(self._scrapes)
         if not serve:
             return
         try:
@@ -111,8 +138,18 @@ class PrometheusMetrics:
             self.block_seconds.labels(task=task).observe(seconds)
 
     def close(self) -> None:
-        """Stop serving."""
+        """Stop serving, once a scraper that scraped in the last
+        `WATCHING_SECONDS` has scraped the final figures (waiting at most
+        `LINGER_SECONDS`): a run's last blocks would otherwise never show."""
         if self._server is None:
             return
+        final = time.monotonic()
+        scrapes = self._scrapes
+        with scrapes.changed:
+            if scrapes.last is not None and final - scrapes.last < WATCHING_SECONDS:
+                scrapes.changed.wait_for(
+                    lambda: scrapes.last is not None and scrapes.last > final,
+                    timeout=LINGER_SECONDS,
+                )
         self._server.shutdown()
         self._server.server_close()

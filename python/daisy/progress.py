@@ -55,6 +55,10 @@ class TqdmProgress:
         self._bars: dict[str, Any] = {}
         self._order = list(task_ids)
         self._notebook = notebook
+        #: per task: whether every block completed, once it is done
+        self._completed: dict[str, bool] = {}
+        #: per task: the counts its bar shows last
+        self._postfix: dict[str, dict[str, int]] = {}
 
     def update(self, task_id: str, state: TaskState, workers: int) -> None:
         bar = self._bars.get(task_id)
@@ -76,24 +80,33 @@ class TqdmProgress:
             self._bars[task_id] = bar
         done = state.completed_count + state.failed_count + state.orphaned_count
         c = _counts(state)
-        bar.set_postfix(
-            {
-                "⧗": c["pending"],
-                "▶": c["processing"],
-                "✔": c["completed"],
-                "✗": c["failed"],
-                "∅": c["orphaned"],
-                "workers": workers,
-            },
-            refresh=False,
-        )
+        self._postfix[task_id] = {
+            "⧗": c["pending"],
+            "▶": c["processing"],
+            "✔": c["completed"],
+            "✗": c["failed"],
+            "∅": c["orphaned"],
+            "workers": workers,
+        }
+        bar.set_postfix(self._postfix[task_id], refresh=False)
         bar.update(done - bar.n)
         if done >= state.total_block_count:
+            self._completed[task_id] = bool(state.all_completed)
             bar.set_description(f"{task_id} {'✔' if state.all_completed else '✗'}")
 
     def close(self) -> None:
-        for bar in self._bars.values():
+        """End every bar. A task the run ended early says ``stopped``, with
+        nothing processing and no worker left; a notebook bar of a task
+        with a failed or orphaned block ends red, not green (tqdm's
+        notebook bar turns green when it is full)."""
+        for task_id, bar in self._bars.items():
+            completed = self._completed.get(task_id)
+            if completed is None:
+                bar.set_description(f"{task_id} stopped", refresh=False)
+                bar.set_postfix({**self._postfix[task_id], "▶": 0, "workers": 0}, refresh=False)
             bar.close()
+            if not completed and hasattr(bar, "container"):  # a notebook widget
+                bar.disp(bar_style="danger", check_delay=False)
 
 
 def _duration(seconds: float) -> str:

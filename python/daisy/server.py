@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import linecache
 import logging
+import os
 import pickle
 import secrets
 import signal
@@ -30,7 +32,14 @@ import cloudpickle
 
 from daisy import _v1_names
 from daisy import logging as daisy_logging
-from daisy._daisy import LiveDetail, RunConfig, TaskConfig, TaskState, run_distributed
+from daisy._daisy import (
+    LiveDetail,
+    RunConfig,
+    TaskConfig,
+    TaskState,
+    pipeline_order,
+    run_distributed,
+)
 from daisy.context import Context
 from daisy.pipeline import Pipeline
 from daisy.progress import ProgressObserver, default_observers
@@ -51,54 +60,71 @@ MAX_LISTED_FAILURES = 10
 LARGE_PAYLOAD_BYTES = 10 * 2**20
 
 
-def _code_keeping_path(code: types.CodeType) -> Any:
-    rebuild, args = cloudpickle.Pickler.dispatch_table[types.CodeType](code)
-    return rebuild, tuple(
-        code.co_filename if isinstance(a, str) and a == "<dynamic-code>" else a for a in args
-    )
-
-
 class _SourcePathPickler(cloudpickle.Pickler):  # type: ignore[misc]
     """cloudpickle, but functions pickled by value (those of a script's
     ``__main__``, of a notebook cell) keep their file name: cloudpickle
     names their code ``<dynamic-code>``, so a worker's traceback could not
     say where the failing line is. The file name is not part of what the
-    code does; only the payload's bytes differ per place of definition."""
+    code does; only the payload's bytes differ per place of definition.
+    ``filenames`` collects those names."""
 
-    dispatch_table = ChainMap(
-        {types.CodeType: _code_keeping_path},
-        cloudpickle.Pickler.dispatch_table,
-    )
+    def __init__(self, file: io.BytesIO, protocol: int) -> None:
+        self.filenames: set[str] = set()
+        # before the pickler's own __init__, which reads its dispatch table
+        self.dispatch_table = ChainMap(
+            {types.CodeType: self._code_keeping_path}, cloudpickle.Pickler.dispatch_table
+        )
+        super().__init__(file, protocol=protocol)
+
+    def _code_keeping_path(self, code: types.CodeType) -> Any:
+        self.filenames.add(code.co_filename)
+        rebuild, args = cloudpickle.Pickler.dispatch_table[types.CodeType](code)
+        return rebuild, tuple(
+            code.co_filename if isinstance(a, str) and a == "<dynamic-code>" else a for a in args
+        )
 
 
-def _dumps_keeping_source_paths(obj: object) -> bytes:
+def _dumps_keeping_source_paths(obj: object) -> tuple[bytes, dict[str, list[str]]]:
+    """``obj`` cloudpickled, and the source lines of its by-value code whose
+    file a worker cannot read: a notebook cell's code names a file that
+    exists only in the kernel's ``linecache`` (IPython keeps cells there),
+    so without the lines a worker's traceback would show no source."""
     buffer = io.BytesIO()
-    _SourcePathPickler(buffer, protocol=pickle.DEFAULT_PROTOCOL).dump(obj)
-    return buffer.getvalue()
+    pickler = _SourcePathPickler(buffer, protocol=pickle.DEFAULT_PROTOCOL)
+    pickler.dump(obj)
+    sources = {
+        name: lines
+        for name in pickler.filenames
+        if not os.path.exists(name) and (lines := linecache.getlines(name))
+    }
+    return buffer.getvalue(), sources
 
 
 def worker_payload(function: object, post_check: object = None, task_id: str = "?") -> bytes:
     """What a worker process reads from stdin (see `daisy._worker`): this
-    process's ``sys.path``, then the cloudpickled ``(function, post_check)``.
+    process's ``sys.path`` with the source lines the worker cannot read
+    (see `_dumps_keeping_source_paths`), then the cloudpickled
+    ``(function, post_check)``.
     A function that cannot be pickled is a TypeError naming the task."""
     try:
-        pickled = _dumps_keeping_source_paths((function, post_check))
+        pickled, sources = _dumps_keeping_source_paths((function, post_check))
     except Exception as e:
         raise TypeError(
-            f"process_function: task {task_id!r}'s function cannot be sent to worker processes: "
+            f"process_function: the function of task {task_id!r} cannot be sent to worker "
+            "processes: "
             f"{type(e).__name__}: {e}. Something it uses (a lock, an open file, a connection) "
             "cannot be pickled: create it inside the function instead, or run with "
             "multiprocessing=False"
         ) from e
     if len(pickled) > LARGE_PAYLOAD_BYTES:
         logger.warning(
-            "daisy: task %r's function carries %.0f MB of captured data to every worker "
+            "daisy: the function of task %r carries %.0f MB of captured data to every worker "
             "(with warm starts, to the task's launcher, once); load large data inside the "
             "function instead",
             task_id,
             len(pickled) / 2**20,
         )
-    return pickle.dumps(list(sys.path)) + pickled
+    return pickle.dumps((list(sys.path), sources)) + pickled
 
 
 @contextlib.contextmanager
@@ -271,8 +297,11 @@ class Server(ServerObservee):
             # can reach, not the wildcard
             advertise = advertised_host()
         stop_all: list[str] = next((c for c in (s.stop_all(run_tag) for s in remote) if c), [])
-        specs = pipeline.specs()
-        order = [s.task_id for s in specs]
+        # the core's order (upstream first), which every view lists
+        given = pipeline.specs()
+        order = pipeline_order(given)
+        by_id = {s.task_id: s for s in given}
+        specs = [by_id[tid] for tid in order]
         observers: list[ProgressObserver] = default_observers(order, progress, progress_interval)
 
         def on_listening(host: str, port: int, token: str) -> None:
