@@ -171,3 +171,43 @@ def test_a_run_whose_failed_attempts_all_succeeded_on_retry_asks_for_no_rerun(tm
     # the retried block is listed, with what happened
     assert re.search(r"block 2 \[20:30\]: failed 1 attempt, retried", section), section
     assert "rerun" not in section, section
+
+
+CHECKED_SCRIPT = textwrap.dedent(
+    """\
+    import daisy
+
+
+    def fails_block_2(block):
+        if block.block_id[1] == 2:
+            raise ValueError("block 2 is broken")
+
+
+    def is_done(block):
+        return False
+
+
+    if __name__ == "__main__":
+        task = daisy.Task(
+            "checked", daisy.Roi((0,), (40,)), daisy.Roi((0,), (10,)), daisy.Roi((0,), (10,)),
+            process_function=fails_block_2, check_function=is_done, max_workers=1, max_retries=0,
+        )
+        print("RESULT", daisy.run_blockwise([task], progress=False))
+    """
+)
+
+
+def test_the_advice_for_a_task_with_a_check_function_says_it_skips_the_done_blocks(tmp_path):
+    # every volara task has a check_function and no tracking store: a rerun
+    # skips its done blocks, which the advice used to deny
+    script = tmp_path / "checked.py"
+    script.write_text(CHECKED_SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert "RESULT False" in proc.stdout, proc.stdout + proc.stderr
+    section = _task_section(proc.stdout, "checked")
+    assert (
+        "Next: rerun to retry the failed blocks (done blocks are skipped: the task's "
+        "check_function finds them)" in section
+    ), section

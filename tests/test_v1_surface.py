@@ -289,6 +289,24 @@ def test_cl_monitor_follows_a_run():
     assert "in worker 2" in repr(BlockFailure("b", ValueError("x"), 2))
 
 
+@pytest.mark.parametrize("server_class", ["SerialServer", "Server"])
+def test_cl_monitor_prints_the_execution_summary_when_the_server_exits(server_class, capsys):
+    # what volara's multiprocessing=False path relies on: a SerialServer with
+    # a CLMonitor attached prints the summary, as 1.2.2's and 2.0.0's did
+    from conftest import line_task
+
+    from daisy.cl_monitor import CLMonitor
+
+    server = getattr(daisy, server_class)()
+    CLMonitor(server)
+    task = line_task("mon", 4, process_function=lambda b: None)
+    kwargs = {} if server_class == "SerialServer" else {"progress": False}
+    server.run_blockwise([task], **kwargs)
+    out = capsys.readouterr().out
+    assert out.count("Execution Summary") == 1, out
+    assert "Task mon: ✔" in out and "completed ✔: 4 (skipped 0)" in out, out
+
+
 def _write_worker_id(path):
     def run():
         ctx = daisy.Context.from_env()

@@ -1,7 +1,8 @@
 """Command-line monitoring of a run (``daisy.cl_monitor`` in daisy 1.x).
 
-`CLMonitor(server)` shows a tqdm bar per task while the server runs and
-collects each task's `TaskSummary`. ``run_blockwise`` already shows
+`CLMonitor(server)` shows a tqdm bar per task while the server runs,
+collects each task's `TaskSummary`, and prints the Execution Summary when
+the server exits. ``run_blockwise`` already shows
 progress bars of its own; this is for code that drives a `daisy.Server`
 itself and wants the 1.x monitor.
 """
@@ -12,6 +13,7 @@ import logging
 from typing import Any
 
 from daisy import _v1_names
+from daisy.execution_summary import print_execution_summary
 from daisy.progress import TqdmProgress
 from daisy.server_observer import ServerObservee, ServerObserver
 
@@ -102,8 +104,15 @@ class CLMonitor(ServerObserver):
             self.summaries[task_id].block_failures.append(BlockFailure(block, exception, worker_id))
 
     def on_server_exit(self) -> None:
-        """Close the bars."""
+        """Close the bars and print the Execution Summary of every task seen,
+        with its block failures (as daisy 1.x's monitor did)."""
         self._bars.close()
+        notes = {
+            task_id: [f"{failure!r}" for failure in summary.block_failures]
+            for task_id, summary in self.summaries.items()
+            if summary.block_failures
+        }
+        print_execution_summary({t: s.state for t, s in self.summaries.items()}, notes)
 
 
 # names daisy 1.x exported from this module, imported on first use

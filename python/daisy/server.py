@@ -455,6 +455,17 @@ class Server(ServerObservee):
             dashboard.finish(states, self.last_report, "completed" if ok else "failed")
         return states
 
+    def _rerun_note(self, task: Any) -> str:
+        """What a rerun of ``task`` skips: how its done blocks are known."""
+        if task is not None and task.tracking_path is not None and self._block_tracking:
+            return f"done blocks are skipped: tracking store at {task.tracking_path}"
+        if task is not None and task._pre_check is not None:
+            return "done blocks are skipped: the task's check_function finds them"
+        return (
+            "without a tracking store every block runs again; give the task a tracking_path "
+            "to skip the done ones"
+        )
+
     def failure_notes(self) -> dict[str, list[str]]:
         """Per task, the lines the Execution Summary shows under it: each
         failed block once with its write ROI and attempts (at most
@@ -506,15 +517,7 @@ class Server(ServerObservee):
             if unfinished:
                 # (every attempt that failed and was retried succeeded: nothing to rerun)
                 lines.append(
-                    "Next: rerun to retry the failed blocks ("
-                    + (
-                        f"done blocks are skipped: tracking store at {task.tracking_path})"
-                        if task is not None
-                        and task.tracking_path is not None
-                        and self._block_tracking
-                        else "without a tracking store every block runs again; give the task "
-                        "a tracking_path to skip the done ones)"
-                    )
+                    "Next: rerun to retry the failed blocks (" + self._rerun_note(task) + ")"
                 )
             workers = sorted({w for t, _, w, _ in self.failures if t == tid and w is not None})
             if log_dir is not None and workers:
