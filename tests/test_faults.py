@@ -352,10 +352,11 @@ def test_workers_exiting_abandon_task_after_max_worker_restarts(
 
     a = line_task("A", 6, tracked(pid_dir, rec_dir, exit_now), max_workers=2, max_worker_restarts=2)
     b = reader_task("B", a, 6, tracked(pid_dir, rec_dir), max_workers=2)
-    # a task restarted forever would not end within run_guarded's deadline
-    ok, _ = run_guarded(lambda: daisy.run_blockwise([a, b], progress=False))
+    # a task restarted forever would not end within run_guarded's deadline;
+    # an abandoned task is an error, as in daisy 2.0.0
+    with pytest.raises(RuntimeError, match="max_worker_restarts"):
+        run_guarded(lambda: daisy.run_blockwise([a, b], progress=False))
 
-    assert ok is False
     summary = capsys.readouterr().out
     assert "abandoned: its workers" in summary
     assert 'abandoned: upstream task "A" was abandoned' in summary
@@ -733,11 +734,13 @@ def test_worker_function_returning_early_is_abandoned_not_replaced_forever(
     a = line_task("lazy", 4, lazy_worker, max_workers=1, max_worker_restarts=2)
     b = reader_task("after", a, 4, tracked(pid_dir, rec_dir))
     # a worker replaced forever would not end within run_guarded's deadline
-    ok, _ = run_guarded(lambda: daisy.run_blockwise([a, b], progress=False, summary=False))
+    with pytest.raises(RuntimeError, match="abandoned"):
+        run_guarded(lambda: daisy.run_blockwise([a, b], progress=False, summary=False))
 
-    assert ok is False
     states = recording_server.last.states
-    assert (states["lazy"].completed_count, states["lazy"].failed_count) == (0, 4)
+    # no block was ever taken: none failed, all orphaned (as 2.0.0 counts them)
+    lazy = states["lazy"]
+    assert (lazy.completed_count, lazy.failed_count, lazy.orphaned_count) == (0, 0, 4)
     assert (states["after"].completed_count, states["after"].orphaned_count) == (0, 4)
     assert_counts_balance(states, block_ids(a, b), read_records(rec_dir), log_dir)
     assert set(dict(recording_server.last.abandoned)) == {"lazy", "after"}

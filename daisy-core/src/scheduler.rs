@@ -202,11 +202,12 @@ impl Scheduler {
         &mut self.tasks[task as usize].state
     }
 
-    /// Give up on a task: every block of it not yet completed counts as
-    /// failed (those out with workers included: their results will be
-    /// refused), and every block of every transitive downstream task not
-    /// yet finished counts as orphaned. Counts stay balanced; nothing of
-    /// these tasks is handed out again. Idempotent.
+    /// Give up on a task: every block of it not yet finished (those out
+    /// with workers included: their results will be refused), and every
+    /// block of every transitive downstream task not yet finished, counts
+    /// as orphaned; blocks that already failed for good stay failed.
+    /// Counts stay balanced; nothing of these tasks is handed out again.
+    /// Idempotent.
     pub fn abandon_task(&mut self, task: TaskIndex) {
         let mut stack = vec![(task, true)];
         while let Some((t, is_root)) = stack.pop() {
@@ -218,10 +219,11 @@ impl Scheduler {
             let s = &mut run.state;
             let remaining =
                 s.total_block_count - s.completed_count - s.failed_count - s.orphaned_count;
-            if is_root {
-                s.failed_count += remaining;
-            } else {
-                s.orphaned_count += remaining;
+            // what never ran is orphaned, not failed (as daisy 2.0.0 counts
+            // it): in the abandoned task itself (its abandonment is the
+            // reason) and in every task downstream
+            s.orphaned_count += remaining;
+            if !is_root {
                 s.orphaned_by_upstream_count += remaining;
             }
             s.ready_count = 0;
@@ -608,7 +610,7 @@ mod tests {
     }
 
     #[test]
-    fn abandoning_fails_the_rest_and_orphans_downstream_tasks() {
+    fn abandoning_orphans_the_rest_and_the_downstream_tasks() {
         let mut s = chain(0);
         let b = acquire(&mut s, 0).unwrap();
         s.release_block(b.key, BlockStatus::Success).unwrap();
@@ -618,7 +620,8 @@ mod tests {
         assert!(acquire(&mut s, 0).is_none() && acquire(&mut s, 1).is_none());
         let a = s.task_state(0);
         assert_eq!(a.completed_count, 1);
-        assert_eq!(a.failed_count, a.total_block_count - 1);
+        assert_eq!(a.failed_count, 0);
+        assert_eq!(a.orphaned_count, a.total_block_count - 1);
         let b = s.task_state(1);
         assert_eq!(b.orphaned_count, b.total_block_count);
         assert_eq!(b.orphaned_by_upstream_count, b.total_block_count);

@@ -22,10 +22,12 @@ logger = logging.getLogger(__name__)
 
 class RunFailed(RuntimeError):
     """``run_blockwise(..., raise_on_failure=True)`` found blocks failed,
-    orphaned or left unprocessed. Carries ``states`` (task id to
-    `TaskState`), ``report`` (the run's `RunReport`, whose task reports
-    hold ``failure_causes``) and ``failures`` (``(task_id, spatial_id,
-    worker_id, reason)`` of every failed attempt a distributed run saw)."""
+    orphaned or left unprocessed, or any `run_blockwise` found a task
+    abandoned (its workers kept dying: daisy 2.0.0 raises a RuntimeError
+    there too). Carries ``states`` (task id to `TaskState`), ``report``
+    (the run's `RunReport`, whose task reports hold ``failure_causes``) and
+    ``failures`` (``(task_id, spatial_id, worker_id, reason)`` of every
+    failed attempt a distributed run saw)."""
 
     def __init__(
         self,
@@ -53,6 +55,21 @@ class RunFailed(RuntimeError):
         message = "the run did not complete: " + "; ".join(parts)
         if first is not None:
             message += f" (first failure: {first})"
+        abandoned = [
+            f"task {tid!r} was abandoned: {s.abandon_reason}"
+            for tid, s in states.items()
+            if getattr(s, "abandoned", False)
+        ]
+        if abandoned:
+            message = "\n".join(
+                [
+                    message,
+                    *abandoned,
+                    "Fix what makes the workers die (their logs say), or raise "
+                    "Task(max_worker_restarts=...); daisy.Server().run_blockwise(...) returns "
+                    "the task states instead of raising.",
+                ]
+            )
         super().__init__(message)
 
 
@@ -127,6 +144,13 @@ def run_blockwise(
         True if every block of every task completed; False if any block
         failed, was orphaned or was left unprocessed. With
         ``return_states=True``, the task states by task id.
+
+    Raises:
+        RunFailed: a task was abandoned (its workers kept dying, past its
+            ``max_worker_restarts``), with or without ``return_states``, as
+            daisy 2.0.0 raises a RuntimeError there; and with
+            ``raise_on_failure=True``, when any block did not complete.
+            ``daisy.Server().run_blockwise`` returns the states instead.
     """
     if not isinstance(raise_on_failure, bool):
         raise TypeError(f"raise_on_failure: expected True or False, got {raise_on_failure!r}")
@@ -202,7 +226,8 @@ def run_blockwise(
         files = [f for f in (runs_file_for(t) for t in pipeline.tasks) if f is not None]
         write_html_report(files, Path(report_html))
     ok = all(s.completed_count == s.total_block_count for s in states.values())
-    if raise_on_failure and not ok:
+    abandoned = any(getattr(s, "abandoned", False) for s in states.values())
+    if (raise_on_failure and not ok) or abandoned:
         raise RunFailed(dict(states), report, failures)
     if return_states:
         return states
