@@ -550,3 +550,28 @@ def test_a_tracking_store_on_a_full_disk_is_a_clear_error_not_a_crash(
     assert out.returncode == 3, (out.returncode, out.stdout, out.stderr[-2000:])
     assert "No space left on device" in out.stdout, out.stdout
     assert "tracking" in out.stdout, out.stdout
+
+
+def _fails_at_once(block) -> None:
+    raise ValueError("x" * 2000)
+
+
+def test_a_run_of_many_failing_blocks_notes_a_bounded_number_of_attempts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # every attempt used to be kept in the driver (2.5 KB each: 2.5 GB for a
+    # million failing blocks); past 10,000 they are counted, not noted
+    task = line_task(
+        "allfail", 10_100, size=1, process_function=_fails_at_once, max_retries=0, max_workers=2
+    )
+    server = daisy.Server()
+    states = server.run_blockwise([task], progress=False)
+    assert states["allfail"].failed_count == 10_100
+    assert len(server.failures) == 10_000
+    assert server.failures_unnoted == 100
+    report = server.last_report["allfail"]
+    assert report.blocks.failures == 10_100
+    ((message, count),) = report.failure_causes.messages
+    assert count == 10_100 and message.startswith("ValueError: xxx")
+    notes = "\n".join(server.failure_notes()["allfail"])
+    assert "100 more, in all tasks, were counted" in notes, notes

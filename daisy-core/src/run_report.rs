@@ -395,8 +395,10 @@ pub struct FailedBlock {
 pub struct RunOutcome {
     /// Final task states in pipeline order.
     pub states: Vec<TaskState>,
-    /// Every failed attempt.
+    /// The first [`MAX_FAILURE_NOTES`] failed attempts.
     pub failures: Vec<FailureNote>,
+    /// Failed attempts past those, counted but not noted.
+    pub failures_unnoted: u64,
     /// Abandoned tasks with the reason.
     pub abandoned: Vec<(TaskIndex, String)>,
     /// Clients that connected without a server-assigned worker id.
@@ -479,7 +481,13 @@ impl RunOutcome {
 pub struct RunLedger {
     started_at: f64,
     aggregates: Vec<BlockAggregates>,
+    /// The first [`MAX_FAILURE_NOTES`] failed attempts.
     failures: Vec<FailureNote>,
+    /// Failed attempts past those: counted, not noted.
+    failures_unnoted: u64,
+    /// The latest [`RECENT_FAILURE_NOTES`] failed attempts (the live view
+    /// lists them), each with whether it is among `failures` too.
+    recent: std::collections::VecDeque<(FailureNote, bool)>,
     abandoned: Vec<(TaskIndex, String)>,
     /// Blocks whose first failure text is kept whole.
     described: std::collections::HashSet<BlockKey>,
@@ -498,6 +506,17 @@ pub struct RunLedger {
 /// attempts of 60 KB each took a driver to 254 MiB). Past it, and for every
 /// attempt but a block's first, only the text's last line is kept.
 pub const FAILURE_TEXT_BUDGET: usize = 4 << 20;
+
+/// Failed attempts a run notes one by one (block, worker, text: what
+/// `Server.failures` and the summary's failed blocks come from). Past it,
+/// attempts are still counted everywhere (task states, failure causes, the
+/// report) but not noted: a run whose blocks all fail kept 2.5 KB per
+/// attempt in the driver (50 MB for 20,000 attempts measured, so 2.5 GB
+/// for 10^6), and no one reads ten thousand failure notes.
+pub const MAX_FAILURE_NOTES: usize = 10_000;
+
+/// The latest failed attempts kept for the live view, noted or not.
+pub const RECENT_FAILURE_NOTES: usize = 16;
 
 /// The longest last line kept of a failure text that is not kept whole.
 pub const FAILURE_LINE_BYTES: usize = 512;
@@ -525,6 +544,8 @@ impl RunLedger {
             started_at: wall_clock(),
             aggregates: vec![BlockAggregates::default(); tasks],
             failures: Vec::new(),
+            failures_unnoted: 0,
+            recent: std::collections::VecDeque::new(),
             abandoned: Vec::new(),
             described: std::collections::HashSet::new(),
             failure_text: 0,
@@ -648,19 +669,49 @@ impl RunLedger {
             state.worker_failure_count += 1;
         }
         state.note_worker_error(&reason);
-        let whole =
-            self.failure_text + reason.len() <= FAILURE_TEXT_BUDGET && self.described.insert(key);
+        let noted = self.failures.len() < MAX_FAILURE_NOTES;
+        let whole = noted
+            && self.failure_text + reason.len() <= FAILURE_TEXT_BUDGET
+            && self.described.insert(key);
         let reason = if whole { reason } else { last_line(&reason) };
-        self.failure_text += reason.len();
-        self.failures.push(FailureNote {
+        let note = FailureNote {
             task: key.task,
             spatial_id: block.spatial_id,
             write_roi: block.write_roi,
             last_attempt,
             worker_id: worker,
             reason,
-        });
+        };
+        if self.recent.len() == RECENT_FAILURE_NOTES {
+            self.recent.pop_front();
+        }
+        if noted {
+            self.failure_text += note.reason.len();
+            let line = last_line(&note.reason);
+            self.recent.push_back((
+                FailureNote {
+                    reason: line,
+                    ..note.clone()
+                },
+                true,
+            ));
+            self.failures.push(note);
+        } else {
+            self.failures_unnoted += 1;
+            self.recent.push_back((note, false));
+        }
         !last_attempt
+    }
+
+    /// Failed attempts so far, noted or not.
+    pub fn failures_total(&self) -> u64 {
+        self.failures.len() as u64 + self.failures_unnoted
+    }
+
+    /// The latest failed attempts (at most [`RECENT_FAILURE_NOTES`]), oldest
+    /// first, each with the last line of its text.
+    pub fn recent_failures(&self) -> impl Iterator<Item = &FailureNote> {
+        self.recent.iter().map(|(note, _)| note)
     }
 
     /// Worker `worker` has ended, `why` (its exit status): the attempts
@@ -668,13 +719,22 @@ impl RunLedger {
     /// ([`CONNECTION_CLOSED`]), say `why` instead, in the report and the
     /// summary.
     pub fn explain_lost(&mut self, worker: u32, why: &str) {
-        let lost = self
-            .failures
-            .iter_mut()
-            .filter(|n| n.worker_id == Some(worker) && n.reason == CONNECTION_CLOSED);
-        for note in lost {
+        let lost = |n: &FailureNote| n.worker_id == Some(worker) && n.reason == CONNECTION_CLOSED;
+        // each attempt restated once: from `failures` if noted, else from
+        // `recent` (an unnoted one that left `recent` stays as it was)
+        let mut restated: Vec<TaskIndex> = Vec::new();
+        for (note, noted) in self.recent.iter_mut().filter(|(n, _)| lost(n)) {
+            note.reason = last_line(why);
+            if !*noted {
+                restated.push(note.task);
+            }
+        }
+        for note in self.failures.iter_mut().filter(|n| lost(n)) {
             note.reason = why.to_string();
-            if let Some(causes) = self.causes.get_mut(note.task as usize) {
+            restated.push(note.task);
+        }
+        for task in restated {
+            if let Some(causes) = self.causes.get_mut(task as usize) {
                 causes.restate(CONNECTION_CLOSED, why);
             }
         }
@@ -747,6 +807,7 @@ impl RunLedger {
             reports,
             states: (0..n).map(|t| scheduler.task_state(t).clone()).collect(),
             failures: self.failures.clone(),
+            failures_unnoted: self.failures_unnoted,
             abandoned: self.abandoned.clone(),
             unmanaged_clients,
             workers_started,
@@ -849,6 +910,7 @@ mod tests {
                 note(3, false, "KeyError: 'x'"),
                 note(7, true, "Traceback ...\nValueError: second"),
             ],
+            failures_unnoted: 0,
             abandoned: vec![],
             unmanaged_clients: 0,
             workers_started: vec![],

@@ -260,7 +260,8 @@ impl RunHooks for PyHooks {
 /// Run `specs` with worker processes, one [`PyTaskConfig`] per task (in
 /// any order); `on_tick` gets its per-task lists (states, workers,
 /// restarts) in the order of `specs`; returns a dict with `states` (task id to TaskState),
-/// `failures` (task id, spatial id, worker id, reason), `failed_blocks`
+/// `failures` (task id, spatial id, worker id, reason; the first
+/// `MAX_FAILURE_NOTES` attempts), `failures_unnoted` (the attempts past those), `failed_blocks`
 /// (task id, spatial id, write ROI as slices, failed attempts, failed for
 /// good, last message; a block once, in order), `abandoned` (task
 /// id, reason), `unmanaged_clients`, `workers_started` (task id to count)
@@ -353,6 +354,7 @@ pub fn run_distributed(
         })
         .collect();
     out.set_item("failures", failures)?;
+    out.set_item("failures_unnoted", outcome.failures_unnoted)?;
     let failed_blocks: Vec<(String, u64, String, u32, bool, String)> = outcome
         .failed_blocks()
         .into_iter()

@@ -195,7 +195,11 @@ class Server(ServerObservee):
         self._host_given = host is not None
         self.host = host or "127.0.0.1"
         self.port = int(check_port(port, "port") or 0)
+        #: the last run's failed attempts, ``(task_id, spatial_id, worker_id,
+        #: reason)``: the first 10,000 (the core's ``MAX_FAILURE_NOTES``)
         self.failures: list[tuple[str, int, int | None, str]] = []
+        #: failed attempts of the last run past those: counted, not listed
+        self.failures_unnoted = 0
         #: the `daisy.RunReport` of this server's last run
         self.last_report: RunReport | None = None
         self.abandoned: list[tuple[str, str]] = []
@@ -434,6 +438,7 @@ class Server(ServerObservee):
         self.last_report = RunReport.from_json(out["report"])
         self.last_report.attach(list(task_map.values()))
         self.failures = list(out["failures"])
+        self.failures_unnoted = int(out["failures_unnoted"])
         self._failed_blocks = list(out["failed_blocks"])
         self._task_map = task_map
         self._block_tracking = block_tracking
@@ -496,6 +501,12 @@ class Server(ServerObservee):
                 lines.append(f"  block {spatial_id} {roi}: {what}: {message}")
             if len(rows) > MAX_LISTED_FAILURES:
                 lines.append(f"  ... and {len(rows) - MAX_LISTED_FAILURES} more blocks")
+            if rows and self.failures_unnoted:
+                lines.append(
+                    f"  (the run noted its first {len(self.failures)} failed attempts one by one; "
+                    f"{self.failures_unnoted} more, in all tasks, were counted in the figures above but not "
+                    "listed)"
+                )
             if state.orphaned_by_neighbour_count:
                 lines.append(
                     f"{state.orphaned_by_neighbour_count} orphaned: a conflicting block of this "

@@ -21,6 +21,8 @@ pub const MAX_BARS_PER_TICK: usize = 4096;
 
 /// The failed attempts a snapshot lists (the latest ones).
 pub const MAX_RECENT_FAILURES: usize = 10;
+// the ledger keeps at least that many of the latest attempts
+const _: () = assert!(MAX_RECENT_FAILURES <= crate::run_report::RECENT_FAILURE_NOTES);
 
 /// The span over which a task's throughput is measured.
 pub const PACE_WINDOW: Duration = Duration::from_secs(30);

@@ -413,8 +413,8 @@ impl<H> State<H> {
                 blocks_failed,
             });
         }
-        let all = self.ledger.failures();
-        let failures = all[all.len().saturating_sub(MAX_RECENT_FAILURES)..]
+        let recent: Vec<&crate::run_report::FailureNote> = self.ledger.recent_failures().collect();
+        let failures = recent[recent.len().saturating_sub(MAX_RECENT_FAILURES)..]
             .iter()
             .map(|f| RecentFailure {
                 task: f.task,
@@ -446,7 +446,7 @@ impl<H> State<H> {
             bars_dropped,
             workers,
             failures,
-            failures_total: all.len() as u64,
+            failures_total: self.ledger.failures_total(),
             tasks,
         }
     }
