@@ -504,8 +504,8 @@ class Server(ServerObservee):
             if rows and self.failures_unnoted:
                 lines.append(
                     f"  (the run noted its first {len(self.failures)} failed attempts one by one; "
-                    f"{self.failures_unnoted} more, in all tasks, were counted in the figures above but not "
-                    "listed)"
+                    f"{self.failures_unnoted} more, in all tasks, were counted in the figures "
+                    "above but not listed)"
                 )
             if state.orphaned_by_neighbour_count:
                 lines.append(
