@@ -26,8 +26,8 @@ class RunFailed(RuntimeError):
     abandoned (its workers kept dying: daisy 2.0.0 raises a RuntimeError
     there too). Carries ``states`` (task id to `TaskState`), ``report``
     (the run's `RunReport`, whose task reports hold ``failure_causes``) and
-    ``failures`` (``(task_id, spatial_id, worker_id, reason)`` of every
-    failed attempt a distributed run saw)."""
+    ``failures`` (``(task_id, spatial_id, worker_id, reason)`` of the
+    failed attempts a distributed run noted: the first 10,000)."""
 
     def __init__(
         self,

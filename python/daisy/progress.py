@@ -180,7 +180,7 @@ class LineProgress:
         if state.is_done():
             self._ended.add(task_id)
             tail = f"finished in {_duration(elapsed)}"
-        elif last:  # the run ended before the task did (stopped, or abandoned)
+        elif last:  # the run ended before the task did (it was stopped)
             self._ended.add(task_id)
             tail = f"stopped after {_duration(elapsed)}"
         else:

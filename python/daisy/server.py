@@ -501,7 +501,7 @@ class Server(ServerObservee):
                 lines.append(f"  block {spatial_id} {roi}: {what}: {message}")
             if len(rows) > MAX_LISTED_FAILURES:
                 lines.append(f"  ... and {len(rows) - MAX_LISTED_FAILURES} more blocks")
-            if rows and self.failures_unnoted:
+            if (rows or state.failed_count) and self.failures_unnoted:
                 lines.append(
                     f"  (the run noted its first {len(self.failures)} failed attempts one by one; "
                     f"{self.failures_unnoted} more, in all tasks, were counted in the figures "

@@ -61,7 +61,10 @@ pub const LAUNCHER_GRACE: std::time::Duration = std::time::Duration::from_secs(2
 /// under a second), and a launcher reaps a worker as it ends; one that
 /// answers nothing for this long is stopped (SIGSTOP, a frozen cgroup) or
 /// stuck in the kernel, and without the deadline the run waited for it for
-/// good. Giving up a merely slow one costs only cold starts.
+/// good. The time counts from its last reply, so a burst of forks answered
+/// one by one never runs out. Giving up a launcher costs what its death
+/// costs: its warm workers die with it (their blocks are retried) and the
+/// task's next workers start cold.
 pub const FORK_REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What the server writes for a [`ForkRequest`], one JSON line (the
@@ -299,43 +302,39 @@ impl<H: 'static> Session<H> {
         let (died_tx, mut died) = mpsc::unbounded_channel::<u32>();
         let mut ready = false;
         let mut open = true;
+        let mut last_heard = Instant::now();
         let mut buf: Vec<u8> = Vec::new();
         let mut chunk = vec![0u8; 4096];
         loop {
             if !open && ledger.sent.is_empty() && ledger.alive.is_empty() {
                 return Ok(ledger.queued.iter().map(|r| r.worker_id).collect());
             }
+            // silent for FORK_REPLY_TIMEOUT since the later of the oldest thing it
+            // owes (a fork, a worker's end) and its last reply: a burst of forks
+            // answered one by one never runs out of time
             let answer_by = ledger
                 .sent
                 .values()
                 .chain(ledger.unreported.values())
                 .min()
-                .map(|&since| tokio::time::Instant::from_std(since + FORK_REPLY_TIMEOUT));
+                .map(|&since| {
+                    tokio::time::Instant::from_std(since.max(last_heard) + FORK_REPLY_TIMEOUT)
+                });
             tokio::select! {
-                () = tokio::time::sleep_until(answer_by.unwrap_or_else(tokio::time::Instant::now)),
-                    if answer_by.is_some() =>
-                {
-                    return Err((
-                        format!(
-                            "the launcher answered nothing for {} s (a fork request, or a \
-                             worker's end): it is stopped or stuck",
-                            FORK_REPLY_TIMEOUT.as_secs()
-                        ),
-                        ledger,
-                    ));
-                }
-                Some(id) = died.recv() => {
-                    if ledger.alive.contains_key(&id) {
-                        ledger.unreported.entry(id).or_insert_with(Instant::now);
-                    }
-                }
+                // replies first, the deadline last: after a stall of this
+                // thread (a long hook, the driver stopped and resumed) the
+                // answers already waiting count before the time is judged
+                biased;
                 readable = stream.readable() => {
                     if let Err(e) = readable {
                         return Err((format!("its socket failed: {e}"), ledger));
                     }
                     match stream.try_read(&mut chunk) {
                         Ok(0) => return Err(("the launcher exited".into(), ledger)),
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        Ok(n) => {
+                            buf.extend_from_slice(&chunk[..n]);
+                            last_heard = Instant::now();
+                        }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                         Err(e) => return Err((format!("its socket failed: {e}"), ledger)),
                     }
@@ -384,6 +383,23 @@ impl<H: 'static> Session<H> {
                     Some(req) => ledger.queued.push(req),
                     None => open = false,
                 },
+                Some(id) = died.recv() => {
+                    if ledger.alive.contains_key(&id) {
+                        ledger.unreported.entry(id).or_insert_with(Instant::now);
+                    }
+                }
+                () = tokio::time::sleep_until(answer_by.unwrap_or_else(tokio::time::Instant::now)),
+                    if answer_by.is_some() =>
+                {
+                    return Err((
+                        format!(
+                            "the launcher answered nothing for {} s (a fork request, or a \
+                             worker's end): it is stopped or stuck",
+                            FORK_REPLY_TIMEOUT.as_secs()
+                        ),
+                        ledger,
+                    ));
+                }
             }
         }
     }
