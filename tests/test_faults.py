@@ -1006,6 +1006,8 @@ def test_a_worker_that_crashes_says_how_and_where(tmp_path, log_dir):
     assert states["crashes"].completed_count == 4
     (failure,) = server.failures
     assert "SIGSEGV" in failure[3] or "signal: 11" in failure[3], failure
+    # and the task state's worker errors (daisy 2.0.0's figures) say so too
+    assert "SIGSEGV" in states["crashes"].last_worker_error, states["crashes"].last_worker_error
     report = daisy.last_report()["crashes"]
     assert any("SIGSEGV" in message for message, _ in report.failure_causes.messages), (
         report.failure_causes

@@ -717,8 +717,8 @@ impl RunLedger {
     /// Worker `worker` has ended, `why` (its exit status): the attempts
     /// that failed as its connection closed, before its end was known
     /// ([`CONNECTION_CLOSED`]), say `why` instead, in the report and the
-    /// summary.
-    pub fn explain_lost(&mut self, worker: u32, why: &str) {
+    /// summary. The tasks of the attempts restated, once each.
+    pub fn explain_lost(&mut self, worker: u32, why: &str) -> Vec<TaskIndex> {
         let lost = |n: &FailureNote| n.worker_id == Some(worker) && n.reason == CONNECTION_CLOSED;
         // each attempt restated once: from `failures` if noted, else from
         // `recent` (an unnoted one that left `recent` stays as it was)
@@ -733,11 +733,14 @@ impl RunLedger {
             note.reason = why.to_string();
             restated.push(note.task);
         }
-        for task in restated {
+        for &task in &restated {
             if let Some(causes) = self.causes.get_mut(task as usize) {
                 causes.restate(CONNECTION_CLOSED, why);
             }
         }
+        restated.sort_unstable();
+        restated.dedup();
+        restated
     }
 
     /// Every failed attempt so far, in order.
