@@ -687,15 +687,12 @@ impl RunLedger {
         }
         if noted {
             self.failure_text += note.reason.len();
-            let line = last_line(&note.reason);
-            self.recent.push_back((
-                FailureNote {
-                    reason: line,
-                    ..note.clone()
-                },
-                true,
-            ));
+            let recent = FailureNote {
+                reason: last_line(&note.reason),
+                ..note
+            };
             self.failures.push(note);
+            self.recent.push_back((recent, true));
         } else {
             self.failures_unnoted += 1;
             self.recent.push_back((note, false));
@@ -716,9 +713,9 @@ impl RunLedger {
 
     /// Worker `worker` has ended, `why` (its exit status): the attempts
     /// that failed as its connection closed, before its end was known
-    /// ([`CONNECTION_CLOSED`]), say `why` instead, in the report and the
-    /// summary. The tasks of the attempts restated, once each.
-    pub fn explain_lost(&mut self, worker: u32, why: &str) -> Vec<TaskIndex> {
+    /// ([`CONNECTION_CLOSED`]), say `why` instead, in the report, the
+    /// summary and their tasks' first and last worker errors.
+    pub fn explain_lost(&mut self, scheduler: &mut Scheduler, worker: u32, why: &str) {
         let lost = |n: &FailureNote| n.worker_id == Some(worker) && n.reason == CONNECTION_CLOSED;
         // each attempt restated once: from `failures` if noted, else from
         // `recent` (an unnoted one that left `recent` stays as it was)
@@ -740,12 +737,14 @@ impl RunLedger {
         }
         restated.sort_unstable();
         restated.dedup();
-        restated
-    }
-
-    /// Every failed attempt so far, in order.
-    pub fn failures(&self) -> &[FailureNote] {
-        &self.failures
+        for task in restated {
+            let state = scheduler.task_state_mut(task);
+            for text in [&mut state.first_worker_error, &mut state.last_worker_error] {
+                if text.as_deref() == Some(CONNECTION_CLOSED) {
+                    *text = Some(why.to_string());
+                }
+            }
+        }
     }
 
     /// Give up `task` (and orphan what depends on it), with the reason;

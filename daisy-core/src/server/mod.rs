@@ -547,14 +547,7 @@ fn on_worker_exit<H>(st: &mut State<H>, id: u32, status: Option<ExitStatus>) {
     st.reclaim(|o| o.worker == Some(id), Some(id), &why);
     if status.is_some() {
         // its connection's end may have been seen first
-        for task in st.ledger.explain_lost(id, &why) {
-            let state = st.scheduler.task_state_mut(task);
-            for text in [&mut state.first_worker_error, &mut state.last_worker_error] {
-                if text.as_deref() == Some(crate::run_report::CONNECTION_CLOSED) {
-                    *text = Some(why.clone());
-                }
-            }
-        }
+        st.ledger.explain_lost(&mut st.scheduler, id, &why);
     }
     let Some(w) = st.workers.get(&id) else {
         return;
