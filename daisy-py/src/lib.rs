@@ -64,6 +64,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_task_spec::pipeline_order, m)?)?;
     m.add_function(wrap_pyfunction!(reset_tracking, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::read_tracking_array, m)?)?;
+    m.add_function(wrap_pyfunction!(py_tracking::append_runs_line, m)?)?;
     m.add(
         "LayoutMismatch",
         m.py().get_type::<errors::LayoutMismatch>(),

@@ -8,6 +8,7 @@ use crate::errors::IntoPyResult;
 use crate::py_block::PyBlock;
 use crate::py_block_stats::PyBlockStats;
 use crate::py_task_spec::PyTaskSpec;
+use daisy_core::DaisyError;
 use daisy_core::block_grid::BlockGrid;
 use daisy_core::tracking_store::{TrackingRecord, TrackingStore};
 use pyo3::exceptions::PyValueError;
@@ -111,4 +112,18 @@ pub fn read_tracking_array(
             pyo3::types::PyBytes::new(py, &a.bytes).unbind(),
         )
     }))
+}
+
+/// Append one line to the `runs.jsonl` at `path`, creating its directory:
+/// the core's append (one write call; after a line cut short, a line of its
+/// own), for the reports Python writes next to a task's logs.
+#[pyfunction]
+pub fn append_runs_line(path: PathBuf, line: &str) -> PyResult<()> {
+    let io = |e: std::io::Error| DaisyError::Io(format!("{}: {e}", path.display()));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io).py()?;
+    }
+    daisy_core::tracking_store::append_runs_line(&path, line)
+        .map_err(io)
+        .py()
 }

@@ -1,6 +1,7 @@
 """Type stub of ``daisy._daisy``, the Rust extension (checked against the
 real module by ``python -m mypy.stubtest daisy._daisy`` in CI)."""
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, final
 
@@ -23,6 +24,7 @@ __all__ = [
     "cantor_number",
     "reset_tracking",
     "read_tracking_array",
+    "append_runs_line",
     "validated_roi",
     "pipeline_order",
     "BlockStats",
@@ -286,6 +288,7 @@ class LiveDetail:
 def validated_roi(value: Any, param: str) -> Roi: ...
 def pipeline_order(specs: Sequence[TaskSpec]) -> list[str]: ...
 def read_tracking_array(path: str, name: str) -> tuple[str, list[int], bytes] | None: ...
+def append_runs_line(path: str | os.PathLike[str], line: str) -> None: ...
 def run_distributed(
     specs: Sequence[TaskSpec],
     tasks: Sequence[TaskConfig],

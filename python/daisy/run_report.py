@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from daisy._daisy import append_runs_line
 from daisy.units import format_bytes as format_bytes
 from daisy.units import format_percent, seconds_scale, seconds_text
 from daisy.units import format_seconds as format_seconds
@@ -123,19 +124,11 @@ def read_runs(path: str | os.PathLike[str]) -> list[TaskReport]:
 
 
 def append_run(path: str | os.PathLike[str], report: TaskReport) -> None:
-    """Append one report line to ``path``, creating its directory. After a
-    last line that was cut short (a full disk), the report starts a line of
-    its own, so that only the damaged line is lost."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(report.to_dict()) + "\n"
-    with open(path, "ab+") as f:
-        if f.tell() > 0:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                line = "\n" + line
-        # one write call per line, so concurrent appends never interleave
-        f.write(line.encode("utf-8"))
+    """Append one report line to ``path``, creating its directory, as the
+    core appends to a tracking store's: one write call, and after a last
+    line cut short (a full disk) a line of its own, so that only the
+    damaged line is lost."""
+    append_runs_line(path, json.dumps(report.to_dict()))
 
 
 def _opt_float(x: Any) -> float | None:
