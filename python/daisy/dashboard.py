@@ -87,6 +87,43 @@ WATCHING_SECONDS = 5.0
 MAX_VIEWERS = 256
 
 
+class Watchers:
+    """Who watches a run (each dashboard page by its own id, each other
+    poller or metrics scraper by its address), and, at the run's end, the
+    wait for every one that polled in the last `WATCHING_SECONDS` to fetch
+    the final state: at most `LINGER_SECONDS` in all. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        #: viewer to when it last polled
+        self._polls: dict[str, float] = {}
+        self._served_final: set[str] = set()
+
+    def seen(self, viewer: str, final: bool) -> None:
+        """``viewer`` polled now, and got the final state if ``final``."""
+        with self._changed:
+            polled = time.monotonic()
+            if len(self._polls) >= MAX_VIEWERS:
+                # forget those no longer watching (a client inventing ids
+                # cannot grow this, nor hold the run's end past the linger)
+                self._polls = {
+                    v: t for v, t in self._polls.items() if polled - t < WATCHING_SECONDS
+                }
+            if viewer in self._polls or len(self._polls) < MAX_VIEWERS:
+                self._polls[viewer] = polled
+            if final:
+                self._served_final.add(viewer)
+                self._changed.notify_all()
+
+    def wait_for_final(self) -> None:
+        """Wait until every viewer watching now has the final state, or
+        `LINGER_SECONDS` have passed."""
+        with self._changed:
+            now = time.monotonic()
+            watching = {v for v, t in self._polls.items() if now - t < WATCHING_SECONDS}
+            self._changed.wait_for(lambda: watching <= self._served_final, timeout=LINGER_SECONDS)
+
+
 def _pace(live: LiveDetail | None, n: int) -> list[tuple[float, float | None, float | None]]:
     pace = live.pace() if live is not None else []
     return pace if len(pace) == n else [(0.0, None, None)] * n
@@ -121,10 +158,7 @@ class Dashboard:
         self._live: LiveDetail | None = None
         self._started_at = time.time()
         self._summary: dict[str, Any] | None = None
-        #: viewer to when it last polled, and the viewers served the final state
-        self._polls: dict[str, float] = {}
-        self._served_final: set[str] = set()
-        self._final_cond = threading.Condition(self._lock)
+        self._watchers = Watchers()
         self._registry = registry
         self._page = page_html().encode()
         # the stdlib's threading server: one daemon thread per connection,
@@ -211,12 +245,9 @@ class Dashboard:
         `WATCHING_SECONDS` (each page, each other poller) gets up to
         `LINGER_SECONDS` in all to fetch the final state first."""
         with self._lock:
-            now = time.monotonic()
-            watching = {v for v, t in self._polls.items() if now - t < WATCHING_SECONDS}
-            if self._summary is not None:
-                self._final_cond.wait_for(
-                    lambda: watching <= self._served_final, timeout=LINGER_SECONDS
-                )
+            finished = self._summary is not None
+        if finished:
+            self._watchers.wait_for_final()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5.0)
@@ -230,7 +261,7 @@ class Dashboard:
             now = live.now if live is not None and summary is None else time.time()
             ticks = list(self._ticks)
             dropped = self._dropped
-            self._note_poll(viewer)
+        self._watchers.seen(viewer, final=summary is not None)
         cutoff = now - WINDOW_SECONDS
         bars: list[tuple[str, int | None, int, float, float, str]] = []
         for tick in reversed(ticks):
@@ -324,24 +355,13 @@ class Dashboard:
             return None
         from prometheus_client import generate_latest
 
-        data: bytes = generate_latest(self._registry)
         with self._lock:
-            self._note_poll(viewer)
+            # the metrics are final before the summary is (the last tick
+            # comes first): read the flag before the figures
+            final = self._summary is not None
+        data: bytes = generate_latest(self._registry)
+        self._watchers.seen(viewer, final)
         return data
-
-    def _note_poll(self, viewer: str) -> None:
-        """``viewer`` polled now (the lock held): it is watching, and once
-        the run is over it has the final state."""
-        polled = time.monotonic()
-        if len(self._polls) >= MAX_VIEWERS:
-            # forget those no longer watching (a client inventing ids
-            # cannot grow this, nor hold the run's end past the linger)
-            self._polls = {v: t for v, t in self._polls.items() if polled - t < WATCHING_SECONDS}
-        if viewer in self._polls or len(self._polls) < MAX_VIEWERS:
-            self._polls[viewer] = polled
-        if self._summary is not None:
-            self._served_final.add(viewer)
-            self._final_cond.notify_all()
 
 
 class _Server(http.server.ThreadingHTTPServer):

@@ -22,33 +22,30 @@ the dashboard does).
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from daisy._daisy import TaskState
-from daisy.dashboard import LINGER_SECONDS, WATCHING_SECONDS
+from daisy.dashboard import Watchers
 
 #: histogram buckets of block round trips, seconds: a millisecond to an hour
 BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0, 3600.0)
 
 
 class _Scrapes:
-    """A collector that exports nothing and notes when its registry was
-    last collected: when the metrics were last scraped."""
+    """A collector that exports nothing: each collection of its registry
+    is a scrape, noted in ``watchers`` (final once `close` has begun: the
+    figures were final before it)."""
 
-    def __init__(self) -> None:
-        self.changed = threading.Condition()
-        self.last: float | None = None
+    def __init__(self, watchers: Watchers) -> None:
+        self.watchers = watchers
+        self.final = False
 
     def describe(self) -> list[Any]:
         return []
 
     def collect(self) -> Iterator[Any]:
-        with self.changed:
-            self.last = time.monotonic()
-            self.changed.notify_all()
+        self.watchers.seen("scraper", self.final)
         return iter(())
 
 
@@ -94,10 +91,11 @@ class PrometheusMetrics:
         self._seen_restarts = dict.fromkeys(task_ids, 0)
         self._order = list(task_ids)
         self._server: Any = None
-        self._scrapes = _Scrapes()
-        self.registry.register(self._scrapes)
+        self._watchers = Watchers()
+        self._scrapes = _Scrapes(self._watchers)
         if not serve:
-            return
+            return  # the dashboard's server watches its own scrapers
+        self.registry.register(self._scrapes)
         try:
             self._server, self._thread = prom.start_http_server(
                 port, addr=addr, registry=self.registry
@@ -138,18 +136,12 @@ class PrometheusMetrics:
             self.block_seconds.labels(task=task).observe(seconds)
 
     def close(self) -> None:
-        """Stop serving, once a scraper that scraped in the last
-        `WATCHING_SECONDS` has scraped the final figures (waiting at most
-        `LINGER_SECONDS`): a run's last blocks would otherwise never show."""
+        """Stop serving, once a scraper still watching has scraped the final
+        figures (`daisy.dashboard.Watchers`): a run's last blocks would
+        otherwise never show."""
         if self._server is None:
             return
-        final = time.monotonic()
-        scrapes = self._scrapes
-        with scrapes.changed:
-            if scrapes.last is not None and final - scrapes.last < WATCHING_SECONDS:
-                scrapes.changed.wait_for(
-                    lambda: scrapes.last is not None and scrapes.last > final,
-                    timeout=LINGER_SECONDS,
-                )
+        self._scrapes.final = True
+        self._watchers.wait_for_final()
         self._server.shutdown()
         self._server.server_close()
