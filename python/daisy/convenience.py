@@ -58,7 +58,7 @@ class RunFailed(RuntimeError):
         abandoned = [
             f"task {tid!r} was abandoned: {s.abandon_reason}"
             for tid, s in states.items()
-            if getattr(s, "abandoned", False)
+            if s.abandoned
         ]
         if abandoned:
             message = "\n".join(
@@ -226,7 +226,7 @@ def run_blockwise(
         files = [f for f in (runs_file_for(t) for t in pipeline.tasks) if f is not None]
         write_html_report(files, Path(report_html))
     ok = all(s.completed_count == s.total_block_count for s in states.values())
-    abandoned = any(getattr(s, "abandoned", False) for s in states.values())
+    abandoned = any(s.abandoned for s in states.values())
     if (raise_on_failure and not ok) or abandoned:
         raise RunFailed(dict(states), report, failures)
     if return_states:

@@ -55,10 +55,20 @@ class TqdmProgress:
         self._bars: dict[str, Any] = {}
         self._order = list(task_ids)
         self._notebook = notebook
-        #: per task: whether every block completed, once it is done
-        self._completed: dict[str, bool] = {}
-        #: per task: the counts its bar shows last
-        self._postfix: dict[str, dict[str, int]] = {}
+        #: per task: the state and worker count its bar shows last
+        self._latest: dict[str, tuple[TaskState, int]] = {}
+
+    @staticmethod
+    def _postfix(state: TaskState, workers: int) -> dict[str, int]:
+        c = _counts(state)
+        return {
+            "⧗": c["pending"],
+            "▶": c["processing"],
+            "✔": c["completed"],
+            "✗": c["failed"],
+            "∅": c["orphaned"],
+            "workers": workers,
+        }
 
     def update(self, task_id: str, state: TaskState, workers: int) -> None:
         bar = self._bars.get(task_id)
@@ -78,20 +88,10 @@ class TqdmProgress:
                 **where,
             )
             self._bars[task_id] = bar
-        done = state.completed_count + state.failed_count + state.orphaned_count
-        c = _counts(state)
-        self._postfix[task_id] = {
-            "⧗": c["pending"],
-            "▶": c["processing"],
-            "✔": c["completed"],
-            "✗": c["failed"],
-            "∅": c["orphaned"],
-            "workers": workers,
-        }
-        bar.set_postfix(self._postfix[task_id], refresh=False)
-        bar.update(done - bar.n)
-        if done >= state.total_block_count:
-            self._completed[task_id] = bool(state.all_completed)
+        self._latest[task_id] = (state, workers)
+        bar.set_postfix(self._postfix(state, workers), refresh=False)
+        bar.update(state.completed_count + state.failed_count + state.orphaned_count - bar.n)
+        if state.is_done():
             bar.set_description(f"{task_id} {'✔' if state.all_completed else '✗'}")
 
     def close(self) -> None:
@@ -100,12 +100,12 @@ class TqdmProgress:
         with a failed or orphaned block ends red, not green (tqdm's
         notebook bar turns green when it is full)."""
         for task_id, bar in self._bars.items():
-            completed = self._completed.get(task_id)
-            if completed is None:
+            state, _ = self._latest[task_id]
+            if not state.is_done():
                 bar.set_description(f"{task_id} stopped", refresh=False)
-                bar.set_postfix({**self._postfix[task_id], "▶": 0, "workers": 0}, refresh=False)
+                bar.set_postfix({**self._postfix(state, 0), "▶": 0}, refresh=False)
             bar.close()
-            if not completed and hasattr(bar, "container"):  # a notebook widget
+            if not state.all_completed and hasattr(bar, "container"):  # a notebook widget
                 bar.disp(bar_style="danger", check_delay=False)
 
 
