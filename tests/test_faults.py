@@ -504,11 +504,14 @@ def test_ctrl_c_stops_the_driver_and_kills_every_worker(tmp_path):
     assert_no_worker_survives(grandchild_pids, allow_zombies=True)
 
 
-def test_sigterm_to_the_driver_kills_every_worker(tmp_path):
-    """``kill <driver>`` (SIGTERM: ``timeout``, systemd, a batch system)
-    must not leave workers behind, running blocks for a run that is gone."""
-    pids = tmp_path / "pids"
-    pids.mkdir()
+def _driver_with_two_sleeping_workers(
+    tmp_path: Path, pids: Path, tracking: bool = False, timeout: float = 20.0
+) -> subprocess.Popen[str]:
+    """A driver in a process group of its own (as a shell job) whose task's
+    blocks each sleep 30 s on two workers, returned once both workers hold a
+    block (each notes its pid in ``pids``); with ``tracking``, the task has
+    a tracking store under ``tmp_path / "tracking"``."""
+    store = f"daisy.set_tracking_basedir({str(tmp_path / 'tracking')!r})" if tracking else ""
     driver = tmp_path / "driver.py"
     driver.write_text(
         textwrap.dedent(
@@ -518,6 +521,7 @@ def test_sigterm_to_the_driver_kills_every_worker(tmp_path):
 
             PIDS = {str(pids)!r}
             daisy.logging.set_log_basedir({str(tmp_path / "logs")!r})
+            {store}
 
             def process(block):
                 open(os.path.join(PIDS, str(os.getpid())), "w").close()
@@ -536,13 +540,27 @@ def test_sigterm_to_the_driver_kills_every_worker(tmp_path):
         text=True,
         start_new_session=True,
     )
-    worker_pids = []
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + timeout
         while len(list(pids.iterdir())) < 2:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the workers did not start their blocks"
             time.sleep(0.05)
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc
+
+
+def test_sigterm_to_the_driver_kills_every_worker(tmp_path):
+    """``kill <driver>`` (SIGTERM: ``timeout``, systemd, a batch system)
+    must not leave workers behind, running blocks for a run that is gone."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    proc = _driver_with_two_sleeping_workers(tmp_path, pids, timeout=20)
+    worker_pids = []
+    try:
         worker_pids = [int(p.name) for p in pids.iterdir()]
         proc.terminate()
         try:
@@ -935,40 +953,8 @@ def test_blocks_cut_short_by_ctrl_c_are_not_failed_attempts(tmp_path):
     the next run runs them again with their retries whole."""
     pids = tmp_path / "pids"
     pids.mkdir()
-    driver = tmp_path / "driver.py"
-    driver.write_text(
-        textwrap.dedent(
-            f"""
-            import os, time
-            import daisy
-
-            PIDS = {str(pids)!r}
-            daisy.logging.set_log_basedir({str(tmp_path / "logs")!r})
-            daisy.set_tracking_basedir({str(tmp_path / "tracking")!r})
-
-            def process(block):
-                open(os.path.join(PIDS, str(os.getpid())), "w").close()
-                time.sleep(30)
-
-            task = daisy.Task("A", daisy.Roi((0,), (40,)), daisy.Roi((0,), (10,)),
-                              daisy.Roi((0,), (10,)), process_function=process, max_workers=2)
-            daisy.run_blockwise(task, progress=False)
-            """
-        )
-    )
-    proc = subprocess.Popen(
-        [sys.executable, str(driver)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = _driver_with_two_sleeping_workers(tmp_path, pids, tracking=True, timeout=60)
     try:
-        deadline = time.monotonic() + 60
-        while len(list(pids.iterdir())) < 2:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the workers did not start their blocks"
-            time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -78,9 +78,10 @@ assert ok, ok
 
 
 def execute(nb: Any, tmp_path: Path) -> Any:
+    km = kernel_manager(tmp_path)
     client = nbclient.NotebookClient(
         nb,
-        km=kernel_manager(tmp_path),
+        km=km,
         timeout=300,
         startup_timeout=120,
         allow_errors=True,  # every cell runs; the assertions below say what went wrong
@@ -91,6 +92,10 @@ def execute(nb: Any, tmp_path: Path) -> Any:
         client.execute()
     finally:
         nbformat.write(nb, tmp_path / "executed.ipynb")
+        # nbclient leaves a kernel it was given running: a later test that
+        # counts this process's children would see it
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
     return nb
 
 
