@@ -282,7 +282,6 @@ fn tail(text: &str, max: usize) -> String {
 impl TaskReport {
     /// Append this report as one line to `<dir>/runs.jsonl`.
     pub fn append_to(&self, dir: &Path) -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)?;
         let line = serde_json::to_string(self).map_err(std::io::Error::other)?;
         crate::tracking_store::append_runs_line(&dir.join(RUNS_FILE), &line)
     }

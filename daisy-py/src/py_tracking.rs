@@ -119,11 +119,7 @@ pub fn read_tracking_array(
 /// own), for the reports Python writes next to a task's logs.
 #[pyfunction]
 pub fn append_runs_line(path: PathBuf, line: &str) -> PyResult<()> {
-    let io = |e: std::io::Error| DaisyError::Io(format!("{}: {e}", path.display()));
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io).py()?;
-    }
     daisy_core::tracking_store::append_runs_line(&path, line)
-        .map_err(io)
+        .map_err(|e| DaisyError::Io(format!("{}: {e}", path.display())))
         .py()
 }

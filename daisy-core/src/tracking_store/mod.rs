@@ -597,13 +597,17 @@ impl TrackingStore {
     }
 }
 
-/// Append `line` and a newline to the `runs.jsonl` at `path` (created if
-/// missing) in one write call, so that concurrent appends never interleave.
+/// Append `line` and a newline to the `runs.jsonl` at `path` (created, with
+/// its directory, if missing) in one write call, so that concurrent appends
+/// never interleave.
 /// After a last line that was cut short (a full disk, a killed writer) the
 /// new line starts a line of its own: only the damaged line is lost, and
 /// readers skip it.
 pub fn append_runs_line(path: &Path, line: &str) -> std::io::Result<()> {
     use std::io::{Read, Seek, SeekFrom, Write};
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
     let mut f = fs::OpenOptions::new()
         .create(true)
         .read(true)
