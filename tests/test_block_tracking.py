@@ -722,10 +722,21 @@ def test_task_id_and_worker_count_do_not_change_the_hash(mp, tmp_path, calls):
         timeout=20,
         tracking_path=path,
     )
+    # the store records its task (issue 26, item 11): another task id is
+    # refused until the renamed task adopts the store, keeping its marks
+    with pytest.raises(daisy.LayoutMismatch, match='belongs to task "first"'):
+        run(renamed, mp)
+    assert take_calls(calls) == Counter()
+    renamed.adopt_tracking_store()
     states = run(renamed, mp)
     assert take_calls(calls) == Counter()
     assert states["renamed"].skipped_count == 9
     assert read_store(path)[2]["daisy_task_hash"] == old_hash
+    # more workers, retries and a timeout under the same id: the same store
+    again = daisy.Task(
+        "renamed", **BASE_2D, process_function=recorder(calls), max_workers=2, tracking_path=path
+    )
+    assert run(again, mp)["renamed"].skipped_count == 9
 
 
 @MODES

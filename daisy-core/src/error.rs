@@ -51,6 +51,25 @@ pub enum DaisyError {
         /// What differs.
         reason: String,
     },
+    /// A tracking store of another task (Python: `daisy.LayoutMismatch`).
+    #[error(
+        "tracking store {store} belongs to task {owner:?}, not to {task:?}: two tasks on one \
+         store would take each other's done marks for their own. Give task {task:?} its own \
+         tracking_path; or, if {task:?} is {owner:?} renamed, call task.adopt_tracking_store() \
+         to make the store its own (every mark is kept)"
+    )]
+    StoreOfAnotherTask {
+        /// The store's directory.
+        store: String,
+        /// The task the store records.
+        owner: String,
+        /// The task that opened it.
+        task: String,
+    },
+    /// A tracking store lost a file it cannot do without and still holds
+    /// marks (Python: `OSError`).
+    #[error("{0}")]
+    StoreDamaged(String),
     /// Reading or writing a file, or listening, failed (Python: `OSError`).
     #[error("{0}")]
     Io(String),

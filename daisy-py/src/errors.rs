@@ -28,8 +28,10 @@ pub fn to_pyerr(e: DaisyError) -> PyErr {
         | DaisyError::Cycle(_)
         | DaisyError::DuplicateTask(_)
         | DaisyError::UnknownBlock(_) => PyValueError::new_err(e.to_string()),
-        DaisyError::LayoutMismatch { .. } => LayoutMismatch::new_err(e.to_string()),
-        DaisyError::Io(_) => PyOSError::new_err(e.to_string()),
+        DaisyError::LayoutMismatch { .. } | DaisyError::StoreOfAnotherTask { .. } => {
+            LayoutMismatch::new_err(e.to_string())
+        }
+        DaisyError::Io(_) | DaisyError::StoreDamaged(_) => PyOSError::new_err(e.to_string()),
         DaisyError::Connection(_) => PyConnectionError::new_err(e.to_string()),
         DaisyError::ServerGone(_) => PyConnectionRefusedError::new_err(e.to_string()),
         DaisyError::Protocol(_)

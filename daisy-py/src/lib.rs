@@ -42,6 +42,18 @@ fn reset_tracking(path: std::path::PathBuf, keep_history: bool) -> PyResult<()> 
     daisy_core::tracking_store::TrackingStore::reset(&path, keep_history).py()
 }
 
+/// Make the tracking store at `path` the store of `spec`'s task, keeping
+/// every mark (metadata a purge deleted is written again; see
+/// `TrackingStore::adopt`).
+#[pyfunction]
+fn adopt_tracking(
+    path: std::path::PathBuf,
+    spec: PyRef<'_, py_task_spec::PyTaskSpec>,
+) -> PyResult<()> {
+    use errors::IntoPyResult;
+    daisy_core::tracking_store::TrackingStore::adopt(&path, &spec.spec).py()
+}
+
 #[pymodule]
 fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     py_logging::install();
@@ -63,6 +75,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_task_spec::validated_roi, m)?)?;
     m.add_function(wrap_pyfunction!(py_task_spec::pipeline_order, m)?)?;
     m.add_function(wrap_pyfunction!(reset_tracking, m)?)?;
+    m.add_function(wrap_pyfunction!(adopt_tracking, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::read_tracking_array, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::append_runs_line, m)?)?;
     m.add(

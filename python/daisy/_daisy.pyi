@@ -23,6 +23,7 @@ __all__ = [
     "LiveDetail",
     "cantor_number",
     "reset_tracking",
+    "adopt_tracking",
     "read_tracking_array",
     "append_runs_line",
     "validated_roi",
@@ -36,6 +37,7 @@ __all__ = [
 
 def cantor_number(position: Sequence[int]) -> int: ...
 def reset_tracking(path: str, keep_history: bool = True) -> None: ...
+def adopt_tracking(path: str, spec: TaskSpec) -> None: ...
 
 class LayoutMismatch(ValueError): ...
 
@@ -223,6 +225,7 @@ class Client:
         task_id: str,
         worker_id: int | None = None,
         measure: bool = True,
+        liveness_timeout: float | None = None,
     ) -> Client: ...
     def acquire_block(self) -> Block | None: ...
     def release_and_acquire(self, block: Block, error: str | None = None) -> Block | None: ...
@@ -267,6 +270,7 @@ class RunConfig:
         log_mode: str,
         advertise_host: str | None = None,
         stop_all: Sequence[str] = ...,
+        liveness_timeout: float | None = None,
     ) -> RunConfig: ...
 
 @final

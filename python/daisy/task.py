@@ -20,7 +20,14 @@ from typing import Any
 from funlib.geometry import Roi
 
 from daisy import _v1_names
-from daisy._daisy import Block, DependencyGraph, TaskSpec, TrackingStore, validated_roi
+from daisy._daisy import (
+    Block,
+    DependencyGraph,
+    TaskSpec,
+    TrackingStore,
+    adopt_tracking,
+    validated_roi,
+)
 from daisy._worker import _count_required_args
 from daisy.convenience import run_blockwise
 from daisy.pipeline import Composable
@@ -475,6 +482,25 @@ class Task(Composable):
         super().reset(history=history)
         if history:
             self._last_report = None
+
+    def adopt_tracking_store(self) -> None:
+        """Make the tracking store at this task's ``tracking_path`` this
+        task's own, keeping every done mark: for a store that lost metadata
+        files (a scratch purge deletes small old files first; the next run
+        refuses such a store with an ``OSError`` naming the missing file)
+        or the store of a task that was renamed (refused as another task's
+        with `daisy.LayoutMismatch`). It writes the missing metadata for
+        this task's ``total_roi``, ``read_roi``, ``write_roi`` and ``fit``,
+        which must be those of the runs that wrote the store (a chunk of
+        another size is refused), and records this task's id.
+        ``ValueError`` without a ``tracking_path``."""
+        path = self.tracking_path
+        if path is None:
+            raise ValueError(
+                f"tracking_path: task {self.task_id!r} has no tracking store to adopt; give it "
+                "tracking_path= (or daisy.set_tracking_basedir)"
+            )
+        adopt_tracking(str(path), self._spec)
 
     def _store(self) -> TrackingStore | None:
         path = self.tracking_path

@@ -46,17 +46,18 @@
 
 pub mod layout;
 pub mod lock;
+pub mod migration;
 pub mod zarr_array;
 
 /// Name of a task's run history file: one report line per run (and one
 /// record per `reset` that kept it), in its store or its log directory.
 pub const RUNS_FILE: &str = "runs.jsonl";
 
-use self::layout::{Layout, growth_shift, mismatch};
+use self::layout::{Layout, mismatch};
 use self::lock::{LOCK_FILE, StoreLock};
 use self::zarr_array::{
-    ArrayKind, ElementType, MappedArray, StoredArray, chunk_path, create_array, filled, io_err,
-    map_array, read_array, write_array, write_atomic,
+    ArrayKind, ElementType, MappedArray, StoredArray, chunk_path, create_array, io_err, map_array,
+    read_array, write_array_metadata, write_atomic,
 };
 use crate::block::Block;
 use crate::block_grid::BlockGrid;
@@ -257,24 +258,118 @@ fn array_grid(spec: &TaskSpec) -> (Coord, Coord) {
     (shape, shift)
 }
 
+/// The group attribute naming the task a store belongs to.
+const TASK_ID_ATTR: &str = "daisy_task_id";
+
+/// Left in a store by `reset` from its first step to its last: the
+/// leftovers beside it are a reset's, with no mark to keep.
+const RESET_MARKER: &str = ".daisy-reset";
+
+/// True if every byte of `file` is `kind`'s fill value (a chunk that holds
+/// no mark). Read in pieces: only a damaged store's chunks are read whole.
+fn chunk_is_blank(file: &Path, kind: &ArrayKind) -> Result<bool, DaisyError> {
+    use std::io::Read;
+    let size = kind.dtype.size();
+    let fill = &kind.fill[..size];
+    let mut f = fs::File::open(file).map_err(|e| io_err(file, e))?;
+    let mut buf = vec![0u8; size * 65536];
+    let mut offset = 0usize;
+    loop {
+        let n = f.read(&mut buf).map_err(|e| io_err(file, e))?;
+        if n == 0 {
+            return Ok(true);
+        }
+        for (i, b) in buf[..n].iter().enumerate() {
+            if *b != fill[(offset + i) % size] {
+                return Ok(false);
+            }
+        }
+        offset += n;
+    }
+}
+
+/// What shows that the directory at `store` held the marks of earlier runs
+/// (a run history, or a done or failures chunk that is not blank); None
+/// where nothing would be lost by making the store again.
+fn earlier_marks(store: &Path) -> Result<Option<String>, DaisyError> {
+    if store.join(RESET_MARKER).exists() {
+        return Ok(None);
+    }
+    for kind in [DONE, FAILURES] {
+        let Ok(entries) = walk_chunks(&store.join(kind.name)) else {
+            continue;
+        };
+        for chunk in entries {
+            if !chunk_is_blank(&chunk, &kind)? {
+                return Ok(Some(format!("{} holds marks", chunk.display())));
+            }
+        }
+    }
+    let runs = store.join(RUNS_FILE);
+    if let Ok(text) = fs::read_to_string(&runs) {
+        let last = text.lines().rev().find(|l| !l.trim().is_empty());
+        let reset_last = last
+            .and_then(|l| serde_json::from_str::<Value>(l).ok())
+            .is_some_and(|v| v.get("reset_at").is_some() && v.get("task_id").is_none());
+        if last.is_some() && !reset_last {
+            return Ok(Some(format!("{} records earlier runs", runs.display())));
+        }
+    }
+    Ok(None)
+}
+
+/// The chunk files under an array directory (`c/0/../0`, any depth).
+fn walk_chunks(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.join("c")];
+    while let Some(d) = todo.pop() {
+        for entry in fs::read_dir(&d)? {
+            let p = entry?.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_none() {
+                out.push(p);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A store that held marks and lost a file daisy cannot make again
+/// without losing them (a scratch purge deletes small old files first).
+fn damaged(store: &Path, missing: &Path, evidence: &str) -> DaisyError {
+    DaisyError::StoreDamaged(format!(
+        "tracking store {store} is damaged: {missing} is missing, but {evidence}. Something \
+         deleted the file (scratch purge policies delete small old files first); daisy will \
+         not make a new store over the marks. Restore the file from a backup; or, if this \
+         task has the total_roi, read_roi, write_roi and fit of the runs that wrote the \
+         store, call task.adopt_tracking_store() to write the metadata again (every mark is \
+         kept); or task.reset() to start afresh",
+        store = store.display(),
+        missing = missing.display(),
+    ))
+}
+
 /// The attributes of the store's group, None where there is no store yet,
 /// or an error (naming `expected`, this task's layout hash) for a
-/// directory that is not a daisy store.
+/// directory that is not a daisy store, and for a store that lost its
+/// group metadata while it held marks.
 fn read_group(store: &Path, expected: &str) -> Result<Option<Value>, DaisyError> {
     let meta_path = store.join("zarr.json");
     if !store.exists() {
         return Ok(None);
     }
     if !meta_path.is_file() {
-        // The group's zarr.json is written last when a store is made, so a
-        // directory holding nothing but our lock file and our arrays (a
-        // creation cut short by a full disk or a kill) is no store yet: it
-        // is made again, nothing in it was ever marked. Anything else is
-        // someone else's and is left alone.
-        // (and the run history a reset kept)
+        // The group's zarr.json is written last when a store is made (and
+        // removed first by a reset), so a directory holding nothing but
+        // daisy's own files is no store yet, or one a reset emptied; it is
+        // made again if nothing in it is a mark. Anything else is someone
+        // else's and is left alone.
         let ours = |name: &std::ffi::OsStr| {
             name == LOCK_FILE
                 || name == RUNS_FILE
+                || name == RESET_MARKER
+                || name == migration::STAGING
                 || [DONE, FAILURES]
                     .iter()
                     .chain(STATS.iter())
@@ -285,6 +380,9 @@ fn read_group(store: &Path, expected: &str) -> Result<Option<Value>, DaisyError>
             .filter_map(Result::ok)
             .all(|entry| ours(&entry.file_name()));
         if leftovers {
+            if let Some(evidence) = earlier_marks(store)? {
+                return Err(damaged(store, &meta_path, &evidence));
+            }
             return Ok(None);
         }
         return Err(mismatch(
@@ -314,6 +412,44 @@ fn read_group(store: &Path, expected: &str) -> Result<Option<Value>, DaisyError>
     }
 }
 
+/// Map one array of a store, creating it where it was never made. Its
+/// metadata gone beside a chunk that holds anything but the fill value,
+/// or the chunk of done marks or failure counts gone beside its metadata,
+/// is a damaged store: refused, never made again over the marks.
+fn open_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedArray, DaisyError> {
+    if shape.product() > 0 {
+        let dir = store.join(kind.name);
+        let meta = dir.join("zarr.json");
+        let chunk = chunk_path(&dir, shape.dims());
+        let holds_marks = kind == DONE || kind == FAILURES;
+        match (meta.is_file(), chunk.is_file()) {
+            (false, true) if !chunk_is_blank(&chunk, &kind)? => {
+                let evidence = format!("its chunk {} holds marks", chunk.display());
+                return Err(damaged(store, &meta, &evidence));
+            }
+            (true, false) if holds_marks => {
+                let evidence = format!(
+                    "its metadata {} is there: the {} of earlier runs are lost",
+                    meta.display(),
+                    kind.name
+                );
+                return Err(damaged(store, &chunk, &evidence));
+            }
+            _ => {}
+        }
+    }
+    map_array(store, kind, shape)
+}
+
+/// Set a file's modification time to now: age-based scratch purges see the
+/// store's small metadata files, written once when it was made, as in use.
+fn touch(path: &Path) {
+    let now = std::time::SystemTime::now();
+    if let Ok(f) = fs::File::options().append(true).open(path) {
+        let _ = f.set_modified(now);
+    }
+}
+
 impl std::fmt::Debug for TrackingStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TrackingStore")
@@ -325,19 +461,23 @@ impl std::fmt::Debug for TrackingStore {
 
 impl TrackingStore {
     /// Open the store at `path` for `spec`, creating it if it does not
-    /// exist and migrating it if the task's total ROI grew. With
-    /// `resource_tracking`, the statistics arrays are opened (and created
-    /// where missing).
+    /// exist and migrating it if the task's total ROI grew, and take its
+    /// lock for as long as it is open. With `resource_tracking`, the
+    /// statistics arrays are opened (and created where missing). A store
+    /// of another task, or one that lost files it cannot lose without
+    /// losing marks, is refused.
     pub fn open(path: &Path, spec: &TaskSpec, resource_tracking: bool) -> Result<Self, DaisyError> {
+        let hash = Layout::of(spec).hash();
         // a foreign directory (or Zarr group) is refused untouched, before
         // the lock file would be written into it
-        if let Some(attrs) = read_group(path, &Layout::of(spec).hash())?
+        if let Some(attrs) = read_group(path, &hash)?
             && attrs.get("daisy_task_hash").is_none()
         {
-            return Err(mismatch(path, &Layout::of(spec).hash(), "(none)", FOREIGN));
+            return Err(mismatch(path, &hash, "(none)", FOREIGN));
         }
         let lock = StoreLock::acquire(path)?;
-        let mut store = Self::open_unlocked(path, spec, resource_tracking)?;
+        migration::recover(path)?;
+        let mut store = Self::open_as(path, spec, resource_tracking, true)?;
         store.lock = Some(lock);
         Ok(store)
     }
@@ -349,6 +489,18 @@ impl TrackingStore {
         spec: &TaskSpec,
         resource_tracking: bool,
     ) -> Result<Self, DaisyError> {
+        Self::open_as(path, spec, resource_tracking, false)
+    }
+
+    /// Open for `spec`; the `owner` (the run holding the lock) also
+    /// migrates, records the task id of an older store that has none, and
+    /// refreshes the metadata's modification times.
+    fn open_as(
+        path: &Path,
+        spec: &TaskSpec,
+        resource_tracking: bool,
+        owner: bool,
+    ) -> Result<Self, DaisyError> {
         let layout = Layout::of(spec);
         let hash = layout.hash();
         let (shape, shift) = array_grid(spec);
@@ -358,7 +510,11 @@ impl TrackingStore {
                 for kind in [DONE, FAILURES] {
                     create_array(path, &kind, &shape)?;
                 }
-                write_group(path, &layout)?;
+                write_group(path, &layout, &spec.task_id)?;
+                let marker = path.join(RESET_MARKER);
+                if marker.exists() {
+                    fs::remove_file(&marker).map_err(|e| io_err(&marker, e))?;
+                }
             }
             Some(attrs) => {
                 let found = attrs
@@ -366,32 +522,115 @@ impl TrackingStore {
                     .and_then(Value::as_str)
                     .unwrap_or("(none)")
                     .to_string();
+                let owner_id = attrs.get(TASK_ID_ATTR).and_then(Value::as_str);
+                if let Some(other) = owner_id
+                    && other != spec.task_id
+                {
+                    return Err(DaisyError::StoreOfAnotherTask {
+                        store: path.display().to_string(),
+                        owner: other.to_string(),
+                        task: spec.task_id.clone(),
+                    });
+                }
                 if found != hash {
                     let old = attrs.get("daisy_layout").and_then(Layout::from_json);
                     match old {
-                        Some(old) if old.hash() == found => {
-                            migrate(path, &old, &layout, &hash, &found)?;
+                        Some(old) if old.hash() == found && owner => {
+                            migration::migrate(path, &old, &layout, &spec.task_id, &hash, &found)?;
                         }
                         _ => {
                             return Err(mismatch(path, &hash, &found, FOREIGN));
                         }
                     }
+                } else if owner && owner_id.is_none() {
+                    // a store from before stores named their task
+                    write_group(path, &layout, &spec.task_id)?;
                 }
+            }
+        }
+        let done = open_array(path, DONE, &shape)?;
+        let failures = open_array(path, FAILURES, &shape)?;
+        let stats = if resource_tracking {
+            Some(StatsArrays::open(path, &shape)?)
+        } else {
+            None
+        };
+        if owner {
+            touch(&path.join("zarr.json"));
+            for kind in [DONE, FAILURES].iter().chain(STATS.iter()) {
+                touch(&path.join(kind.name).join("zarr.json"));
             }
         }
         Ok(Self {
             path: path.to_path_buf(),
             cells: GridIndexer::new(shape),
             anchor_shift: shift,
-            done: map_array(path, DONE, &shape)?,
-            failures: map_array(path, FAILURES, &shape)?,
-            stats: if resource_tracking {
-                Some(StatsArrays::open(path, &shape)?)
-            } else {
-                None
-            },
+            done,
+            failures,
+            stats,
             lock: None,
         })
+    }
+
+    /// Make the store at `path` the store of `spec`'s task, keeping every
+    /// mark: write again the metadata a purge deleted (the group's, for
+    /// `spec`'s layout, and each array's whose chunk is there and has the
+    /// size of that layout), and record `spec`'s task id (a renamed task).
+    /// A store whose group metadata names another layout is refused as on
+    /// open. Takes the store's lock.
+    pub fn adopt(path: &Path, spec: &TaskSpec) -> Result<(), DaisyError> {
+        let layout = Layout::of(spec);
+        let hash = layout.hash();
+        if !path.is_dir() {
+            return Err(DaisyError::Io(format!(
+                "{}: no tracking store to adopt there",
+                path.display()
+            )));
+        }
+        let _lock = StoreLock::acquire(path)?;
+        migration::recover(path)?;
+        let group = path.join("zarr.json");
+        if group.is_file() {
+            let attrs = match read_group(path, &hash)? {
+                Some(a) => a,
+                None => return Err(mismatch(path, &hash, "(none)", FOREIGN)),
+            };
+            let found = attrs.get("daisy_task_hash").and_then(Value::as_str);
+            if found != Some(hash.as_str()) {
+                return Err(mismatch(path, &hash, found.unwrap_or("(none)"), FOREIGN));
+            }
+        }
+        let (shape, _) = array_grid(spec);
+        for kind in [DONE, FAILURES].into_iter().chain(STATS) {
+            let dir = path.join(kind.name);
+            let chunk = chunk_path(&dir, shape.dims());
+            if dir.join("zarr.json").is_file() || !chunk.is_file() {
+                continue;
+            }
+            let len = fs::metadata(&chunk).map_err(|e| io_err(&chunk, e))?.len();
+            let expected = shape.product() * kind.dtype.size() as u64;
+            if len != expected {
+                return Err(mismatch(
+                    path,
+                    &hash,
+                    "(metadata deleted)",
+                    &format!(
+                        "its {} chunk holds {len} bytes where this task's layout needs \
+                         {expected}: it was written for another total_roi, read_roi, \
+                         write_roi or fit",
+                        kind.name
+                    ),
+                ));
+            }
+            write_array_metadata(path, &kind, &shape)?;
+        }
+        write_group(path, &layout, &spec.task_id)?;
+        tracing::info!(
+            "tracking store {} adopted by task {:?} (every mark kept)",
+            path.display(),
+            spec.task_id
+        );
+        Ok(())
     }
 
     /// Record an executed block's measurement, worker and time stamps
@@ -568,8 +807,11 @@ impl TrackingStore {
         if !keep_history {
             return fs::remove_dir_all(path).map_err(|e| io_err(path, e));
         }
-        // the group metadata first: a reset cut short leaves a directory
-        // of leftovers, which the next run makes into a store again
+        // the marker first, then the group metadata: a reset cut short
+        // leaves a directory of leftovers beside the marker, which the next
+        // run makes into a store again (nothing there is a mark to keep)
+        let marker = path.join(RESET_MARKER);
+        fs::write(&marker, b"").map_err(|e| io_err(&marker, e))?;
         let meta = path.join("zarr.json");
         if meta.exists() {
             fs::remove_file(&meta).map_err(|e| io_err(&meta, e))?;
@@ -577,7 +819,7 @@ impl TrackingStore {
         for entry in fs::read_dir(path).map_err(|e| io_err(path, e))? {
             let entry = entry.map_err(|e| io_err(path, e))?;
             let name = entry.file_name();
-            if name == LOCK_FILE || name == RUNS_FILE {
+            if name == LOCK_FILE || name == RUNS_FILE || name == RESET_MARKER {
                 continue;
             }
             let p = entry.path();
@@ -593,7 +835,7 @@ impl TrackingStore {
             let line = serde_json::json!({ "reset_at": crate::clock::wall_clock() });
             append_runs_line(&runs, &line.to_string()).map_err(|e| io_err(&runs, e))?;
         }
-        Ok(())
+        fs::remove_file(&marker).map_err(|e| io_err(&marker, e))
     }
 }
 
@@ -635,85 +877,14 @@ fn not_a_store(path: &Path) -> DaisyError {
     ))
 }
 
-fn write_group(path: &Path, layout: &Layout) -> Result<(), DaisyError> {
+fn write_group(path: &Path, layout: &Layout, task_id: &str) -> Result<(), DaisyError> {
     let mut attrs = serde_json::Map::new();
     attrs.insert("daisy_task_hash".into(), Value::String(layout.hash()));
     attrs.insert("daisy_layout".into(), layout.to_json());
+    attrs.insert(TASK_ID_ATTR.into(), Value::String(task_id.to_string()));
     let meta = GroupMetadataV3::new().with_attributes(attrs);
     let text = serde_json::to_string_pretty(&meta).map_err(|e| DaisyError::Io(e.to_string()))?;
     write_atomic(&path.join("zarr.json"), text.as_bytes())
-}
-
-fn migrate(
-    path: &Path,
-    old: &Layout,
-    new: &Layout,
-    new_hash: &str,
-    old_hash: &str,
-) -> Result<(), DaisyError> {
-    let Some(shift) = growth_shift(old, new) else {
-        let reason = if new.total.contains_roi(&old.total) {
-            "the block shape, read context or fit changed"
-        } else {
-            "total_roi shrank or moved off the old block grid"
-        };
-        return Err(mismatch(path, new_hash, old_hash, reason));
-    };
-    let spec_of =
-        |l: &Layout| TaskSpec::new("migrate", l.total, l.read, l.write, l.fit, true, 0, vec![]);
-    let old_spec = spec_of(old)?;
-    let new_spec = spec_of(new)?;
-    let (old_shape, old_anchor) = array_grid(&old_spec);
-    let (new_shape, _) = array_grid(&new_spec);
-    let old_cells = GridIndexer::new(old_shape);
-    let new_cells = GridIndexer::new(new_shape);
-    // a block whose write region the old border cut is not the same block
-    let old_grid = BlockGrid::new(0, &old_spec);
-    let old_write_end = old_spec.total_write_roi().end();
-    let kinds = [DONE, FAILURES]
-        .into_iter()
-        .chain(STATS)
-        .filter(|k| path.join(k.name).join("zarr.json").is_file());
-    for kind in kinds {
-        let size = kind.dtype.size();
-        let mut out = filled(&kind, new_shape.product());
-        if old_shape.product() > 0 {
-            let chunk = chunk_path(&path.join(kind.name), old_shape.dims());
-            let bytes = fs::read(&chunk).map_err(|e| io_err(&chunk, e))?;
-            for i in 0..old_cells.len() {
-                let pos = old_cells.unflat(i);
-                let start = i as usize * size;
-                let Some(src) = bytes.get(start..start + size) else {
-                    break;
-                };
-                let mut value = src.to_vec();
-                if kind.name == DONE.name {
-                    let placement = pos.sub(&old_anchor);
-                    let cut = old_grid.indexer().contains(&placement)
-                        && (0..placement.dims()).any(|d| {
-                            old_grid.block_at(placement).requested_write_roi.end()[d]
-                                > old_write_end[d]
-                        });
-                    if cut {
-                        value = kind.fill[..size].to_vec();
-                    }
-                }
-                let new_pos = pos.add(&shift);
-                if new_cells.contains(&new_pos) {
-                    let dst = new_cells.flat(&new_pos) as usize * size;
-                    out[dst..dst + size].copy_from_slice(&value);
-                }
-            }
-        }
-        write_array(path, &kind, &new_shape, &out)?;
-    }
-    write_group(path, new)?;
-    tracing::info!(
-        "tracking store {} migrated to the grown total ROI {} (every done block kept)",
-        path.display(),
-        new.total
-    );
-    Ok(())
 }
 
 #[cfg(test)]
@@ -1068,5 +1239,180 @@ mod tests {
         assert!(path.join(RUNS_FILE).is_file());
         TrackingStore::reset(&path, false).unwrap();
         assert!(!path.exists());
+    }
+
+    /// A store for `s` with every third block marked done; the done chunk's bytes.
+    fn marked_store(path: &Path, s: &TaskSpec) -> Vec<u8> {
+        let grid = BlockGrid::new(0, s);
+        let mut t = TrackingStore::open(path, s, false).unwrap();
+        for i in (0..grid.num_blocks()).step_by(3) {
+            t.mark_done(&grid.block(i));
+        }
+        t.flush().unwrap();
+        drop(t);
+        fs::read(path.join("done/c/0/0/0")).unwrap()
+    }
+
+    #[test]
+    fn a_purged_group_metadata_is_refused_and_no_mark_is_lost() {
+        let path = tmp("purged-group");
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 24]), Fit::Valid);
+        let before = marked_store(&path, &s);
+        fs::remove_file(path.join("zarr.json")).unwrap();
+        let e = TrackingStore::open(&path, &s, false).unwrap_err();
+        assert!(matches!(e, DaisyError::StoreDamaged(_)), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("zarr.json is missing"), "{text}");
+        assert!(text.contains("adopt_tracking_store"), "{text}");
+        assert_eq!(fs::read(path.join("done/c/0/0/0")).unwrap(), before);
+        // the history alone is enough to know the store held marks
+        let path2 = tmp("purged-group-history");
+        drop(TrackingStore::open(&path2, &s, false).unwrap());
+        append_runs_line(&path2.join(RUNS_FILE), r#"{"task_id":"t"}"#).unwrap();
+        fs::remove_file(path2.join("zarr.json")).unwrap();
+        let e = TrackingStore::open(&path2, &s, false).unwrap_err();
+        assert!(e.to_string().contains("records earlier runs"), "{e}");
+        // adopting writes the metadata again and keeps every mark
+        TrackingStore::adopt(&path, &s).unwrap();
+        let t = TrackingStore::open(&path, &s, false).unwrap();
+        let grid = BlockGrid::new(0, &s);
+        for i in 0..grid.num_blocks() {
+            assert_eq!(t.is_marked_done(&grid.block(i)), i % 3 == 0, "block {i}");
+        }
+        drop(t);
+        fs::remove_dir_all(&path).unwrap();
+        fs::remove_dir_all(&path2).unwrap();
+    }
+
+    #[test]
+    fn a_purged_array_metadata_is_refused_and_no_mark_is_lost() {
+        let path = tmp("purged-array");
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 24]), Fit::Valid);
+        let before = marked_store(&path, &s);
+        fs::remove_file(path.join("done/zarr.json")).unwrap();
+        let e = TrackingStore::open(&path, &s, false).unwrap_err();
+        assert!(e.to_string().contains("done/zarr.json is missing"), "{e}");
+        assert_eq!(fs::read(path.join("done/c/0/0/0")).unwrap(), before);
+        // a chunk of failure counts gone beside its metadata: refused too
+        fs::remove_file(path.join("failures/c/0/0/0")).unwrap();
+        TrackingStore::adopt(&path, &s).unwrap();
+        let e = TrackingStore::open(&path, &s, false).unwrap_err();
+        assert!(e.to_string().contains("failures/c/0/0/0 is missing"), "{e}");
+        fs::remove_dir_all(&path).unwrap();
+        // adopting with another layout of another size is refused
+        let path = tmp("purged-array-other");
+        marked_store(&path, &s);
+        fs::remove_file(path.join("zarr.json")).unwrap();
+        fs::remove_file(path.join("done/zarr.json")).unwrap();
+        let bigger = spec(roi(&[0, 0, 0], &[40, 20, 24]), Fit::Valid);
+        assert!(TrackingStore::adopt(&path, &bigger).is_err());
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_store_of_another_task_is_refused_until_adopted() {
+        let path = tmp("other-task");
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 24]), Fit::Valid);
+        marked_store(&path, &s);
+        let mut other = s.clone();
+        other.task_id = "u".into();
+        let e = TrackingStore::open(&path, &other, false).unwrap_err();
+        assert!(matches!(e, DaisyError::StoreOfAnotherTask { .. }), "{e:?}");
+        assert!(e.to_string().contains("belongs to task \"t\""), "{e}");
+        TrackingStore::adopt(&path, &other).unwrap();
+        assert!(TrackingStore::open(&path, &other, false).is_ok());
+        assert!(TrackingStore::open(&path, &s, false).is_err());
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_store_without_a_task_id_is_claimed_by_its_next_run() {
+        let path = tmp("no-task-id");
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 24]), Fit::Valid);
+        marked_store(&path, &s);
+        // what an older daisy wrote: no daisy_task_id
+        let meta = path.join("zarr.json");
+        let mut v: Value = serde_json::from_str(&fs::read_to_string(&meta).unwrap()).unwrap();
+        v["attributes"]
+            .as_object_mut()
+            .unwrap()
+            .remove(TASK_ID_ATTR);
+        fs::write(&meta, v.to_string()).unwrap();
+        drop(TrackingStore::open(&path, &s, false).unwrap());
+        let v: Value = serde_json::from_str(&fs::read_to_string(&meta).unwrap()).unwrap();
+        assert_eq!(v["attributes"][TASK_ID_ATTR], "t");
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_migration_cut_short_at_any_step_leaves_the_old_store_or_the_new() {
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 24]), Fit::Valid);
+        let grown = spec(roi(&[-8, 0, 0], &[36, 20, 24]), Fit::Valid);
+        let old_grid = BlockGrid::new(0, &s);
+        let new_grid = BlockGrid::new(0, &grown);
+        let done_old: Vec<u64> = (0..old_grid.num_blocks()).step_by(3).collect();
+        // the blocks of the grown grid that are the old done blocks
+        let expected_new: Vec<bool> = (0..new_grid.num_blocks())
+            .map(|i| {
+                let b = new_grid.block(i);
+                done_old
+                    .iter()
+                    .any(|&j| old_grid.block(j).write_roi == b.write_roi)
+            })
+            .collect();
+        assert!(expected_new.iter().any(|&d| d));
+        for point in [
+            "migration-staging",
+            "migration-staged",
+            "migration-committed",
+            "migration-swapping",
+            "migration-swapped",
+        ] {
+            let path = tmp(point);
+            marked_store(&path, &s);
+            crate::fault::arm(point);
+            let e = TrackingStore::open(&path, &grown, false).unwrap_err();
+            assert!(e.to_string().contains("fault injected"), "{point}: {e}");
+            crate::fault::arm("none");
+            let committed = !matches!(point, "migration-staging" | "migration-staged");
+            // a reader of the old layout sees the old store intact until the
+            // committed migration is finished by the next owner
+            if !committed {
+                let t = TrackingStore::open(&path, &s, false).unwrap();
+                for i in 0..old_grid.num_blocks() {
+                    assert_eq!(t.is_marked_done(&old_grid.block(i)), i % 3 == 0);
+                }
+                drop(t);
+            }
+            // the next run of the grown task ends up with the grown store,
+            // every old mark in its new place and nothing else marked
+            let t = TrackingStore::open(&path, &grown, false).unwrap();
+            for (i, &want) in expected_new.iter().enumerate() {
+                assert_eq!(
+                    t.is_marked_done(&new_grid.block(i as u64)),
+                    want,
+                    "{point}: block {i}"
+                );
+            }
+            drop(t);
+            assert!(!path.join(migration::STAGING).exists(), "{point}");
+            fs::remove_dir_all(&path).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_reset_cut_short_leaves_a_store_made_afresh() {
+        let path = tmp("reset-cut");
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 24]), Fit::Valid);
+        marked_store(&path, &s);
+        append_runs_line(&path.join(RUNS_FILE), r#"{"task_id":"t"}"#).unwrap();
+        // what a reset killed after its first steps leaves
+        fs::write(path.join(RESET_MARKER), b"").unwrap();
+        fs::remove_file(path.join("zarr.json")).unwrap();
+        let t = TrackingStore::open(&path, &s, false).unwrap();
+        assert!(!t.is_marked_done(&BlockGrid::new(0, &s).block(0)));
+        drop(t);
+        assert!(!path.join(RESET_MARKER).exists());
+        fs::remove_dir_all(&path).unwrap();
     }
 }

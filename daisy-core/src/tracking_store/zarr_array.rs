@@ -203,6 +203,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DaisyError> {
     fs::rename(&tmp, path).map_err(|e| io_err(path, e))
 }
 
+/// Write (or replace) the metadata of one array of `shape`, leaving its
+/// chunk as it is.
+pub fn write_array_metadata(
+    store: &Path,
+    kind: &ArrayKind,
+    shape: &Coord,
+) -> Result<(), DaisyError> {
+    write_atomic(
+        &store.join(kind.name).join("zarr.json"),
+        array_metadata(kind, shape)?.as_bytes(),
+    )
+}
+
 /// Create (or replace) one array: metadata and a chunk of `contents`.
 pub fn write_array(
     store: &Path,
