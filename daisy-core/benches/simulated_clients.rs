@@ -93,6 +93,7 @@ fn run(n: usize) -> Figures {
             resource_tracking: false,
             gpu_tracking: false,
             spawner: "external".into(),
+            payload_sha256: None,
         }],
         resources: BTreeMap::new(),
         log_dir: None,
@@ -101,6 +102,7 @@ fn run(n: usize) -> Figures {
         advertise_host: None,
         stop_all: Vec::new(),
         tick: daisy_core::server::TICK,
+        liveness_timeout: daisy_core::liveness::DEFAULT_TIMEOUT,
     };
     let rss_before = resident_kib();
     let (tx, rx) = mpsc::channel();

@@ -38,6 +38,7 @@ use crate::block_profile::BlockProfiler;
 use crate::error::DaisyError;
 use crate::gpu_profile::GpuProfiler;
 use crate::hang_up::HangUpWatch;
+use crate::liveness;
 use crate::protocol::{self, ClientMessage, ServerMessage};
 use futures_util::{SinkExt, StreamExt};
 use std::time::Duration;
@@ -66,6 +67,10 @@ pub struct Client {
     /// The connection's socket, watched while a reply is awaited (see
     /// [`REPLY_SPIN`]).
     fd: std::os::fd::RawFd,
+    /// Where the server is, and how long it is given to answer (TCP
+    /// keepalive, see `crate::liveness`): for the error a dead one gives.
+    server: String,
+    liveness: Duration,
 }
 
 /// How long a client watches its socket for a reply before it sleeps in
@@ -121,10 +126,31 @@ impl Client {
         task_id: &str,
         worker_id: Option<u32>,
     ) -> Result<Self, DaisyError> {
+        Self::connect_with(
+            host,
+            port,
+            token,
+            task_id,
+            worker_id,
+            liveness::DEFAULT_TIMEOUT,
+        )
+    }
+
+    /// [`Client::connect`], giving up on a server over TCP that stops
+    /// answering (its host died, the network is cut) after `liveness`:
+    /// the run's `liveness_timeout`, which workers find in their context.
+    pub fn connect_with(
+        host: &str,
+        port: u16,
+        token: &str,
+        task_id: &str,
+        worker_id: Option<u32>,
+        liveness: Duration,
+    ) -> Result<Self, DaisyError> {
         let deadline = std::time::Instant::now() + CONNECT_TIMEOUT;
         let mut wait = REFUSED_BACKOFF;
         loop {
-            match Self::connect_once(host, port, token, task_id, worker_id) {
+            match Self::connect_once(host, port, token, task_id, worker_id, liveness) {
                 Err(DaisyError::Refused(why))
                     if why == protocol::BUSY && std::time::Instant::now() + wait < deadline =>
                 {
@@ -147,6 +173,7 @@ impl Client {
         token: &str,
         task_id: &str,
         worker_id: Option<u32>,
+        liveness: Duration,
     ) -> Result<Self, DaisyError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -185,6 +212,7 @@ impl Client {
                         }
                     })?;
                 tcp.set_nodelay(true).map_err(DaisyError::connection)?;
+                liveness::watch(&tcp, liveness).map_err(DaisyError::connection)?;
                 let fd = tcp.as_raw_fd();
                 (Box::new(tcp), fd)
             }
@@ -198,6 +226,8 @@ impl Client {
             gpu_tracking: false,
             profiler: None,
             fd,
+            server: format!("the daisy server at {host}:{port}"),
+            liveness,
         };
         match client.request(&ClientMessage::Hello {
             token: token.to_string(),
@@ -228,7 +258,16 @@ impl Client {
                 conn,
                 bytes.into(),
             ))
-            .map_err(DaisyError::connection)
+            .map_err(|e| self.lost(e))
+    }
+
+    /// The error of a connection that failed: in words, where the server
+    /// stopped answering.
+    fn lost(&self, e: std::io::Error) -> DaisyError {
+        match liveness::explain(&e, &self.server, self.liveness) {
+            Some(why) => DaisyError::Connection(why),
+            None => DaisyError::connection(e),
+        }
     }
 
     /// Read one reply.
@@ -241,7 +280,7 @@ impl Client {
             Some(Ok(frame)) => {
                 protocol::decode(&frame).map_err(|e| DaisyError::Protocol(e.to_string()))
             }
-            Some(Err(e)) => Err(DaisyError::connection(e)),
+            Some(Err(e)) => Err(self.lost(e)),
             None => Err(DaisyError::Connection(
                 "the daisy server closed the connection".into(),
             )),

@@ -70,6 +70,11 @@ pub enum DaisyError {
     /// marks (Python: `OSError`).
     #[error("{0}")]
     StoreDamaged(String),
+    /// A file or directory others could tamper with (another user's, one
+    /// others can write, a planted symbolic link, a payload that changed):
+    /// refused (Python: `PermissionError`).
+    #[error("{0}")]
+    Unsafe(String),
     /// Reading or writing a file, or listening, failed (Python: `OSError`).
     #[error("{0}")]
     Io(String),

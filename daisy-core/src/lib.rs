@@ -18,6 +18,7 @@ pub mod gpu_profile;
 pub mod hang_up;
 pub mod liveness;
 pub mod pipeline;
+pub mod private_files;
 pub mod protocol;
 pub mod run_report;
 pub mod run_stats;

@@ -72,6 +72,7 @@ fn config(token: &str) -> ServerConfig {
         resource_tracking: false,
         gpu_tracking: false,
         spawner: "external".into(),
+        payload_sha256: None,
     };
     ServerConfig {
         host: "127.0.0.1".into(),
@@ -84,6 +85,7 @@ fn config(token: &str) -> ServerConfig {
         advertise_host: None,
         stop_all: Vec::new(),
         tick: daisy_core::server::TICK,
+        liveness_timeout: daisy_core::liveness::DEFAULT_TIMEOUT,
     }
 }
 

@@ -7,8 +7,8 @@
 use daisy_core::DaisyError;
 use daisy_core::run_report::RunOutcome;
 use pyo3::exceptions::{
-    PyConnectionError, PyConnectionRefusedError, PyKeyError, PyOSError, PyRuntimeError,
-    PyValueError,
+    PyConnectionError, PyConnectionRefusedError, PyKeyError, PyOSError, PyPermissionError,
+    PyRuntimeError, PyValueError,
 };
 use pyo3::prelude::*;
 
@@ -31,6 +31,7 @@ pub fn to_pyerr(e: DaisyError) -> PyErr {
         DaisyError::LayoutMismatch { .. } | DaisyError::StoreOfAnotherTask { .. } => {
             LayoutMismatch::new_err(e.to_string())
         }
+        DaisyError::Unsafe(_) => PyPermissionError::new_err(e.to_string()),
         DaisyError::Io(_) | DaisyError::StoreDamaged(_) => PyOSError::new_err(e.to_string()),
         DaisyError::Connection(_) => PyConnectionError::new_err(e.to_string()),
         DaisyError::ServerGone(_) => PyConnectionRefusedError::new_err(e.to_string()),

@@ -54,6 +54,33 @@ fn adopt_tracking(
     daisy_core::tracking_store::TrackingStore::adopt(&path, &spec.spec).py()
 }
 
+/// Write a worker payload to `path` as a new private file (0600, in a
+/// private directory); its SHA-256, for the workers' context.
+#[pyfunction]
+fn write_payload(path: std::path::PathBuf, payload: &[u8]) -> PyResult<String> {
+    use errors::IntoPyResult;
+    daisy_core::private_files::write_private(&path, payload).py()
+}
+
+/// Read the payload at `path`, refused unless it is a private file of this
+/// user's whose SHA-256 is `sha256`.
+#[pyfunction]
+fn read_payload(py: Python<'_>, path: std::path::PathBuf, sha256: &str) -> PyResult<Py<PyAny>> {
+    use errors::IntoPyResult;
+    let bytes = daisy_core::private_files::read_payload(&path, sha256).py()?;
+    Ok(pyo3::types::PyBytes::new(py, &bytes).into_any().unbind())
+}
+
+/// `liveness_timeout` (seconds) checked by the core's rule: at least the
+/// minimum and finite (`ValueError` naming it otherwise).
+#[pyfunction]
+fn validated_liveness_timeout(liveness_timeout: f64) -> PyResult<f64> {
+    use errors::IntoPyResult;
+    Ok(daisy_core::liveness::timeout_from_secs(liveness_timeout)
+        .py()?
+        .as_secs_f64())
+}
+
 #[pymodule]
 fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     py_logging::install();
@@ -76,6 +103,9 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_task_spec::pipeline_order, m)?)?;
     m.add_function(wrap_pyfunction!(reset_tracking, m)?)?;
     m.add_function(wrap_pyfunction!(adopt_tracking, m)?)?;
+    m.add_function(wrap_pyfunction!(write_payload, m)?)?;
+    m.add_function(wrap_pyfunction!(read_payload, m)?)?;
+    m.add_function(wrap_pyfunction!(validated_liveness_timeout, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::read_tracking_array, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::append_runs_line, m)?)?;
     m.add(

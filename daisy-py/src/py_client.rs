@@ -40,9 +40,11 @@ impl PyClient {
 #[pymethods]
 impl PyClient {
     /// Connect to `host:port` with the run's `token`, for `task_id`, as
-    /// worker `worker_id` (None: an unmanaged client).
+    /// worker `worker_id` (None: an unmanaged client), giving up on a
+    /// server that stops answering after `liveness_timeout` seconds (the
+    /// run's, from the context; None: the default).
     #[new]
-    #[pyo3(signature = (host, port, token, task_id, worker_id=None, measure=true))]
+    #[pyo3(signature = (host, port, token, task_id, worker_id=None, measure=true, liveness_timeout=None))]
     fn new(
         py: Python<'_>,
         host: String,
@@ -51,9 +53,14 @@ impl PyClient {
         task_id: String,
         worker_id: Option<u32>,
         measure: bool,
+        liveness_timeout: Option<f64>,
     ) -> PyResult<Self> {
+        let liveness = match liveness_timeout {
+            Some(s) => daisy_core::liveness::timeout_from_secs(s).py()?,
+            None => daisy_core::liveness::DEFAULT_TIMEOUT,
+        };
         let mut inner = py
-            .detach(|| Client::connect(&host, port, &token, &task_id, worker_id))
+            .detach(|| Client::connect_with(&host, port, &token, &task_id, worker_id, liveness))
             .py()?;
         // measure when the task asks for it (resource tracking), unless
         // this client was told not to (a stand-in for a hand-written one)

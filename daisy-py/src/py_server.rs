@@ -43,7 +43,7 @@ impl PyTaskConfig {
     /// the arguments of `program` that start the task's launcher (warm
     /// starts: it gets the same `stdin`); None starts every worker cold.
     #[new]
-    #[pyo3(signature = (task_id, *, max_workers, timeout, max_worker_restarts, requires, program, args, stdin, stop, resource_tracking, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, gpu_tracking=false))]
+    #[pyo3(signature = (task_id, *, max_workers, timeout, max_worker_restarts, requires, program, args, stdin, stop, resource_tracking, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, gpu_tracking=false, payload_sha256=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         task_id: String,
@@ -62,6 +62,7 @@ impl PyTaskConfig {
         skip_mask: Option<Vec<u8>>,
         launcher_args: Option<Vec<String>>,
         gpu_tracking: bool,
+        payload_sha256: Option<String>,
     ) -> PyResult<Self> {
         // one copy of the payload, shared by every worker and the launcher
         let stdin: Arc<[u8]> = stdin.into();
@@ -110,6 +111,7 @@ impl PyTaskConfig {
                 resource_tracking,
                 gpu_tracking: resource_tracking && gpu_tracking,
                 spawner,
+                payload_sha256,
             },
             task_id,
             check_function: check_function.filter(|f| !Python::attach(|py| f.is_none(py))),
@@ -133,15 +135,17 @@ pub struct PyRunConfig {
     log_mode: LogMode,
     advertise_host: Option<String>,
     stop_all: Vec<String>,
+    liveness_timeout: std::time::Duration,
 }
 
 #[pymethods]
 impl PyRunConfig {
     /// `log_mode` is `"console"`, `"file"` or `"both"`; `advertise_host`
     /// the name workers connect to (None: the listen address); `stop_all`
-    /// a command run once when the run ends (cancels remote jobs).
+    /// a command run once when the run ends (cancels remote jobs);
+    /// `liveness_timeout` the seconds a silent TCP peer is waited for.
     #[new]
-    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new()))]
+    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), liveness_timeout=None))]
     fn new(
         host: String,
         port: u16,
@@ -150,6 +154,7 @@ impl PyRunConfig {
         log_mode: &str,
         advertise_host: Option<String>,
         stop_all: Vec<String>,
+        liveness_timeout: Option<f64>,
     ) -> PyResult<Self> {
         Ok(Self {
             host,
@@ -159,6 +164,10 @@ impl PyRunConfig {
             log_mode: log_mode.parse().py()?,
             advertise_host,
             stop_all,
+            liveness_timeout: match liveness_timeout {
+                Some(s) => daisy_core::liveness::timeout_from_secs(s).py()?,
+                None => daisy_core::liveness::DEFAULT_TIMEOUT,
+            },
         })
     }
 }
@@ -319,6 +328,7 @@ pub fn run_distributed(
         advertise_host: run.advertise_host.clone(),
         stop_all: run.stop_all.clone(),
         tick: daisy_core::server::TICK,
+        liveness_timeout: run.liveness_timeout,
     };
     config.check_resources(&task_ids).py()?;
     let stop = StopCause::default();

@@ -41,8 +41,9 @@ def main(argv: list[str]) -> int:
 
     address, payload_file = argv
     context_json = os.environ["DAISY_CONTEXT"]
-    with open(payload_file, "rb") as f:
-        payload = f.read()
+    from daisy._worker import read_checked_payload
+
+    payload = read_checked_payload(payload_file)
     worker_id = json.loads(context_json).get("worker_id")
     # distributed leaves Client.__init__ unannotated
     with Client(address, timeout=60) as client:  # type: ignore[no-untyped-call]

@@ -5,7 +5,10 @@ The server starts this with ``DAISY_CONTEXT`` set. The payload is the
 driver's ``sys.path`` (pickled first, so functions defined in the driver's
 own modules can be imported here, as multiprocessing's spawn does)
 followed by the task's cloudpickled ``(process_function, post_check)``; it
-comes on stdin, or from ``FILE`` (a cluster job has no stdin of ours). A
+comes on stdin, or from ``FILE`` (a cluster job has no stdin of ours),
+which is loaded only if it is a private file of this user's whose
+SHA-256 is the one the run put in ``DAISY_CONTEXT`` (another user could
+have changed it while the job was queued). A
 block function is called for every block this worker acquires, and the
 block fails when its post-check (the second function of a
 ``check_function=(pre, post)`` pair) returns False; a worker function (no
@@ -147,11 +150,31 @@ def log_daisy_messages() -> None:
     log.propagate = False
 
 
+def read_checked_payload(path: str) -> bytes:
+    """The payload at ``path``, checked against the SHA-256 in this
+    worker's context (`daisy._daisy.read_payload` refuses a file that is
+    not private or whose digest differs); exits with a log line if not."""
+    from daisy._daisy import read_payload
+
+    digest = Context.from_env().get("payload_sha256")
+    if not digest:
+        logging.getLogger("daisy").error(
+            "daisy worker: the context names no payload_sha256 for %s, so the payload cannot "
+            "be checked; not loading it (start workers from the daisy run that wrote it)",
+            path,
+        )
+        raise SystemExit(2)
+    try:
+        return read_payload(path, digest)
+    except OSError as e:
+        logging.getLogger("daisy").error("daisy worker: payload refused, not loaded: %s", e)
+        raise SystemExit(2) from None
+
+
 def main(argv: list[str]) -> int:
     log_daisy_messages()
     if len(argv) == 2 and argv[0] == "--payload":
-        with open(argv[1], "rb") as f:
-            payload = f.read()
+        payload = read_checked_payload(argv[1])
     else:
         payload = sys.stdin.buffer.read()
     run_payload(payload)

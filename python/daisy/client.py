@@ -71,6 +71,7 @@ class Client:
                 self.context["token"],
                 self.task_id,
                 self.worker_id,
+                liveness_timeout=self.context.get("liveness_timeout"),
             )
         except ConnectionRefusedError as e:
             logger.warning("daisy: %s; this client gets no blocks", e)

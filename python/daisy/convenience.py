@@ -90,6 +90,7 @@ def run_blockwise(
     pipeline: Any = None,
     raise_on_failure: bool = False,
     progress_interval: float | None = None,
+    liveness_timeout: float | None = None,
 ) -> Any:
     """Run every block of ``tasks`` (a Task, a list of tasks or a
     Pipeline; upstream tasks are included) in dependency order.
@@ -109,6 +110,10 @@ def run_blockwise(
         host: address the server listens on (loopback by default; use a
             routable one for workers on other machines).
         port: port the server listens on (a free one by default).
+        liveness_timeout: seconds a worker on another machine that stopped
+            answering (a dead node, a cut network) is waited for before its
+            block is retried elsewhere; its workers give up on a server
+            that stopped answering after as long. Default 60; at least 2.
         resources: caps on what all workers hold at once, e.g.
             ``{"gpu": 2}`` with ``Task(requires={"gpu": 1})``.
         progress: True (a bar per task in a Jupyter notebook or on a
@@ -182,7 +187,7 @@ def run_blockwise(
     notes: dict[str, list[str]]
     failures: list[tuple[str, int, int | None, str]] = []
     if multiprocessing:
-        server = Server(host=host, port=port)
+        server = Server(host=host, port=port, liveness_timeout=liveness_timeout)
         states = server.run_blockwise(
             tasks,
             progress=progress,

@@ -39,6 +39,8 @@ from daisy._daisy import (
     TaskState,
     pipeline_order,
     run_distributed,
+    validated_liveness_timeout,
+    write_payload,
 )
 from daisy.context import Context
 from daisy.pipeline import Pipeline
@@ -180,10 +182,19 @@ class Server(ServerObservee):
         host: address to listen on; loopback by default. Use ``"0.0.0.0"``
             (or this machine's address) for workers on other machines.
         port: port to listen on; 0 picks a free one.
+        liveness_timeout: seconds a worker on another machine that stopped
+            answering (its node died, the network is cut) is waited for
+            before its connection is given up and its block retried; its
+            workers give up on this server after as long (default 60).
     """
 
     def __init__(
-        self, stop_event: Any = None, host: str | None = None, port: int | None = None
+        self,
+        stop_event: Any = None,
+        host: str | None = None,
+        port: int | None = None,
+        *,
+        liveness_timeout: float | None = None,
     ) -> None:
         super().__init__()
         if stop_event is not None and not callable(getattr(stop_event, "is_set", None)):
@@ -195,6 +206,9 @@ class Server(ServerObservee):
         self._host_given = host is not None
         self.host = host or "127.0.0.1"
         self.port = int(check_port(port, "port") or 0)
+        self.liveness_timeout = (
+            None if liveness_timeout is None else validated_liveness_timeout(liveness_timeout)
+        )
         #: the last run's failed attempts, ``(task_id, spatial_id, worker_id,
         #: reason)``: the first 10,000 (the core's ``MAX_FAILURE_NOTES``)
         self.failures: list[tuple[str, int, int | None, str]] = []
@@ -256,9 +270,10 @@ class Server(ServerObservee):
                 )
             payload = worker_payload(t.process_function, t._post_check, tid)
             payload_file = payload_base / tid / "payload.pkl"
+            payload_sha256 = None
             if not t.spawner.is_local:
-                payload_file.parent.mkdir(parents=True, exist_ok=True)
-                payload_file.write_bytes(payload)
+                # private, and checked by the worker against this digest
+                payload_sha256 = write_payload(str(payload_file), payload)
             cmds = t.spawner.commands(run_tag, payload, payload_file)
             configs.append(
                 TaskConfig(
@@ -282,6 +297,7 @@ class Server(ServerObservee):
                     ),
                     skip_mask=t._skip_mask,
                     launcher_args=(t.spawner.launcher_args() if warm and t.warm_start else None),
+                    payload_sha256=payload_sha256,
                 )
             )
         resources = dict(resources or {})
@@ -311,7 +327,10 @@ class Server(ServerObservee):
         def on_listening(host: str, port: int, token: str) -> None:
             for tid, t in task_map.items():
                 if t.init_callback_fn is not None:
-                    t.init_callback_fn(Context(hostname=host, port=port, task_id=tid, token=token))
+                    where = {"hostname": host, "port": port, "task_id": tid, "token": token}
+                    if self.liveness_timeout is not None:
+                        where["liveness_timeout"] = self.liveness_timeout
+                    t.init_callback_fn(Context(**where))
 
         events = StateEvents(self)
         metrics = None
@@ -411,6 +430,7 @@ class Server(ServerObservee):
                     log_mode=daisy_logging.get_log_mode(),
                     advertise_host=advertise,
                     stop_all=stop_all,
+                    liveness_timeout=self.liveness_timeout,
                 )
                 out = run_distributed(specs, configs, run, on_tick, on_listening)
         except BaseException as e:

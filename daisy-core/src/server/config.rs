@@ -63,6 +63,11 @@ pub struct TaskRuntime {
     /// Name of the spawner that starts the workers ("local", "slurm", ...),
     /// written into the report.
     pub spawner: String,
+    /// SHA-256 of the payload file a worker of this task loads (cluster
+    /// and custom spawners), told to it in its secret context so that a
+    /// payload changed while a job was queued is refused; None: the
+    /// payload travels on stdin.
+    pub payload_sha256: Option<String>,
 }
 
 /// Settings of one run.
@@ -94,6 +99,10 @@ pub struct ServerConfig {
     /// [`TICK`](super::TICK) in a run; a test may make it long, to check
     /// that nothing the run waits for waits for a tick.
     pub tick: std::time::Duration,
+    /// How long a TCP peer that stopped answering is waited for before its
+    /// connection is given up (see `crate::liveness`); also told to
+    /// workers, whose clients give up on the server after as long.
+    pub liveness_timeout: Duration,
 }
 
 impl ServerConfig {
@@ -184,6 +193,7 @@ mod tests {
             resource_tracking: false,
             gpu_tracking: false,
             spawner: "local".into(),
+            payload_sha256: None,
         };
         let mut config = ServerConfig {
             host: "127.0.0.1".into(),
@@ -196,6 +206,7 @@ mod tests {
             advertise_host: None,
             stop_all: Vec::new(),
             tick: crate::server::TICK,
+            liveness_timeout: crate::liveness::DEFAULT_TIMEOUT,
         };
         let e = config.check_resources(&["seg".into()]).unwrap_err();
         assert!(

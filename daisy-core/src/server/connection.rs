@@ -83,8 +83,8 @@ async fn recv(conn: &mut Conn) -> Option<ClientMessage> {
 /// Where workers connect: the run's TCP port or, from this machine, its
 /// Unix-domain socket.
 pub enum Listener {
-    /// The run's TCP port.
-    Tcp(TcpListener),
+    /// The run's TCP port, and the liveness timeout of its connections.
+    Tcp(TcpListener, Duration),
     /// The run's Unix-domain socket.
     Local(tokio::net::UnixListener),
 }
@@ -96,9 +96,15 @@ impl Listener {
     /// may be a local worker, whatever it knows.
     async fn accept(&self) -> std::io::Result<Option<Box<dyn protocol::Stream>>> {
         Ok(Some(match self {
-            Listener::Tcp(l) => {
-                let (stream, _) = l.accept().await?;
+            Listener::Tcp(l, liveness) => {
+                let (stream, peer) = l.accept().await?;
                 let _ = stream.set_nodelay(true);
+                if let Err(e) = crate::liveness::watch(&stream, *liveness) {
+                    tracing::warn!(
+                        "could not set keepalive on the connection from {peer}: {e}; a \
+                         worker there that dies without a word is not noticed"
+                    );
+                }
                 Box::new(stream)
             }
             Listener::Local(l) => {

@@ -149,7 +149,10 @@ async fn serve<H: RunHooks + 'static>(
     }
     tracing::debug!("daisy server listening on {addr}");
 
-    let accept = connection::spawn_accept_loop(&shared, Listener::Tcp(listener));
+    let accept = connection::spawn_accept_loop(
+        &shared,
+        Listener::Tcp(listener, shared.0.borrow().config.liveness_timeout),
+    );
     // workers on this machine connect through the run's Unix-domain socket
     let local = protocol::bind_local_socket(&protocol::local_socket_name(
         &shared.0.borrow().config.token,
@@ -484,6 +487,13 @@ fn launch<'a, H>(st: &'a State<H>, task_id: &'a str, id: u32) -> supervision::La
             id,
             &st.config.token,
             &st.config.log_dir,
+            st.config.liveness_timeout,
+            st.scheduler
+                .pipeline()
+                .index_of(task_id)
+                .ok()
+                .and_then(|t| st.config.tasks.get(t as usize))
+                .and_then(|t| t.payload_sha256.as_deref()),
         ),
         log_dir: &st.config.log_dir,
         log_mode: st.config.log_mode,

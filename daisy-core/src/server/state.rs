@@ -520,6 +520,7 @@ pub(crate) mod test_support {
             resource_tracking: false,
             gpu_tracking: false,
             spawner: "local".into(),
+            payload_sha256: None,
         };
         let config = ServerConfig {
             host: "127.0.0.1".into(),
@@ -532,6 +533,7 @@ pub(crate) mod test_support {
             advertise_host: None,
             stop_all: Vec::new(),
             tick: crate::server::TICK,
+            liveness_timeout: crate::liveness::DEFAULT_TIMEOUT,
         };
         let addr = "127.0.0.1:1".parse().unwrap();
         State::new(Scheduler::new(pipeline.unwrap()), config, (), addr)

@@ -125,15 +125,13 @@ fn feed_stdin(child: &mut tokio::process::Child, cmd: &WorkerCommand) {
 
 /// `<base>/<task>/<stem>.out` and `.err`, created, opened for appending:
 /// appended, not truncated, since a remote job (sbatch -o/-e) may write to
-/// the same files as its local handle.
+/// the same files as its local handle. In a private directory, never
+/// through a planted link (`crate::private_files`).
 fn open_logs(base: &Path, task_id: &str, stem: &str) -> io::Result<(File, File)> {
     let dir = base.join(task_id);
-    std::fs::create_dir_all(&dir)?;
     let open = |suffix: &str| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join(format!("{stem}.{suffix}")))
+        crate::private_files::open_append(&dir.join(format!("{stem}.{suffix}")))
+            .map_err(crate::private_files::into_io)
     };
     Ok((open("out")?, open("err")?))
 }
@@ -232,8 +230,12 @@ pub fn context_json(
     worker_id: u32,
     token: &str,
     log_dir: &Option<PathBuf>,
+    liveness_timeout: std::time::Duration,
+    payload_sha256: Option<&str>,
 ) -> String {
     serde_json::json!({
+        "liveness_timeout": liveness_timeout.as_secs_f64(),
+        "payload_sha256": payload_sha256,
         "hostname": host,
         "port": port,
         "task_id": task_id,
@@ -320,17 +322,35 @@ fn die_with_parent() -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn the_context_is_json_a_worker_can_read() {
-        let text = context_json("127.0.0.1", 4242, "seg", 3, "tok", &None);
+        let text = context_json(
+            "127.0.0.1",
+            4242,
+            "seg",
+            3,
+            "tok",
+            &None,
+            Duration::from_secs(60),
+        );
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["port"], 4242);
         assert_eq!(v["task_id"], "seg");
         assert_eq!(v["worker_id"], 3);
         assert!(v["log_dir"].is_null() && v["logdir"].is_null());
+        assert_eq!(v["liveness_timeout"], 60.0);
         let logs = Some(PathBuf::from("/runs/logs"));
-        let text = context_json("127.0.0.1", 4242, "seg", 3, "tok", &logs);
+        let text = context_json(
+            "127.0.0.1",
+            4242,
+            "seg",
+            3,
+            "tok",
+            &logs,
+            Duration::from_secs(60),
+        );
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             v["logdir"], "/runs/logs",

@@ -12,9 +12,8 @@
 //! start together on a fresh store meet here, before either creates the
 //! arrays. Readers (the CLI, `task.block_record`) do not lock.
 
-use super::zarr_array::io_err;
 use crate::error::DaisyError;
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::path::Path;
 
@@ -32,15 +31,11 @@ impl StoreLock {
     /// Take the store's lock (creating its directory), or fail at once,
     /// naming the holder, if another open file holds it.
     pub fn acquire(store: &Path) -> Result<Self, DaisyError> {
-        fs::create_dir_all(store).map_err(|e| io_err(store, e))?;
+        // a store another user could reach is refused: a directory of
+        // theirs, one they can write, a lock file that is a planted link
+        crate::private_files::private_dir(store)?;
         let path = store.join(LOCK_FILE);
-        let mut file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| io_err(&path, e))?;
+        let mut file = crate::private_files::open_rw(&path)?;
         if !try_lock(&file) {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);

@@ -840,21 +840,15 @@ impl TrackingStore {
 }
 
 /// Append `line` and a newline to the `runs.jsonl` at `path` (created, with
-/// its directory, if missing) in one write call, so that concurrent appends
+/// its directory, if missing; private, never through a planted link: see
+/// `crate::private_files`) in one write call, so that concurrent appends
 /// never interleave.
 /// After a last line that was cut short (a full disk, a killed writer) the
 /// new line starts a line of its own: only the damaged line is lost, and
 /// readers skip it.
 pub fn append_runs_line(path: &Path, line: &str) -> std::io::Result<()> {
     use std::io::{Read, Seek, SeekFrom, Write};
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
-    }
-    let mut f = fs::OpenOptions::new()
-        .create(true)
-        .read(true)
-        .append(true)
-        .open(path)?;
+    let mut f = crate::private_files::open_append(path).map_err(crate::private_files::into_io)?;
     let len = f.metadata()?.len();
     let mut text = String::with_capacity(line.len() + 2);
     if len > 0 {
