@@ -36,10 +36,12 @@ use tokio_util::codec::Framed;
 /// connection for the whole run.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Connections that have not said hello yet, at most, at once: far more
+/// Connections that have not said hello yet, at most, at once, through
+/// each door (the TCP port and the local socket count apart, so strangers
+/// on the network cannot make this machine's own workers wait): far more
 /// than workers start at once on any cluster, few enough that strangers
-/// cannot hold the driver's descriptors and memory. More are closed at
-/// once.
+/// cannot hold the driver's descriptors and memory. More are told the
+/// server is busy.
 pub const MAX_PENDING_HELLOS: usize = 256;
 
 /// How long a connection beyond `MAX_PENDING_HELLOS` is read before it is
@@ -94,7 +96,7 @@ impl Listener {
     /// Nagle off, since every message is small and waited for. A local
     /// connection from another user is refused: only the driver's own user
     /// may be a local worker, whatever it knows.
-    async fn accept(&self) -> std::io::Result<Option<Box<dyn protocol::Stream>>> {
+    async fn accept(&self) -> std::io::Result<Option<(Box<dyn protocol::Stream>, Door)>> {
         Ok(Some(match self {
             Listener::Tcp(l, liveness) => {
                 let (stream, peer) = l.accept().await?;
@@ -105,7 +107,7 @@ impl Listener {
                          worker there that dies without a word is not noticed"
                     );
                 }
-                Box::new(stream)
+                (Box::new(stream), Door::Tcp)
             }
             Listener::Local(l) => {
                 let (stream, _) = l.accept().await?;
@@ -117,9 +119,28 @@ impl Listener {
                     );
                     return Ok(None);
                 }
-                Box::new(stream)
+                (Box::new(stream), Door::Local)
             }
         }))
+    }
+}
+
+/// Which listener a connection came through: each has its own allowance
+/// of connections waiting to say hello ([`MAX_PENDING_HELLOS`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Door {
+    /// The TCP port: workers on other machines, and anyone on the network.
+    Tcp = 0,
+    /// The Unix-domain socket: this machine's workers of this user.
+    Local = 1,
+}
+
+impl std::fmt::Display for Door {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Door::Tcp => "the TCP port",
+            Door::Local => "the local socket",
+        })
     }
 }
 
@@ -134,13 +155,13 @@ pub fn spawn_accept_loop<H: RunHooks + 'static>(
         loop {
             match listener.accept().await {
                 Ok(None) => {}
-                Ok(Some(stream)) => {
+                Ok(Some((stream, door))) => {
                     let id = {
                         let mut st = shared.0.borrow_mut();
                         st.next_conn += 1;
                         st.next_conn
                     };
-                    tokio::task::spawn_local(handle_connection(shared.clone(), stream, id));
+                    tokio::task::spawn_local(handle_connection(shared.clone(), stream, door, id));
                 }
                 Err(e) => {
                     tracing::warn!("daisy server: accept failed: {e}");
@@ -188,6 +209,7 @@ fn admit<H>(
 async fn handle_connection<H: RunHooks + 'static>(
     shared: Shared<H>,
     stream: Box<dyn protocol::Stream>,
+    door: Door,
     conn_id: u64,
 ) {
     let mut conn = Framed::new(stream, protocol::codec());
@@ -196,14 +218,26 @@ async fn handle_connection<H: RunHooks + 'static>(
         .set_max_frame_length(protocol::MAX_HELLO_BYTES);
     let full = {
         let mut st = shared.0.borrow_mut();
-        let full = st.pending_hellos >= MAX_PENDING_HELLOS;
+        let waiting = &mut st.pending_hellos[door as usize];
+        let full = *waiting >= MAX_PENDING_HELLOS;
         if !full {
-            st.pending_hellos += 1;
+            *waiting += 1;
+        } else if !st.door_was_full[door as usize] {
+            st.door_was_full[door as usize] = true;
+            tracing::warn!(
+                "{MAX_PENDING_HELLOS} connections through {door} are waiting to say hello; \
+                 more are told the server is busy (a port scan, or clients stuck on the \
+                 network?). Workers that come through {} are not affected",
+                match door {
+                    Door::Tcp => Door::Local,
+                    Door::Local => Door::Tcp,
+                }
+            );
         }
         full
     };
     if full {
-        tracing::debug!("deferred a connection: {MAX_PENDING_HELLOS} are waiting to say hello");
+        tracing::debug!("deferred a connection through {door}");
         // read the hello (so closing sends no reset that could swallow the
         // answer), then say busy: a worker tries again
         let _ = tokio::time::timeout(BUSY_READ, recv(&mut conn)).await;
@@ -217,7 +251,7 @@ async fn handle_connection<H: RunHooks + 'static>(
         return;
     }
     let hello = tokio::time::timeout(HELLO_TIMEOUT, recv(&mut conn)).await;
-    shared.0.borrow_mut().pending_hellos -= 1;
+    shared.0.borrow_mut().pending_hellos[door as usize] -= 1;
     conn.codec_mut()
         .set_max_frame_length(protocol::MAX_FRAME_BYTES);
     let Ok(Some(ClientMessage::Hello {

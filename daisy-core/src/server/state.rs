@@ -181,8 +181,11 @@ pub struct State<H> {
     pub unmanaged_per_task: Vec<u64>,
     /// The id the next connection gets.
     pub next_conn: u64,
-    /// Connections accepted that have not said hello yet.
-    pub pending_hellos: usize,
+    /// Connections accepted that have not said hello yet, per door
+    /// (`connection::Door`: the TCP port's apart from the local socket's).
+    pub pending_hellos: [usize; 2],
+    /// Whether each door was ever full this run (said once, in a warning).
+    pub door_was_full: [bool; 2],
     /// The run is ending: no more blocks, no more workers.
     pub stopping: bool,
     /// The run was stopped from outside (Ctrl-C, SIGTERM, a hook): the
@@ -240,7 +243,8 @@ impl<H> State<H> {
             unmanaged_clients: 0,
             unmanaged_per_task: vec![0; n],
             next_conn: 0,
-            pending_hellos: 0,
+            pending_hellos: [0; 2],
+            door_was_full: [false; 2],
             stopping: false,
             interrupted: false,
             open_connections: 0,
