@@ -41,12 +41,18 @@ downstream-deps: venv
 	  || echo "make downstream-deps: could not install $(VOLARA) (package index unreachable?)"
 
 # Tests use Debian packages: a headless browser for the HTML report
-# (chromium, chromium-driver) and a single-node SLURM cluster for the
-# SLURM spawner (slurmctld, slurmd, slurm-client, munge). Installed here
+# (chromium, chromium-driver), a single-node SLURM cluster for the
+# SLURM spawner (slurmctld, slurmd, slurm-client, munge), and the rest
+# named below. Installed here
 # when missing (needs root, as CI has).
-SYSTEM_PACKAGES := chromium chromium-driver slurmctld slurmd slurm-client munge
+# A second host for the liveness tests is a network namespace cut off with
+# iptables (iproute2, iptables), and a clock step is faked with libfaketime.
+SYSTEM_PACKAGES := chromium chromium-driver slurmctld slurmd slurm-client munge \
+	iproute2 iptables libfaketime
 system-deps:
-	@if ! command -v chromedriver >/dev/null || ! command -v slurmd >/dev/null; then \
+	@if ! command -v chromedriver >/dev/null || ! command -v slurmd >/dev/null \
+	  || ! command -v iptables >/dev/null || ! command -v ip >/dev/null \
+	  || ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; \
 	fi
 

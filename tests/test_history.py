@@ -4,6 +4,7 @@ compare`` judges each task by its own span, not the whole run's."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import time
@@ -255,3 +256,139 @@ def test_task_run_blockwise_runs_the_task_and_its_upstream_tasks(tmp_path, capsy
     assert failing.run_blockwise(multiprocessing=False, progress=False, summary=False) is False
     with pytest.raises(TypeError, match="no_such_keyword"):
         a.run_blockwise(no_such_keyword=1)
+
+
+# --------------------------------------------------------------------------
+# a line of the history that is not a report (issue 26, item 10)
+
+
+def _real_history(tmp_path: Path) -> tuple[daisy.Task, Path, list[str]]:
+    """A tracked task run twice, on a worker and then serially, with a
+    reset between: its ``runs.jsonl`` lines (report, reset record, report)
+    as the core wrote them."""
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    task = line_task("seg", 4, process_function=noop, max_workers=1)
+    assert daisy.run_blockwise([task], progress=False, summary=False)
+    task.reset()
+    assert daisy.run_blockwise([task], multiprocessing=False, progress=False, summary=False)
+    runs_file = tmp_path / "tracking" / "seg" / "runs.jsonl"
+    lines = runs_file.read_text().splitlines()
+    assert len(lines) == 3 and RESET_KEY in json.loads(lines[1])
+    return task, runs_file, lines
+
+
+def _changed(line: str, change) -> str:
+    d = json.loads(line)
+    change(d)
+    return json.dumps(d)
+
+
+#: lines that are JSON but no report: how to make each from a real report
+#: line, and a word the warning gives as the reason
+ODD_LINES = {
+    "object": (lambda real: '{"a": 1}', "'task_id'"),
+    "list": (lambda real: "[1, 2]", "a list"),
+    "null": (lambda real: "null", "null"),
+    "number": (lambda real: "42", "a number"),
+    "string": (lambda real: '"a run"', "a string"),
+    "missing-key": (
+        lambda real: _changed(real, lambda d: d.pop("blocks")),
+        "'blocks'",
+    ),
+    "missing-nested-key": (
+        lambda real: _changed(real, lambda d: d["blocks"]["wall"].pop("sum")),
+        "'sum'",
+    ),
+    "count-is-text": (
+        lambda real: _changed(real, lambda d: d["blocks"].update(count="four")),
+        "blocks.count",
+    ),
+    "task-id-is-a-number": (
+        lambda real: _changed(real, lambda d: d.update(task_id=7)),
+        "task_id",
+    ),
+    "worker-startup-is-text": (
+        lambda real: _changed(real, lambda d: d["workers"]["by_id"][0].update(startup="fast")),
+        "startup",
+    ),
+    "exits-is-a-list": (
+        lambda real: _changed(real, lambda d: d["workers"].update(exits=[1])),
+        "workers.exits",
+    ),
+    "stat-is-text": (
+        lambda real: _changed(real, lambda d: d["blocks"].update(round_trip="slow")),
+        "blocks.round_trip",
+    ),
+}
+
+
+def _history_warnings(caplog, runs_file: Path) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and str(runs_file) in r.getMessage()
+    ]
+
+
+@pytest.mark.parametrize("kind", sorted(ODD_LINES))
+def test_a_line_that_is_not_a_report_is_skipped_with_one_warning(tmp_path, capsys, caplog, kind):
+    task, runs_file, (first, reset, second) = _real_history(tmp_path)
+    make, reason = ODD_LINES[kind]
+    odd = make(first)
+    json.loads(odd)  # valid JSON: not a torn line
+    # lines 2 and 5 are the odd ones
+    runs_file.write_text("\n".join([first, odd, reset, second, odd]) + "\n")
+    caplog.set_level(logging.WARNING)
+
+    report = task.report()
+    assert report is not None and report.blocks.count == 4 and report.workers.count == 0
+    runs = read_runs(runs_file)
+    assert [r.workers.count for r in runs] == [1, 0]
+    assert [r.after_reset for r in runs] == [False, True]
+
+    code, out = run_cli(capsys, "report", str(tmp_path / "tracking"))
+    assert code == 0 and "seg  4 blocks" in out
+    code, out = run_cli(capsys, "report", str(runs_file), "--run", "0", "--format", "json")
+    assert code == 0 and json.loads(out)[0]["workers"] == 1
+    code, out = run_cli(capsys, "compare", str(tmp_path / "tracking"))
+    assert code in (0, 1) and "span_s" in out, out
+
+    # one warning for the file however often it is read, naming the file,
+    # the lines and why
+    warnings = _history_warnings(caplog, runs_file)
+    assert len(warnings) == 1, warnings
+    assert "2 lines" in warnings[0] and "lines 2, 5 (" in warnings[0], warnings
+    assert reason in warnings[0], warnings
+
+    # the next run appends to that history as to any other
+    caplog.clear()
+    assert daisy.run_blockwise([task], progress=False, summary=False)
+    runs = read_runs(runs_file)
+    assert len(runs) == 3 and runs[-1].blocks.skipped == 4
+    assert task.report().blocks.skipped == 4
+    assert len(_history_warnings(caplog, runs_file)) == 1
+    assert runs_file.read_text().splitlines()[:5] == [first, odd, reset, second, odd]
+
+
+def test_every_odd_line_of_a_history_is_named_in_one_warning(tmp_path, capsys, caplog):
+    task, runs_file, (first, reset, second) = _real_history(tmp_path)
+    odd = [make(first) for make, _ in ODD_LINES.values()]
+    torn = second[: len(second) // 2]
+    nulls = ["null"] * 30
+    runs_file.write_text("\n".join([first, *odd, reset, torn, second, *odd, *nulls]) + "\n")
+    caplog.set_level(logging.WARNING)
+    assert [r.workers.count for r in read_runs(runs_file)] == [1, 0]
+    torn_number = len(odd) + 3
+    (warning,) = _history_warnings(caplog, runs_file)
+    assert f"{2 * len(odd) + 1 + len(nulls)} lines" in warning, warning
+    assert f"line {torn_number} (damaged" in warning, warning
+    # every reason is given, with its lines; past ten, lines are counted
+    for _, reason in ODD_LINES.values():
+        assert reason in warning, (reason, warning)
+    assert "lines 2, 17 (" in warning, warning
+    assert "and 22 more (null" in warning, warning
+    assert task.report().blocks.count == 4
+    if importlib.util.find_spec("bokeh") is not None:
+        page = tmp_path / "report.html"
+        code, out = run_cli(capsys, "report", str(tmp_path / "tracking"), "--html", str(page))
+        assert code == 0 and page.is_file(), out

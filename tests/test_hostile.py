@@ -269,6 +269,31 @@ def test_a_task_id_that_is_a_path_is_refused(task_id: str) -> None:
         line_task(task_id, 2)
 
 
+@pytest.mark.parametrize(
+    ("task_id", "why"),
+    [
+        ("seg\nERROR forged log line", "control character"),
+        ("seg\tx", "control character"),
+        ("invoice\u202egnp.exe", "bidirectional control"),
+        ("a\u2066b", "bidirectional control"),
+        ("s" * 300, "300 bytes long"),
+        ("\u00e9" * 128, "256 bytes long"),
+    ],
+    ids=["newline", "tab", "rlo", "isolate", "300-chars", "256-bytes"],
+)
+def test_a_task_id_that_cannot_name_a_file_or_a_log_line_is_refused_when_built(
+    task_id: str, why: str
+) -> None:
+    """Issue 26, item 16: a 300-character id failed only at run time (its
+    log directory could not be made), and a newline or a right-to-left
+    override was accepted (a forged log line; an id shown as another). The
+    Task constructor refuses each, saying why and suggesting an id."""
+    with pytest.raises(ValueError, match=f"task_id: .*{why}.*Use a name such as"):
+        line_task(task_id, 2)
+    # the longest id a file name can hold is fine
+    assert line_task("s" * 255, 2).task_id == "s" * 255
+
+
 def test_a_worker_that_asks_for_a_block_while_holding_the_last_gets_an_error(
     tmp_path: Path,
 ) -> None:

@@ -423,13 +423,22 @@ def test_a_large_capture_is_loaded_once_per_task_when_warm(tmp_path, log_dir, wa
         assert loads == connected >= 2, (loads, connected)
 
 
-def test_the_launcher_preloads_what_the_function_imports_inside(tmp_path, log_dir, monkeypatch):
-    """``import x`` inside the function runs once, in the launcher, not in
-    each worker's first block."""
-    marks = tmp_path / "imported-by"
-    (tmp_path / "heavy_module_for_preload.py").write_text(
+def _module_noting_its_importers(path: Path, marks: Path) -> None:
+    """A module at ``path`` that notes the pid of every process importing it."""
+    path.write_text(
         f"import os\nwith open({str(marks)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
     )
+
+
+def test_an_import_inside_the_function_runs_in_each_worker_as_when_cold(
+    tmp_path, log_dir, monkeypatch
+):
+    """``import x`` inside the function runs where and when the function
+    runs it, in each worker, as in a cold worker: the launcher does not
+    import it ahead (issue 26, item 15: it ran imports on branches the
+    function never takes)."""
+    marks = tmp_path / "imported-by"
+    _module_noting_its_importers(tmp_path / "heavy_module_for_preload.py", marks)
     monkeypatch.syspath_prepend(str(tmp_path))
     pids = tmp_path / "worker-pids"
     pids.mkdir()
@@ -443,12 +452,82 @@ def test_the_launcher_preloads_what_the_function_imports_inside(tmp_path, log_di
         time.sleep(0.2)
         (pids / str(os.getpid())).touch()
 
-    assert daisy.run_blockwise(_roi_task("preload", process, max_workers=2), progress=False)
+    task = _roi_task("preload", process, max_workers=2, warm_start=True)
+    assert daisy.run_blockwise(task, progress=False)
+    assert daisy.last_report()["preload"].workers.warm_starts == 2
     importers = marks.read_text().split()
     workers = {p.name for p in pids.iterdir()}
     assert len(workers) == 2, workers
-    # imported once, by a process that is none of the workers: the launcher
-    assert len(importers) == 1 and importers[0] not in workers, (importers, workers)
+    # imported by each worker, once, and by no other process (the launcher)
+    assert sorted(importers) == sorted(workers), (importers, workers)
+
+
+def test_the_launcher_imports_what_the_functions_module_imports(tmp_path, log_dir, monkeypatch):
+    """What the function's module imports at its top level is imported
+    once, in the launcher (unpickling the function imports its module), and
+    every forked worker has it."""
+    marks = tmp_path / "imported-by"
+    _module_noting_its_importers(tmp_path / "toplevel_module_for_warm.py", marks)
+    pids = tmp_path / "worker-pids"
+    pids.mkdir()
+    (tmp_path / "function_module_for_warm.py").write_text(
+        textwrap.dedent(
+            f"""
+            import os
+            import time
+
+            import toplevel_module_for_warm  # noqa: F401
+
+
+            def process(block):
+                time.sleep(0.2)
+                open(os.path.join({str(pids)!r}, str(os.getpid())), "w").close()
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from function_module_for_warm import process
+
+    task = _roi_task("toplevel", process, max_workers=2, warm_start=True)
+    assert daisy.run_blockwise(task, progress=False)
+    assert daisy.last_report()["toplevel"].workers.warm_starts == 2
+    importers = marks.read_text().split()
+    workers = {p.name for p in pids.iterdir()}
+    assert len(workers) == 2, workers
+    # this process, then the launcher: no worker imported it again
+    assert len(importers) == 2 and importers[0] == str(os.getpid()), importers
+    assert importers[1] not in workers, (importers, workers)
+
+
+def test_warm_starts_run_no_import_on_a_branch_the_function_never_takes(
+    tmp_path, log_dir, monkeypatch
+):
+    """Issue 26, item 15: the launcher imported every module named in the
+    function's body, on branches never taken too, so a module's side
+    effect ran (a sleep, in the issue) where no cold worker runs it."""
+    marker = tmp_path / "sidefx-imported"
+    (tmp_path / "sidefx_module.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    # on the driver's sys.path, which the payload carries to the launcher
+    monkeypatch.syspath_prepend(str(tmp_path))
+    done = tmp_path / "done"
+    done.mkdir()
+
+    def process(block):
+        # a branch the function never takes (``if False:`` alone would not
+        # do: the compiler drops that import from the bytecode)
+        if block.block_id[1] < 0:
+            import sidefx_module  # noqa: F401
+        if False:
+            import sidefx_module  # noqa: F401
+        (done / str(block.block_id[1])).touch()
+
+    monkeypatch.delenv("DAISY_WARM_START", raising=False)
+    assert daisy.spawners.warm_starts_enabled()
+    task = _roi_task("sidefx", process, max_workers=2, warm_start=True)
+    assert daisy.run_blockwise(task, progress=False)
+    assert len(list(done.iterdir())) == N_BLOCKS
+    assert daisy.last_report()["sidefx"].workers.warm_starts >= 1
+    assert not marker.exists()
 
 
 #: modules only the driver needs: a launcher (and a cold worker) that

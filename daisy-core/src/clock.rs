@@ -1,12 +1,65 @@
 //! The wall clock every record of a run is stamped with: seconds since the
 //! UNIX epoch as `f64` (the unit of `runs.jsonl`, the tracking store's
 //! `sent_at` / `returned_at` and the report's times), in one place so that
-//! they all agree. Durations are measured with `Instant`, never with this.
+//! they all agree.
+//!
+//! The stamps are read off the wall clock once, when a run starts
+//! ([`anchor`]), and carried forward from there by the monotonic clock:
+//! a step of the system clock in the middle of a run (an NTP correction, a
+//! clock set by hand: `+3 h` made a 6 s run report a span of 10,806 s,
+//! `-2 h` a span of 0) moves no stamp of that run against another, so every
+//! span and duration is right, and the stamps stay readable dates for
+//! humans. The next run anchors again, so a corrected clock is taken up
+//! between runs. Durations inside the core are measured with `Instant`.
 
-/// Seconds since the UNIX epoch, now (0 on a clock set before 1970).
-pub fn wall_clock() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// The wall clock at the anchor, and the monotonic clock then.
+static ANCHOR: Mutex<Option<(f64, Instant)>> = Mutex::new(None);
+
+/// Seconds since the UNIX epoch on the system clock, now (0 on a clock set
+/// before 1970).
+fn system_clock() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
+}
+
+/// Read the wall clock afresh: stamps from now on count from it. A run
+/// calls it when it starts (two runs of one process at once share the
+/// anchor the later one took; they differ only by a clock step between
+/// their starts).
+pub fn anchor() {
+    if let Ok(mut a) = ANCHOR.lock() {
+        *a = Some((system_clock(), Instant::now()));
+    }
+}
+
+/// Seconds since the UNIX epoch, now: the wall clock at the last
+/// [`anchor`] (the first call's, if none) plus the monotonic time since.
+pub fn wall_clock() -> f64 {
+    let Ok(mut a) = ANCHOR.lock() else {
+        return system_clock();
+    };
+    let (wall, at) = *a.get_or_insert_with(|| (system_clock(), Instant::now()));
+    wall + at.elapsed().as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_follow_the_system_clock_from_the_anchor_on() {
+        anchor();
+        let a = wall_clock();
+        let b = wall_clock();
+        assert!(b >= a, "monotonic");
+        assert!(
+            (a - system_clock()).abs() < 1.0,
+            "anchored to the system clock"
+        );
+    }
 }

@@ -126,9 +126,9 @@ fn watch(fd: i32, wake: std::os::unix::net::UnixStream, held: Arc<AtomicUsize>, 
                      it held a block (the block timed out, or the worker's local handle was \
                      stopped); the block is being retried elsewhere, so this process exits now"
                 );
-                // SAFETY: _exit ends the process at once; nothing of this
-                // process may run on (the user's block is stuck)
-                unsafe { libc::_exit(HUNG_UP_EXIT_CODE) };
+                // nothing of this process may run on (the user's block is
+                // stuck), nor what the block started
+                crate::process_group::exit_with_group(HUNG_UP_EXIT_CODE);
             }
             return; // nothing held: the next request sees the closed connection
         }

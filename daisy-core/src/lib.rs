@@ -19,6 +19,7 @@ pub mod hang_up;
 pub mod liveness;
 pub mod pipeline;
 pub mod private_files;
+pub mod process_group;
 pub mod protocol;
 pub mod run_report;
 pub mod run_stats;

@@ -539,6 +539,8 @@ pub fn last_line(text: &str) -> String {
 impl RunLedger {
     /// A ledger for a pipeline of `tasks` tasks, starting now.
     pub fn new(tasks: usize) -> Self {
+        // the run's stamps count from the wall clock now, monotonically
+        crate::clock::anchor();
         Self {
             started_at: wall_clock(),
             aggregates: vec![BlockAggregates::default(); tasks],

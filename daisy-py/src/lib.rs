@@ -81,6 +81,22 @@ fn validated_liveness_timeout(liveness_timeout: f64) -> PyResult<f64> {
         .as_secs_f64())
 }
 
+/// `task_id` checked by the core's rule (`TaskSpec`'s): `ValueError`
+/// naming it and a usable id otherwise.
+#[pyfunction]
+fn validated_task_id(task_id: String) -> PyResult<String> {
+    use errors::IntoPyResult;
+    daisy_core::task_spec::check_task_id(&task_id).py()?;
+    Ok(task_id)
+}
+
+/// In a worker process leading its own group: the whole group is killed
+/// when the worker's parent dies (see `daisy_core::process_group`).
+#[pyfunction]
+fn group_dies_with_parent() -> PyResult<()> {
+    daisy_core::process_group::group_dies_with_parent().map_err(PyErr::from)
+}
+
 #[pymodule]
 fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     py_logging::install();
@@ -106,6 +122,8 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(write_payload, m)?)?;
     m.add_function(wrap_pyfunction!(read_payload, m)?)?;
     m.add_function(wrap_pyfunction!(validated_liveness_timeout, m)?)?;
+    m.add_function(wrap_pyfunction!(validated_task_id, m)?)?;
+    m.add_function(wrap_pyfunction!(group_dies_with_parent, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::read_tracking_array, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::append_runs_line, m)?)?;
     m.add(

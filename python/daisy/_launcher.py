@@ -3,11 +3,19 @@
 Warm starts. The server starts one launcher per task (a fresh interpreter,
 never a fork of the driver) with the task's payload on stdin and one end
 of a Unix socket in ``DAISY_LAUNCHER_FD``. The launcher loads the function
-once, so that what it imports and the data it captured are in memory, also
-imports the modules the function's body imports (``from
-funlib.persistence import open_ds`` inside the function), and then forks
-one worker per request: the child inherits all of it (copy-on-write) and
-goes straight to asking for blocks.
+once, so that its module, what that module imports at its top level and
+the data the function captured are in memory, and then forks one worker
+per request: the child inherits all of it (copy-on-write) and goes
+straight to asking for blocks.
+
+It runs no code that loading the function does not run: an import inside
+the function's body (``from funlib.persistence import open_ds`` in the
+function) runs in each worker, when and if the function runs it, as in a
+cold worker. The launcher used to import every module named in the body
+ahead, on branches the function never takes too, so a module's side
+effects ran where no cold worker ran them. Importing the top-level
+imports of the function's module instead is what unpickling the function
+already does, and measured no faster than importing nothing more.
 
 Conversation (JSON lines; the server's requests carry the worker's stdout
 and stderr as two descriptors, ``SCM_RIGHTS``):
@@ -39,19 +47,14 @@ the function exactly as ``daisy._worker`` does, leaving the same way.
 
 from __future__ import annotations
 
-import ctypes
-import dis
-import importlib
 import io
 import json
-import logging
 import os
 import selectors
 import socket
 import sys
 import threading
 import traceback
-import types
 from typing import Any
 
 from daisy import _worker
@@ -63,62 +66,14 @@ FD_VARIABLE = "DAISY_LAUNCHER_FD"
 #: a request is a short line; anything longer is not from our server
 MAX_REQUEST_BYTES = 1 << 20
 
-#: prctl(2) option and signal: the child is killed when its parent dies
-_PR_SET_PDEATHSIG = 1
-_SIGKILL = 9
-
 
 def die_with_parent() -> None:
-    """Be killed when the launcher dies, however it dies (as cold workers
-    die with the driver); leave now if it already has."""
-    parent = os.getppid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if os.getppid() != parent:
-        os._exit(1)
+    """Be killed, with everything this worker starts, when the launcher
+    dies, however it dies (as cold workers die with the driver); leave now
+    if it already has (`daisy._daisy.group_dies_with_parent`)."""
+    from daisy._daisy import group_dies_with_parent
 
-
-def imports_in(function: Any) -> list[str]:
-    """The modules ``function``'s own code imports when it runs (``import
-    x`` and ``from x import y`` inside its body and the functions it
-    defines), absolute imports only, in order. Unwraps
-    ``functools.partial`` and bound methods; anything else callable has no
-    code to read and gives nothing."""
-    while True:
-        inner = getattr(function, "func", None) or getattr(function, "__func__", None)
-        if inner is None or inner is function:
-            break
-        function = inner
-    code = getattr(function, "__code__", None)
-    names: list[str] = []
-    stack = [code] if isinstance(code, types.CodeType) else []
-    while stack:
-        current = stack.pop()
-        level = 0
-        for instruction in dis.get_instructions(current):
-            if instruction.opname == "LOAD_CONST" and isinstance(instruction.argval, int):
-                level = instruction.argval
-            elif instruction.opname == "IMPORT_NAME":
-                name = str(instruction.argval)
-                if level == 0 and name not in names:
-                    names.append(name)
-        stack.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
-    return names
-
-
-def preload(functions: list[Any]) -> None:
-    """Import what the functions import in their bodies, so that forked
-    workers find it loaded (a function that imports ``funlib.persistence``
-    inside pays 0.7 s in its first block otherwise). Best effort: a module
-    that does not import here is logged and left to the worker."""
-    log = logging.getLogger("daisy.launcher")
-    for function in functions:
-        for name in imports_in(function):
-            try:
-                importlib.import_module(name)
-            except Exception as e:  # the worker will meet it, and report it
-                log.info("daisy: not preloading %s: %s: %s", name, type(e).__name__, e)
+    group_dies_with_parent()
 
 
 def other_threads() -> list[str]:
@@ -274,7 +229,6 @@ def main() -> int:
         say(sock, event="cold", reason=failed)
         return 0
     del payload
-    preload([function, post_check])
     launcher = Launcher(sock, function, post_check)
     reason = fork_unsafe_reason()
     try:

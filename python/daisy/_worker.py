@@ -173,6 +173,10 @@ def read_checked_payload(path: str) -> bytes:
 
 def main(argv: list[str]) -> int:
     log_daisy_messages()
+    from daisy._daisy import group_dies_with_parent
+
+    # what this worker's blocks start dies with it when the driver dies
+    group_dies_with_parent()
     if len(argv) == 2 and argv[0] == "--payload":
         payload = read_checked_payload(argv[1])
     else:

@@ -24,6 +24,7 @@ In the process that ran the pipeline or any later one::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -80,12 +81,211 @@ def runs_file_for(task: ReportedTask) -> Path | None:
     return Path(base).absolute() / task.task_id / RUNS_FILE
 
 
+# What a history line must be to be read as a report: the JSON types of its
+# values, as the core writes them (``daisy-core/src/run_report.rs``). A spec
+# is a type or a tuple of types; an object (a dict of the keys it must have,
+# but for those in `ADDED_LATER`, with their specs; other keys are let
+# through, as the parsers ignore them); a list of items (``[item_spec]``);
+# or an `_Optional` / `_MapOf`.
+
+
+class _Optional:
+    """A spec's value, or null."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+
+class _MapOf:
+    """An object whose every value fits one spec."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+
+_NUMBER = (int, float)
+_MAYBE_NUMBER = (int, float, type(None))
+_MAYBE_TEXT = (str, type(None))
+_STAT_LINE = _Optional({"n": int, **dict.fromkeys(("mean", "std", "min", "max", "sum"), _NUMBER)})
+
+
+@functools.cache
+def _report_line() -> dict[str, Any]:
+    """The spec of a report line (built on first use: it names the
+    classes' keys, defined below)."""
+    return {
+        "task_id": str,
+        "started_at": _NUMBER,
+        "finished_at": _NUMBER,
+        "tracked": bool,
+        "outcome": str,
+        "blocks": {
+            **dict.fromkeys(("count", "skipped", "failures"), int),
+            "has_stats": bool,
+            **dict.fromkeys(BlockSummary._STATS, _STAT_LINE),
+            "trend_slope_ms": _NUMBER,
+            "peak_rss_source": str,
+        },
+        "workers": {
+            "spawner": str,
+            "count": int,
+            "unmanaged_clients": int,
+            **dict.fromkeys(("startup", "idle", "compute", "teardown"), _STAT_LINE),
+            "exits": _MapOf(int),
+            "by_id": [
+                {
+                    "worker_id": int,
+                    "startup": _MAYBE_NUMBER,
+                    "blocks_ok": int,
+                    "blocks_failed": int,
+                    "idle": _STAT_LINE,
+                    "compute": _STAT_LINE,
+                    "final_wait": _MAYBE_NUMBER,
+                    "teardown": _MAYBE_NUMBER,
+                    "exit": _MAYBE_TEXT,
+                    "start": str,
+                }
+            ],
+            "warm_starts": int,
+            "launcher_startup": _MAYBE_NUMBER,
+            "cold_start_reason": _MAYBE_TEXT,
+        },
+        "utilisation": _MAYBE_NUMBER,
+        "first_block_at": _MAYBE_NUMBER,
+        "last_block_at": _MAYBE_NUMBER,
+        "failure_causes": _Optional(
+            {
+                "messages": [{"message": str, "count": int}],
+                "other": int,
+                "first_traceback": _MAYBE_TEXT,
+            }
+        ),
+        "notices": _Optional([str]),
+    }
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    for kind, name in ((dict, "an object"), (list, "a list"), (str, "a string")):
+        if isinstance(value, kind):
+            return name
+    return "a number"
+
+
+def _expected(spec: Any) -> str:
+    """What ``spec`` wants, in words."""
+    if isinstance(spec, _Optional):
+        return f"{_expected(spec.inner)} or null"
+    if isinstance(spec, (dict, _MapOf)):
+        return "an object"
+    if isinstance(spec, list):
+        return "a list"
+    types = spec if isinstance(spec, tuple) else (spec,)
+    words = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    named = [words[t] for t in types if t in words and not (t is int and float in types)]
+    return " or ".join(named + ["null"] * (type(None) in types))
+
+
+def _misfit(value: Any, spec: Any, where: str) -> str | None:
+    """Why ``value`` (at ``where`` in a line) does not fit ``spec``, or None."""
+    if isinstance(spec, _Optional):
+        return None if value is None else _misfit(value, spec.inner, where)
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return f"{where} is {_json_kind(value)}, expected an object"
+        for key, inner in spec.items():
+            if key not in value:
+                if key in ADDED_LATER:
+                    continue
+                return f"{where} has no {key!r}" if where else f"no {key!r}"
+            why = _misfit(value[key], inner, f"{where}.{key}" if where else key)
+            if why is not None:
+                return why
+        return None
+    if isinstance(spec, _MapOf):
+        if not isinstance(value, dict):
+            return f"{where} is {_json_kind(value)}, expected an object"
+        for key, item in value.items():
+            why = _misfit(item, spec.inner, f"{where}.{key}")
+            if why is not None:
+                return why
+        return None
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return f"{where} is {_json_kind(value)}, expected a list"
+        for i, item in enumerate(value):
+            why = _misfit(item, spec[0], f"{where}[{i}]")
+            if why is not None:
+                return why
+        return None
+    types = spec if isinstance(spec, tuple) else (spec,)
+    if isinstance(value, types) and (bool in types or not isinstance(value, bool)):
+        return None
+    return f"{where} is {_json_kind(value)}, expected {_expected(spec)}"
+
+
+def _not_a_report(d: Any) -> str | None:
+    """Why a history line's JSON is not a report the core wrote (a key
+    missing but for those added later, a value of the wrong type), or
+    None when it is one."""
+    if not isinstance(d, dict):
+        return f"{_json_kind(d)}, not a report"
+    return _misfit(d, _report_line(), "")
+
+
+#: the skipped lines each history file was last warned about, with its size
+#: and modification time then: one warning per file, not one per reading
+_warned: dict[str, tuple[int, int, list[tuple[int, str]]]] = {}
+
+#: line numbers a warning names for one reason before it counts the rest
+_LINES_NAMED = 10
+
+
+def _warn_skipped(path: Path, skipped: list[tuple[int, str]]) -> None:
+    """One warning for every line of ``path`` that is not a report: the
+    file, each reason with the numbers of its lines. Said once per file
+    for as long as the file stays as it is."""
+    try:
+        stat = path.stat()
+        state = (stat.st_size, stat.st_mtime_ns, skipped)
+    except OSError:
+        state = (-1, -1, skipped)
+    key = str(path.absolute())
+    if _warned.get(key) == state:
+        return
+    _warned[key] = state
+    by_reason: dict[str, list[int]] = {}
+    for number, reason in skipped:
+        by_reason.setdefault(reason, []).append(number)
+    parts = []
+    for reason, numbers in by_reason.items():
+        shown = ", ".join(str(n) for n in numbers[:_LINES_NAMED])
+        if len(numbers) > _LINES_NAMED:
+            shown += f" and {len(numbers) - _LINES_NAMED} more"
+        parts.append(f"{'lines' if len(numbers) > 1 else 'line'} {shown} ({reason})")
+    what = (
+        "line that is not a run report" if len(skipped) == 1 else "lines that are not run reports"
+    )
+    logging.getLogger(__name__).warning(
+        "daisy: %s: skipped %d %s: %s", path, len(skipped), what, "; ".join(parts)
+    )
+
+
 def _report_lines(path: Path) -> list[TaskReport]:
     """Every report of a ``runs.jsonl``, oldest first; a report that follows
-    a reset record has ``after_reset`` set."""
+    a reset record has ``after_reset`` set. A line that is no report (cut
+    short by a full disk or a killed writer, or valid JSON that is not a
+    report: another program's, a hand edit) is skipped, and one warning
+    names every such line and why: one odd line must not cost the rest of
+    the history."""
     if not path.is_file():
         return []
     out: list[TaskReport] = []
+    skipped: list[tuple[int, str]] = []
     after_reset = False
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
@@ -93,20 +293,27 @@ def _report_lines(path: Path) -> list[TaskReport]:
                 continue
             try:
                 d = json.loads(line)
-            except json.JSONDecodeError:
-                # cut short by a full disk or a killed writer: the other
-                # lines are still whole (each is one write), so skip it
-                logging.getLogger(__name__).warning(
-                    "daisy: %s: line %d is damaged (not JSON), skipped", path, number
-                )
+            except (json.JSONDecodeError, RecursionError):
+                # the other lines are still whole (each is one write)
+                skipped.append((number, "damaged: not JSON"))
                 continue
             if isinstance(d, dict) and RESET_KEY in d and "task_id" not in d:
                 after_reset = True
                 continue
-            report = TaskReport.from_dict(d, strict=True)
+            reason = _not_a_report(d)
+            if reason is None:
+                try:
+                    report = TaskReport.from_dict(d, strict=True)
+                except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as e:
+                    reason = str(e) or type(e).__name__
+            if reason is not None:
+                skipped.append((number, reason))
+                continue
             report.after_reset = after_reset
             after_reset = False
             out.append(report)
+    if skipped:
+        _warn_skipped(path, skipped)
     return out
 
 
@@ -119,7 +326,10 @@ def read_last_run(path: str | os.PathLike[str]) -> TaskReport | None:
 def read_runs(path: str | os.PathLike[str]) -> list[TaskReport]:
     """Every report of a ``runs.jsonl``, oldest first. Reset records (which
     ``Task.reset()`` leaves where it keeps the history) are not reports:
-    the report after one has ``after_reset`` set."""
+    the report after one has ``after_reset`` set. Any other line that is
+    not a report the core wrote (damaged, not JSON, or JSON of another
+    shape) is skipped, and one warning names the file, those lines and
+    why."""
     return _report_lines(Path(path))
 
 

@@ -27,6 +27,7 @@ from daisy._daisy import (
     TrackingStore,
     adopt_tracking,
     validated_roi,
+    validated_task_id,
 )
 from daisy._worker import _count_required_args
 from daisy.convenience import run_blockwise
@@ -169,15 +170,7 @@ class Task(Composable):
             raise TypeError(
                 f"task_id: expected a non-empty string naming the task, got {task_id!r}"
             )
-        if "/" in task_id or "\\" in task_id or "\0" in task_id or task_id in (".", ".."):
-            # the id names the task's log directory and tracking store
-            raise ValueError(
-                f"task_id: {task_id!r} cannot name the task's log directory and tracking "
-                "store: an id holds no path separator or NUL and is not . or .. (one would "
-                "leave the base directory or nest in another task's store); use a name such as "
-                f"{task_id.replace('/', '-').replace(chr(92), '-').strip('.') or 'task'!r}"
-            )
-        self.task_id = task_id
+        self.task_id = validated_task_id(task_id)
         self.total_roi = validated_roi(total_roi, "total_roi")
         self.orig_total_roi = self.total_roi
         self.read_roi = validated_roi(read_roi, "read_roi")

@@ -562,6 +562,11 @@ fn on_worker_exit<H>(st: &mut State<H>, id: u32, status: Option<ExitStatus>) {
     let Some(w) = st.workers.get(&id) else {
         return;
     };
+    // what its blocks left running in the background ends with it
+    // (`crate::process_group`)
+    if status.is_some() {
+        supervision::kill(w.pid, &[]);
+    }
     let (flags, expected) = (w.flags, w.expected_exit);
     let task = flags.task;
     let verdict = policy::classify_exit(

@@ -334,6 +334,7 @@ mod tests {
             "tok",
             &None,
             Duration::from_secs(60),
+            Some("ab12"),
         );
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["port"], 4242);
@@ -341,6 +342,7 @@ mod tests {
         assert_eq!(v["worker_id"], 3);
         assert!(v["log_dir"].is_null() && v["logdir"].is_null());
         assert_eq!(v["liveness_timeout"], 60.0);
+        assert_eq!(v["payload_sha256"], "ab12");
         let logs = Some(PathBuf::from("/runs/logs"));
         let text = context_json(
             "127.0.0.1",
@@ -350,6 +352,7 @@ mod tests {
             "tok",
             &logs,
             Duration::from_secs(60),
+            Some("ab12"),
         );
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(

@@ -89,6 +89,7 @@ fn host_name() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn a_second_holder_is_refused_until_the_first_lets_go() {
