@@ -8,7 +8,9 @@ exactly which blocks a run processed.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -189,3 +191,40 @@ def test_a_migration_killed_at_any_step_misplaces_no_mark(
     every = set(offsets_of(task(store, calls, width=80)))
     assert set(o for (_, o) in rerun) == every - first
     assert all(n == 1 for n in rerun.values())
+
+
+V200 = Path(__file__).parent / "fixtures" / "v200_store"
+
+
+@pytest.mark.parametrize("case", ["2d", "3d", "3d_shrink"])
+def test_a_store_daisy_200_wrote_is_resumed(tmp_path: Path, calls: Path, case: str) -> None:
+    """Issue 26, item 13: a tracking store written by the published daisy
+    2.0.0 wheel for the same task (recorded in tests/fixtures/v200_store)
+    was refused as "written for a different block layout", with advice to
+    delete it and redo everything. It is taken over: the blocks 2.0.0 had
+    done are skipped, exactly the others run, and the next run skips all."""
+    recorded = json.loads((V200 / f"blocks_{case}.json").read_text())
+    params = recorded["task_params"]
+    store = tmp_path / "store"
+    shutil.copytree(V200 / f"store_{case}", store)
+    t = daisy.Task(
+        params["task_id"],
+        total_roi=daisy.Roi(*params["total_roi"]),
+        read_roi=daisy.Roi(*params["read_roi"]),
+        write_roi=daisy.Roi(*params["write_roi"]),
+        fit=params["fit"],
+        process_function=recorder(calls),
+        tracking_path=store,
+        max_workers=1,
+    )
+    done = {tuple(b["write_offset"]) for b in recorded["blocks"] if b["status"] == "done"}
+    every = {tuple(b["write_offset"]) for b in recorded["blocks"]}
+    assert done and done != every
+    states = run([t], mp=True)
+    ran = take_calls(calls)
+    assert set(o for (_, o) in ran) == every - done
+    assert all(n == 1 for n in ran.values())
+    assert states[params["task_id"]].skipped_count == len(done)
+    again = run([t], mp=True)
+    assert not take_calls(calls)
+    assert again[params["task_id"]].skipped_count == len(every)

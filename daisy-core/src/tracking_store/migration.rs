@@ -26,7 +26,7 @@ use super::{DONE, FAILURES, STATS, array_grid, write_group};
 use crate::block_grid::BlockGrid;
 use crate::error::DaisyError;
 use crate::fault;
-use crate::geometry::GridIndexer;
+use crate::geometry::{Coord, GridIndexer};
 use crate::task_spec::TaskSpec;
 use std::fs;
 use std::path::Path;
@@ -79,17 +79,11 @@ pub fn migrate(
     let old_grid = BlockGrid::new(0, &old_spec);
     let old_write_end = old_spec.total_write_roi().end();
 
-    let staging = path.join(STAGING);
-    if staging.exists() {
-        fs::remove_dir_all(&staging).map_err(|e| io_err(&staging, e))?;
-    }
-    fs::create_dir(&staging).map_err(|e| io_err(&staging, e))?;
-    let kinds: Vec<ArrayKind> = all_kinds()
-        .filter(|k| path.join(k.name).join("zarr.json").is_file())
-        .collect();
-    for (i, kind) in kinds.iter().enumerate() {
+    let kinds = all_kinds().filter(|k| path.join(k.name).join("zarr.json").is_file());
+    let mut arrays = Vec::new();
+    for kind in kinds {
         let size = kind.dtype.size();
-        let mut out = filled(kind, new_shape.product());
+        let mut out = filled(&kind, new_shape.product());
         if old_shape.product() > 0 {
             let chunk = chunk_path(&path.join(kind.name), old_shape.dims());
             let bytes = fs::read(&chunk).map_err(|e| io_err(&chunk, e))?;
@@ -118,10 +112,36 @@ pub fn migrate(
                 }
             }
         }
-        write_array(&staging, kind, &new_shape, &out)?;
+        arrays.push((kind, out));
+    }
+    replace(path, &arrays, &new_shape, new, task_id)?;
+    tracing::info!(
+        "tracking store {} migrated to the grown total ROI {} (every done block kept)",
+        path.display(),
+        new.total
+    );
+    Ok(())
+}
+
+/// Steps 1 to 3 for new contents of the store's arrays (`arrays`, each of
+/// `shape`) and its new group metadata: staged, committed, swapped in.
+fn replace(
+    path: &Path,
+    arrays: &[(ArrayKind, Vec<u8>)],
+    shape: &Coord,
+    layout: &Layout,
+    task_id: &str,
+) -> Result<(), DaisyError> {
+    let staging = path.join(STAGING);
+    if staging.exists() {
+        fs::remove_dir_all(&staging).map_err(|e| io_err(&staging, e))?;
+    }
+    fs::create_dir(&staging).map_err(|e| io_err(&staging, e))?;
+    for (i, (kind, out)) in arrays.iter().enumerate() {
+        write_array(&staging, kind, shape, out)?;
         let dir = staging.join(kind.name);
-        if new_shape.product() > 0 {
-            sync(&chunk_path(&dir, new_shape.dims()))?;
+        if shape.product() > 0 {
+            sync(&chunk_path(&dir, shape.dims()))?;
         }
         sync(&dir.join("zarr.json"))?;
         if i == 0 {
@@ -132,16 +152,109 @@ pub fn migrate(
     fault::point("migration-staged")?;
     // the commit point: a staging directory with group metadata is a
     // migration that will be finished, whatever happens next
-    write_group(&staging, new, task_id)?;
+    write_group(&staging, layout, task_id)?;
     sync(&staging)?;
     fault::point("migration-committed")?;
-    swap_in(path, &staging)?;
-    tracing::info!(
-        "tracking store {} migrated to the grown total ROI {} (every done block kept)",
-        path.display(),
-        new.total
+    swap_in(path, &staging)
+}
+
+/// The shape of a daisy 2.0.0 store's arrays for `spec`: the total ROI in
+/// write-ROI strides, rounded up, on every axis.
+fn v200_shape(spec: &TaskSpec) -> Coord {
+    let total = spec.total_roi.shape();
+    let write = spec.write_roi.shape();
+    let axes: Vec<i64> = (0..total.dims())
+        .map(|d| (total[d] + write[d] - 1) / write[d].max(1))
+        .collect();
+    Coord::new(&axes).unwrap_or(total)
+}
+
+/// The shape and element type an array's metadata gives, if readable.
+fn array_shape(path: &Path, kind: &ArrayKind) -> Option<Vec<i64>> {
+    let text = fs::read_to_string(path.join(kind.name).join("zarr.json")).ok()?;
+    let meta: serde_json::Value = serde_json::from_str(&text).ok()?;
+    if meta["data_type"].as_str() != Some(kind.dtype.zarr_name()) {
+        return None;
+    }
+    meta["shape"]
+        .as_array()?
+        .iter()
+        .map(serde_json::Value::as_i64)
+        .collect()
+}
+
+/// True if the group attributes `attrs` and the arrays at `path` are a
+/// store daisy 2.0.0 wrote for `spec`'s layout: a layout hash alone (2.0.0
+/// records no layout description and no task id), and `done` (with
+/// `failures`, if there) of 2.0.0's shape for this task. Its hash cannot
+/// be recomputed, so the shape is what is checked.
+pub fn is_v200_store(path: &Path, attrs: &serde_json::Value, spec: &TaskSpec) -> bool {
+    let only_hash = attrs.as_object().is_some_and(|a| {
+        a.len() == 1
+            && a.get("daisy_task_hash")
+                .and_then(|h| h.as_str())
+                .is_some_and(|h| h.len() == 64)
+    });
+    let shape = v200_shape(spec);
+    let fits = |kind: &ArrayKind| array_shape(path, kind).as_deref() == Some(shape.as_slice());
+    only_hash
+        && fits(&DONE)
+        && (!path.join(FAILURES.name).join("zarr.json").exists() || fits(&FAILURES))
+}
+
+/// Take over the done marks and failure counts of a store daisy 2.0.0
+/// wrote for `spec` (see [`is_v200_store`]), crash-safe as a migration:
+/// its arrays are cut to this version's shape (2.0.0's are as large or
+/// larger, anchored at the same cell; the cells cut off hold no block) and
+/// the group gets this version's metadata. 2.0.0's resource-tracking
+/// arrays are left out: its figures have no "never measured" value.
+pub fn from_v200(path: &Path, spec: &TaskSpec) -> Result<u64, DaisyError> {
+    let old_shape = v200_shape(spec);
+    let (new_shape, _) = array_grid(spec);
+    let old_cells = GridIndexer::new(old_shape);
+    let new_cells = GridIndexer::new(new_shape);
+    let mut arrays = Vec::new();
+    let mut done = 0u64;
+    for kind in [DONE, FAILURES] {
+        let size = kind.dtype.size();
+        let mut out = filled(&kind, new_shape.product());
+        let chunk = chunk_path(&path.join(kind.name), old_shape.dims());
+        if old_shape.product() > 0 && chunk.is_file() {
+            let bytes = fs::read(&chunk).map_err(|e| io_err(&chunk, e))?;
+            for i in 0..new_cells.len() {
+                let pos = new_cells.unflat(i);
+                if !old_cells.contains(&pos) {
+                    continue;
+                }
+                let src = old_cells.flat(&pos) as usize * size;
+                let Some(value) = bytes.get(src..src + size) else {
+                    continue;
+                };
+                if kind == DONE && value[0] != 0 {
+                    done += 1;
+                }
+                let dst = i as usize * size;
+                out[dst..dst + size].copy_from_slice(value);
+            }
+        }
+        arrays.push((kind, out));
+    }
+    // its figures first (disposable, and of a shape this version's
+    // arrays do not have): then the swap
+    for kind in STATS {
+        let dir = path.join(kind.name);
+        if dir.exists() && array_shape(path, &kind).is_some_and(|s| s == old_shape.as_slice()) {
+            fs::remove_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+        }
+    }
+    replace(path, &arrays, &new_shape, &Layout::of(spec), &spec.task_id)?;
+    tracing::warn!(
+        "tracking store {} was written by daisy 2.0.0: its {done} done marks and its failure \
+         counts are taken over (its layout hash cannot be checked, only the shape of its arrays; \
+         its per-block figures are left out)",
+        path.display()
     );
-    Ok(())
+    Ok(done)
 }
 
 /// Step 3: move every staged array over its old one, then the staged group

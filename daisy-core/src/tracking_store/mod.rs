@@ -538,6 +538,9 @@ impl TrackingStore {
                         Some(old) if old.hash() == found && owner => {
                             migration::migrate(path, &old, &layout, &spec.task_id, &hash, &found)?;
                         }
+                        None if owner && migration::is_v200_store(path, &attrs, spec) => {
+                            migration::from_v200(path, spec)?;
+                        }
                         _ => {
                             return Err(mismatch(path, &hash, &found, FOREIGN));
                         }
