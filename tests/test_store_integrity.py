@@ -228,3 +228,22 @@ def test_a_store_daisy_200_wrote_is_resumed(tmp_path: Path, calls: Path, case: s
     again = run([t], mp=True)
     assert not take_calls(calls)
     assert again[params["task_id"]].skipped_count == len(every)
+
+
+def test_a_store_for_more_blocks_than_a_file_can_hold_is_a_clear_error(
+    tmp_path: Path, calls: Path
+) -> None:
+    """Issue 26, item 16: a task of 2^62 blocks with a tracking store
+    failed with "File too large (os error 27)". The error says what is too
+    large and what to do, and no block runs."""
+    t = daisy.Task(
+        "huge",
+        total_roi=roi((0, 0), (1 << 31, 1 << 31)),
+        read_roi=roi((0, 0), (1, 1)),
+        write_roi=roi((0, 0), (1, 1)),
+        process_function=recorder(calls),
+        tracking_path=tmp_path / "store",
+    )
+    with pytest.raises(OSError, match="one per block.*larger write_roi.*tracking_path=False"):
+        run([t], mp=False)
+    assert not take_calls(calls)

@@ -544,9 +544,20 @@ fn on_worker_exit<H>(st: &mut State<H>, id: u32, status: Option<ExitStatus>) {
     w.flags.alive = false;
     w.flags.busy = false;
     w.hang_up.cancel();
-    let status_text = status
+    let mut status_text = status
         .map(|s| s.to_string())
         .unwrap_or_else(|| "unknown status".into());
+    {
+        use std::os::unix::process::ExitStatusExt;
+        // a SIGKILL daisy did not send: most likely the OOM killer
+        let unasked = st
+            .workers
+            .get(&id)
+            .is_some_and(|w| w.expected_exit.is_none());
+        if unasked && status.and_then(|s| s.signal()) == Some(libc::SIGKILL) {
+            status_text.push_str(&supervision::sigkill_hint(st.live.last_peak_rss(id)));
+        }
+    }
     // first, so that a block it still held marks it (`lost_block`) whether
     // its connection's end or its exit is seen first
     let why = if status.is_some_and(|s| s.success()) {

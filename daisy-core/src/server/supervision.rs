@@ -268,6 +268,87 @@ async fn tee(mut pipe: impl tokio::io::AsyncRead + Unpin, mut file: std::fs::Fil
     }
 }
 
+/// What a worker's death by SIGKILL that daisy did not send most likely
+/// was, for its failure text: the kernel's OOM killer ends a process that
+/// way when memory runs out, and the worker's log then says nothing. Names
+/// the worker's last measured peak RSS and the memory limit where known
+/// (the cgroup's `memory.max`, else the machine's memory).
+pub fn sigkill_hint(last_peak_rss: Option<u64>) -> String {
+    let mib = |b: u64| format!("{:.0} MiB", b as f64 / f64::from(1u32 << 20));
+    let limit = cgroup_memory_limit()
+        .map(|b| format!("its memory limit (cgroup memory.max) is {}", mib(b)))
+        .or_else(|| machine_memory().map(|b| format!("the machine has {}", mib(b))));
+    let mut hint = String::from(
+        "; likely killed by the OOM killer (the kernel ends a process with SIGKILL when \
+         memory runs out, and its log says nothing)",
+    );
+    if let Some(peak) = last_peak_rss {
+        hint.push_str(&format!("; its last block peaked at {} RSS", mib(peak)));
+    }
+    if let Some(limit) = limit {
+        hint.push_str(&format!("; {limit}"));
+    }
+    hint.push_str(
+        "; give its workers more memory (fewer workers, or a larger job) or make its blocks \
+         smaller",
+    );
+    hint
+}
+
+/// This process's cgroup memory limit in bytes, if it has one: v2's
+/// `memory.max`, or v1's `memory.limit_in_bytes`. Inside a container the
+/// cgroup path `/proc/self/cgroup` names starts above the mounted
+/// hierarchy, so its leading parts are dropped until the file is found.
+fn cgroup_memory_limit() -> Option<u64> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mut places = Vec::new();
+    for line in cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.is_empty() {
+            places.push(("/sys/fs/cgroup", "memory.max", path.to_string()));
+        } else if controllers.split(',').any(|c| c == "memory") {
+            places.push((
+                "/sys/fs/cgroup/memory",
+                "memory.limit_in_bytes",
+                path.to_string(),
+            ));
+        }
+    }
+    let machine = machine_memory().unwrap_or(u64::MAX);
+    for (root, file, path) in places {
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        for skip in 0..=parts.len() {
+            let dir = parts[skip..].join("/");
+            let Ok(text) = std::fs::read_to_string(format!("{root}/{dir}/{file}")) else {
+                continue;
+            };
+            // "max", or v1's huge "no limit": none
+            if let Ok(limit) = text.trim().parse::<u64>()
+                && limit < machine
+            {
+                return Some(limit);
+            }
+            break;
+        }
+    }
+    None
+}
+
+/// The machine's memory in bytes (`MemTotal`).
+fn machine_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
 /// Kill a worker's process group and run its stop command (which cancels
 /// its remote part, if any).
 pub fn kill(pid: Option<u32>, stop: &[String]) {

@@ -255,9 +255,28 @@ pub fn create_array(store: &Path, kind: &ArrayKind, shape: &Coord) -> Result<(),
         fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
     }
     let tmp = chunk.with_extension("daisy-tmp");
+    let too_big = || {
+        DaisyError::Io(format!(
+            "{}: the tracking store's array {:?} would hold {n} elements (one per block) of \
+             {size} bytes, more than one file may hold on this filesystem; a block grid this \
+             large cannot be tracked: use a larger write_roi (fewer blocks), or \
+             tracking_path=False for this task",
+            chunk.display(),
+            kind.name
+        ))
+    };
+    let bytes = n.checked_mul(size as u64).ok_or_else(too_big)?;
     fs::File::create(&tmp)
-        .and_then(|f| f.set_len(n * size as u64))
-        .map_err(|e| io_err(&tmp, e))?;
+        .and_then(|f| f.set_len(bytes))
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::EFBIG) || e.kind() == std::io::ErrorKind::InvalidInput
+            {
+                let _ = fs::remove_file(&tmp);
+                too_big()
+            } else {
+                io_err(&tmp, e)
+            }
+        })?;
     fs::rename(&tmp, &chunk).map_err(|e| io_err(&chunk, e))?;
     write_atomic(
         &dir.join("zarr.json"),
