@@ -18,8 +18,10 @@
 //!   ([`read_payload`]), so a payload changed while a job was queued is
 //!   refused, never unpickled.
 //!
-//! A check that fails is [`DaisyError::Unsafe`], naming the path, what is
-//! wrong and the command that fixes it.
+//! A check that fails is a refusal naming the path, what is wrong and the
+//! command that fixes it: [`DaisyError::Unsafe`] once [`to_daisy`] made it
+//! the core's error (Python: `PermissionError`); inside an `io::Error`
+//! until then, so that every other failure keeps its errno.
 
 use crate::error::DaisyError;
 use sha2::{Digest, Sha256};
@@ -38,22 +40,36 @@ fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-fn unsafe_path(path: &Path, why: impl std::fmt::Display) -> DaisyError {
-    DaisyError::Unsafe(format!("{}: {why}", path.display()))
+/// A refusal of this module, carried inside an `io::Error` (kind
+/// `PermissionDenied`) so that callers speaking `io` keep the errno of
+/// every other failure (a start that failed for want of descriptors is
+/// retried: `policy::spawn_error_is_transient`).
+#[derive(Debug)]
+struct UnsafePath(String);
+
+impl std::fmt::Display for UnsafePath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
-fn io(path: &Path, e: std::io::Error) -> DaisyError {
-    DaisyError::Io(format!("{}: {e}", path.display()))
+impl std::error::Error for UnsafePath {}
+
+fn unsafe_path(path: &Path, why: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        UnsafePath(format!("{}: {why}", path.display())),
+    )
 }
 
-/// A refusal or failure of this module as an `io::Error`, for callers
-/// that speak `io` (a refusal is `PermissionDenied`).
-pub fn into_io(e: DaisyError) -> std::io::Error {
-    let kind = match e {
-        DaisyError::Unsafe(_) => std::io::ErrorKind::PermissionDenied,
-        _ => std::io::ErrorKind::Other,
-    };
-    std::io::Error::new(kind, e.to_string())
+/// An error of this module on `path` as the core reports it: a refusal as
+/// [`DaisyError::Unsafe`], anything else as [`DaisyError::Io`] naming the
+/// path.
+pub fn to_daisy(path: &Path, e: std::io::Error) -> DaisyError {
+    match e.get_ref().and_then(|r| r.downcast_ref::<UnsafePath>()) {
+        Some(refusal) => DaisyError::Unsafe(refusal.0.clone()),
+        None => DaisyError::Io(format!("{}: {e}", path.display())),
+    }
 }
 
 /// The owner of `meta`, in words.
@@ -64,15 +80,14 @@ fn owner(meta: &fs::Metadata) -> String {
 /// Create `dir` (and any missing parents, `0700`) or check the one there:
 /// a directory of this user's that nobody else can write, in a parent
 /// nobody else can rename it out of.
-pub fn private_dir(dir: &Path) -> Result<(), DaisyError> {
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
     if fs::symlink_metadata(dir).is_err() {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(DIR_MODE)
-            .create(dir)
-            .map_err(|e| io(dir, e))?;
+            .create(dir)?;
     }
-    let meta = fs::symlink_metadata(dir).map_err(|e| io(dir, e))?;
+    let meta = fs::symlink_metadata(dir)?;
     if meta.file_type().is_symlink() {
         return Err(unsafe_path(
             dir,
@@ -106,7 +121,7 @@ pub fn private_dir(dir: &Path) -> Result<(), DaisyError> {
         ));
     }
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        let pm = fs::metadata(parent).map_err(|e| io(parent, e))?;
+        let pm = fs::metadata(parent)?;
         let pmode = pm.permissions().mode() & 0o7777;
         let others_write = pmode & 0o022 != 0;
         let sticky = pmode & 0o1000 != 0;
@@ -139,8 +154,8 @@ pub fn private_dir(dir: &Path) -> Result<(), DaisyError> {
 }
 
 /// Check an open file: a regular file of this user's.
-fn check_open(path: &Path, file: &File) -> Result<(), DaisyError> {
-    let meta = file.metadata().map_err(|e| io(path, e))?;
+fn check_open(path: &Path, file: &File) -> std::io::Result<()> {
+    let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(unsafe_path(path, "is not a regular file"));
     }
@@ -154,20 +169,20 @@ fn check_open(path: &Path, file: &File) -> Result<(), DaisyError> {
 }
 
 /// An error from an `O_NOFOLLOW` open, in words.
-fn open_error(path: &Path, e: std::io::Error) -> DaisyError {
+fn open_error(path: &Path, e: std::io::Error) -> std::io::Error {
     if e.raw_os_error() == Some(libc::ELOOP) {
         return unsafe_path(
             path,
             "is a symbolic link (someone planted it?); daisy never follows one there. Remove it",
         );
     }
-    io(path, e)
+    e
 }
 
 /// Open `path` for appending (created `0600` if missing) in a private
 /// directory (see [`private_dir`]), never through a symbolic link: worker
 /// logs and the run history next to them.
-pub fn open_append(path: &Path) -> Result<File, DaisyError> {
+pub fn open_append(path: &Path) -> std::io::Result<File> {
     if let Some(dir) = path.parent() {
         private_dir(dir)?;
     }
@@ -185,7 +200,7 @@ pub fn open_append(path: &Path) -> Result<File, DaisyError> {
 
 /// Open `path` for reading and writing (created `0600` if missing, never
 /// truncated), never through a symbolic link: the tracking store's lock.
-pub fn open_rw(path: &Path) -> Result<File, DaisyError> {
+pub fn open_rw(path: &Path) -> std::io::Result<File> {
     let file = OpenOptions::new()
         .create(true)
         .read(true)
@@ -212,6 +227,10 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// over whatever was there); the SHA-256 of the bytes, for the reader's
 /// context.
 pub fn write_private(path: &Path, bytes: &[u8]) -> Result<String, DaisyError> {
+    write_private_io(path, bytes).map_err(|e| to_daisy(path, e))
+}
+
+fn write_private_io(path: &Path, bytes: &[u8]) -> std::io::Result<String> {
     let dir = path
         .parent()
         .ok_or_else(|| unsafe_path(path, "has no directory"))?;
@@ -232,10 +251,8 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<String, DaisyError> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)
         .map_err(|e| open_error(&tmp, e))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| io(&tmp, e))?;
-    fs::rename(&tmp, path).map_err(|e| io(path, e))?;
+    file.write_all(bytes).and_then(|()| file.sync_all())?;
+    fs::rename(&tmp, path)?;
     Ok(sha256_hex(bytes))
 }
 
@@ -243,6 +260,10 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<String, DaisyError> {
 /// a regular file of this user's, sits in a directory others can write, or
 /// whose SHA-256 is not `expected` (it changed after it was written).
 pub fn read_payload(path: &Path, expected: &str) -> Result<Vec<u8>, DaisyError> {
+    read_payload_io(path, expected).map_err(|e| to_daisy(path, e))
+}
+
+fn read_payload_io(path: &Path, expected: &str) -> std::io::Result<Vec<u8>> {
     if let Some(dir) = path.parent() {
         private_dir(dir)?;
     }
@@ -253,7 +274,7 @@ pub fn read_payload(path: &Path, expected: &str) -> Result<Vec<u8>, DaisyError> 
         .map_err(|e| open_error(path, e))?;
     check_open(path, &file)?;
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(|e| io(path, e))?;
+    file.read_to_end(&mut bytes)?;
     let found = sha256_hex(&bytes);
     if !found.eq_ignore_ascii_case(expected.trim()) {
         return Err(unsafe_path(

@@ -27,9 +27,16 @@ fn parent_death_signal() -> libc::c_int {
     libc::SIGRTMIN() + PARENT_DEATH_SIGNAL
 }
 
+/// What the worker's log says when its parent died.
+const PARENT_DIED: &[u8] =
+    b"daisy worker: its parent (the driver, or the launcher that forked it) \
+died; this worker and every process it started end now\n";
+
 extern "C" fn end_group(_signal: libc::c_int) {
-    // SAFETY: kill(2) is async-signal-safe; 0 names this process's group
+    // SAFETY: write(2) and kill(2) are async-signal-safe; the message is a
+    // static buffer; 0 names this process's group
     unsafe {
+        libc::write(2, PARENT_DIED.as_ptr().cast(), PARENT_DIED.len());
         libc::kill(0, libc::SIGKILL);
     }
 }
@@ -50,8 +57,15 @@ pub fn exit_with_group(code: i32) -> ! {
 
 /// In a worker leading its own process group: when its parent dies, the
 /// whole group is killed (see the module docs). If the parent is already
-/// gone (this process was reparented), the group is killed now.
+/// gone (this process was reparented), the group is killed now. A worker
+/// that leads a session of its own was started detached by its spawner
+/// (its parent is only a local handle of work elsewhere): it is left as it
+/// is, and leaves on the server's hang-up instead (`hang_up`).
 pub fn group_dies_with_parent() -> std::io::Result<()> {
+    // SAFETY: getsid and getpid have no memory-safety preconditions
+    if unsafe { libc::getsid(0) == libc::getpid() } {
+        return Ok(());
+    }
     let signal = parent_death_signal();
     // SAFETY: sigaction with a handler that only calls kill(2), and prctl
     // and getppid, which have no memory-safety preconditions

@@ -153,6 +153,16 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Why a tracking store could not keep a mark (a full disk), if one
+    /// could not: the run stops with it.
+    pub fn tracking_failure(&self) -> Option<DaisyError> {
+        self.tasks
+            .iter()
+            .filter_map(|run| run.tracking.as_ref()?.failure())
+            .map(|why| DaisyError::Io(why.to_string()))
+            .next()
+    }
+
     /// Write every tracking store's dirty pages to disk.
     pub fn flush_tracking(&self) -> Result<(), DaisyError> {
         for run in &self.tasks {

@@ -52,7 +52,10 @@ pub fn run_serial(
 ) -> RunOutcome {
     let n = scheduler.pipeline().len();
     let mut ledger = RunLedger::new(n);
-    let stopped = sweep(scheduler, measure, hooks, &mut ledger).err();
+    let stopped = sweep(scheduler, measure, hooks, &mut ledger)
+        .err()
+        // a mark the disk had no room for ends the run as an error
+        .or_else(|| scheduler.tracking_failure());
     if let Err(e) = scheduler.flush_tracking() {
         tracing::warn!("could not flush a tracking store: {e}");
     }

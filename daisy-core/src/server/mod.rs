@@ -234,6 +234,10 @@ async fn main_loop<H: RunHooks + 'static>(
             abandon_crashing_tasks(&mut st);
             staff(&mut st, exit_tx);
             start_cold_queue(&mut st, exit_tx);
+            // a mark the disk had no room for: stop before more are lost
+            if st.stop.is_none() {
+                st.stop = st.scheduler.tracking_failure();
+            }
             // the hook also sees the run's last state (its final counts)
             (ticked || st.scheduler.is_done()).then(|| st.snapshot())
         };

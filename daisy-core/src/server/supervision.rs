@@ -129,10 +129,8 @@ fn feed_stdin(child: &mut tokio::process::Child, cmd: &WorkerCommand) {
 /// through a planted link (`crate::private_files`).
 fn open_logs(base: &Path, task_id: &str, stem: &str) -> io::Result<(File, File)> {
     let dir = base.join(task_id);
-    let open = |suffix: &str| {
-        crate::private_files::open_append(&dir.join(format!("{stem}.{suffix}")))
-            .map_err(crate::private_files::into_io)
-    };
+    let open =
+        |suffix: &str| crate::private_files::open_append(&dir.join(format!("{stem}.{suffix}")));
     Ok((open("out")?, open("err")?))
 }
 

@@ -33,9 +33,10 @@ impl StoreLock {
     pub fn acquire(store: &Path) -> Result<Self, DaisyError> {
         // a store another user could reach is refused: a directory of
         // theirs, one they can write, a lock file that is a planted link
-        crate::private_files::private_dir(store)?;
+        use crate::private_files::{open_rw, private_dir, to_daisy};
+        private_dir(store).map_err(|e| to_daisy(store, e))?;
         let path = store.join(LOCK_FILE);
-        let mut file = crate::private_files::open_rw(&path)?;
+        let mut file = open_rw(&path).map_err(|e| to_daisy(&path, e))?;
         if !try_lock(&file) {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);

@@ -8,6 +8,18 @@
 //! allocation, and any Zarr v3 reader (zarr-python) opens the array, also
 //! while a run writes it. Every element access is bounds-checked: an index
 //! outside the mapping reads as absent and writes nothing.
+//!
+//! ## Sparse, and safe on a full disk
+//! A chunk whose fill value is zero is created as a sparse file (`set_len`),
+//! so a store for 10^9 blocks costs no disk until blocks are marked. A store
+//! through the mapping into a hole needs a disk block the disk may no
+//! longer have, and the kernel answers that with SIGBUS, which kills the
+//! driver without a word. So before the first write into each window of
+//! [`RESERVE_WINDOW`] bytes, the window's disk blocks are reserved with the
+//! `fallocate` syscall: a full disk is then a failed reservation, kept as
+//! the array's [`failure`](MappedArray::failure) (the write is skipped, and
+//! the run stops with that error at once, see `Scheduler::tracking_failure`),
+//! never SIGBUS. One syscall per window (2 µs), nothing per mark after.
 
 use crate::error::DaisyError;
 use crate::geometry::Coord;
@@ -74,7 +86,21 @@ pub struct ArrayKind {
 pub struct MappedArray {
     kind: ArrayKind,
     map: Option<MmapMut>,
+    /// The chunk, for reserving its windows.
+    file: Option<fs::File>,
+    chunk: PathBuf,
+    /// One bit per [`RESERVE_WINDOW`] of the chunk: its disk blocks are
+    /// reserved.
+    reserved: Vec<u64>,
+    /// The first reservation that failed (a full disk): what the run stops
+    /// with.
+    failure: Option<String>,
 }
+
+/// The bytes of a chunk reserved at once, before the first write into
+/// them: 1 MiB is a million done marks (a quarter million failure counts)
+/// for one syscall, and the most a store grows beyond what it holds.
+pub const RESERVE_WINDOW: u64 = 1 << 20;
 
 /// A fixed-size little-endian element a [`MappedArray`] holds.
 pub trait Element: Copy {
@@ -124,14 +150,66 @@ impl MappedArray {
     }
 
     /// Set element `index`; nothing outside the array (or for a wrong
-    /// type). One store into the mapping.
+    /// type), nor where its window's disk blocks could not be reserved (see
+    /// the module docs). One store into the mapping.
     #[inline]
     pub fn set<T: Element>(&mut self, index: u64, value: T) {
         if let Some(range) = self.slot(index, T::SIZE)
+            && self.reserve_window(range.start as u64)
             && let Some(bytes) = self.map.as_mut().and_then(|m| m.get_mut(range))
         {
             value.write(bytes);
         }
+    }
+
+    /// Reserve the disk blocks of the window holding byte `at` unless they
+    /// are; false if that failed (now or before).
+    #[inline]
+    fn reserve_window(&mut self, at: u64) -> bool {
+        let window = at / RESERVE_WINDOW;
+        let (word, bit) = ((window / 64) as usize, 1u64 << (window % 64));
+        if self.reserved.get(word).is_some_and(|w| w & bit != 0) {
+            return true;
+        }
+        self.reserve_slow(window, word, bit)
+    }
+
+    #[cold]
+    fn reserve_slow(&mut self, window: u64, word: usize, bit: u64) -> bool {
+        if self.failure.is_some() {
+            return false;
+        }
+        let (Some(file), Some(map)) = (&self.file, &self.map) else {
+            return false;
+        };
+        let start = window * RESERVE_WINDOW;
+        let len = RESERVE_WINDOW.min((map.len() as u64).saturating_sub(start));
+        match reserve(file, start, len) {
+            Ok(()) => {
+                if word >= self.reserved.len() {
+                    self.reserved.resize(word + 1, 0);
+                }
+                self.reserved[word] |= bit;
+                true
+            }
+            Err(e) => {
+                self.failure = Some(format!(
+                    "{}: could not reserve disk space for the tracking store's {:?} array: \
+                     {e}. The marks of blocks finished from now on could not be kept, so the \
+                     run stops here; free space on that disk (or put the tracking stores on \
+                     another one: daisy.set_tracking_basedir) and rerun: blocks already \
+                     marked are skipped",
+                    self.chunk.display(),
+                    self.kind.name
+                ));
+                false
+            }
+        }
+    }
+
+    /// Why a write into the array could not be kept (a full disk), if so.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
     }
 
     /// The whole chunk, little-endian (empty for an empty array).
@@ -240,9 +318,9 @@ pub fn write_array(
 /// Create (or replace) one array holding its fill value everywhere. An
 /// array whose fill value is zero (done markers, failure counts, byte
 /// counts) is sized with `set_len` and no byte is written, so a store for
-/// 10^6 blocks is created in no time; `map_array` then reserves its disk
-/// blocks (`reserve`). Other fill values (NaN, "no worker") are written
-/// out.
+/// 10^6 blocks is created in no time and stays sparse: its disk blocks are
+/// reserved window by window as marks are written (see the module docs).
+/// Other fill values (NaN, "no worker") are written out.
 pub fn create_array(store: &Path, kind: &ArrayKind, shape: &Coord) -> Result<(), DaisyError> {
     let n = shape.product();
     let size = kind.dtype.size();
@@ -284,22 +362,20 @@ pub fn create_array(store: &Path, kind: &ArrayKind, shape: &Coord) -> Result<(),
     )
 }
 
-/// Give every byte of a chunk its disk block before the chunk is mapped. A
-/// store through the mapping into a hole of a sparse file needs a block
-/// the disk may no longer have, and the kernel answers that with SIGBUS,
-/// which kills the driver without a word; reserved up front, a full disk is
-/// an error when the store opens, before any block runs. Blocks already
+/// Give `len` bytes of a chunk from `start` their disk blocks before they
+/// are written through the mapping (see the module docs). Blocks already
 /// allocated cost nothing to reserve again (2 µs for a 4 MB chunk). The
 /// `fallocate` syscall itself, not glibc's `posix_fallocate`: on a
 /// filesystem that cannot reserve (NFSv3, some FUSE mounts) the latter
 /// falls back to touching every 4 KiB page with a read and a write, a
 /// round trip each over the network; there the syscall says EOPNOTSUPP and
 /// the chunk is left as it is.
-fn reserve(file: &fs::File, len: u64) -> std::io::Result<()> {
+fn reserve(file: &fs::File, start: u64, len: u64) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
+    let start = libc::off_t::try_from(start).map_err(std::io::Error::other)?;
     let len = libc::off_t::try_from(len).map_err(std::io::Error::other)?;
     // SAFETY: a plain syscall on an open descriptor this function borrows
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, start, len) };
     if rc == 0 {
         return Ok(());
     }
@@ -324,11 +400,18 @@ pub fn filled(kind: &ArrayKind, n: u64) -> Vec<u8> {
 /// chunk of the wrong size is a damaged store.
 pub fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedArray, DaisyError> {
     let n = shape.product();
-    if n == 0 {
-        return Ok(MappedArray { kind, map: None });
-    }
     let dir = store.join(kind.name);
     let chunk = chunk_path(&dir, shape.dims());
+    if n == 0 {
+        return Ok(MappedArray {
+            kind,
+            map: None,
+            file: None,
+            chunk,
+            reserved: Vec::new(),
+            failure: None,
+        });
+    }
     if !dir.join("zarr.json").is_file() || !chunk.is_file() {
         create_array(store, &kind, shape)?;
     }
@@ -347,15 +430,6 @@ pub fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedA
             store.display()
         )));
     }
-    reserve(&file, expected).map_err(|e| {
-        DaisyError::Io(format!(
-            "{}: could not reserve the {expected} bytes of the tracking store's array {:?}: \
-             {e}; free space on that disk, or put the tracking stores on another one \
-             (daisy.set_tracking_basedir)",
-            chunk.display(),
-            kind.name
-        ))
-    })?;
     // SAFETY: the file is daisy's own chunk, opened read-write; only this
     // process maps it for writing (one server per run), and every access
     // goes through bounds-checked slices of the mapping.
@@ -363,6 +437,10 @@ pub fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedA
     Ok(MappedArray {
         kind,
         map: Some(map),
+        file: Some(file),
+        chunk,
+        reserved: Vec::new(),
+        failure: None,
     })
 }
 
