@@ -34,6 +34,7 @@
 //! (`profile_block`) is already attached.
 
 use crate::block::Block;
+use crate::block_deadline::BlockDeadline;
 use crate::block_profile::BlockProfiler;
 use crate::error::DaisyError;
 use crate::gpu_profile::GpuProfiler;
@@ -71,6 +72,9 @@ pub struct Client {
     /// keepalive, see `crate::liveness`): for the error a dead one gives.
     server: String,
     liveness: Duration,
+    /// The task's timeout, enforced here for a worker the server did not
+    /// start (see `block_deadline`); None otherwise.
+    deadline: Option<BlockDeadline>,
 }
 
 /// How long a client watches its socket for a reply before it sleeps in
@@ -228,6 +232,7 @@ impl Client {
             fd,
             server: format!("the daisy server at {host}:{port}"),
             liveness,
+            deadline: None,
         };
         match client.request(&ClientMessage::Hello {
             token: token.to_string(),
@@ -237,9 +242,12 @@ impl Client {
             ServerMessage::Welcome {
                 resource_tracking,
                 gpu_tracking,
+                block_timeout_ms,
             } => {
                 client.resource_tracking = resource_tracking;
                 client.gpu_tracking = gpu_tracking;
+                client.deadline = block_timeout_ms
+                    .map(|ms| BlockDeadline::start(Duration::from_millis(ms), task_id.to_string()));
                 Ok(client)
             }
             ServerMessage::Error { message } => Err(DaisyError::Refused(message)),
@@ -320,6 +328,9 @@ impl Client {
         if let Some(watch) = &self.watch {
             watch.returned_block();
         }
+        if let Some(deadline) = &self.deadline {
+            deadline.returned();
+        }
     }
 
     /// Whether the task wants every block measured (resource tracking).
@@ -374,6 +385,9 @@ impl Client {
             ServerMessage::SendBlock { block } => {
                 if let Some(watch) = &self.watch {
                     watch.took_block();
+                }
+                if let Some(deadline) = &self.deadline {
+                    deadline.took(block.spatial_id);
                 }
                 Some(block)
             }

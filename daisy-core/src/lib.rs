@@ -5,6 +5,7 @@
 //! Python: the `daisy-py` crate converts types and calls in.
 
 pub mod block;
+pub mod block_deadline;
 pub mod block_grid;
 pub mod block_id;
 pub mod block_profile;

@@ -113,6 +113,10 @@ pub enum ServerMessage {
         resource_tracking: bool,
         /// Whether those measurements include GPU figures.
         gpu_tracking: bool,
+        /// The task's block timeout in milliseconds, told to a worker the
+        /// server did not start, which then ends an attempt that runs
+        /// past it itself (`block_deadline`); None otherwise.
+        block_timeout_ms: Option<u64>,
     },
     /// A block to process.
     SendBlock {

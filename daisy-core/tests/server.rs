@@ -289,8 +289,11 @@ fn non_finite_figures_close_the_connection() {
 fn a_client_refused_for_too_many_pending_hellos_gets_in_when_there_is_room() {
     let (server, addr) = start("cr0wd");
     let host = addr.ip().to_string();
-    let silent: Vec<TcpStream> = (0..daisy_core::server::MAX_PENDING_HELLOS)
-        .map(|_| TcpStream::connect(addr).unwrap())
+    // through the door the client comes by: the run's local socket (each
+    // door has its own allowance)
+    let name = daisy_core::protocol::local_socket_name("cr0wd");
+    let silent: Vec<_> = (0..daisy_core::server::MAX_PENDING_HELLOS)
+        .map(|_| daisy_core::protocol::connect_local_socket(&name).unwrap())
         .collect();
     // let the server count them all as pending
     std::thread::sleep(std::time::Duration::from_millis(300));

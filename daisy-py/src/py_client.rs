@@ -45,6 +45,7 @@ impl PyClient {
     /// run's, from the context; None: the default).
     #[new]
     #[pyo3(signature = (host, port, token, task_id, worker_id=None, measure=true, liveness_timeout=None))]
+    #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         py: Python<'_>,
         host: String,

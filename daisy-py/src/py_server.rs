@@ -146,6 +146,7 @@ impl PyRunConfig {
     /// `liveness_timeout` the seconds a silent TCP peer is waited for.
     #[new]
     #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), liveness_timeout=None))]
+    #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         host: String,
         port: u16,

@@ -270,13 +270,13 @@ async fn handle_connection<H: RunHooks + 'static>(
         }
         Err(None) => return,
     };
-    let (resource_tracking, gpu_tracking, hang_up) = {
+    let (resource_tracking, gpu_tracking, hang_up, timeout) = {
         let st = shared.0.borrow();
         let hang_up = worker_id
             .and_then(|id| st.workers.get(&id))
             .map(|w| w.hang_up.clone());
         let rt = &st.config.tasks[task as usize];
-        (rt.resource_tracking, rt.gpu_tracking, hang_up)
+        (rt.resource_tracking, rt.gpu_tracking, hang_up, rt.timeout)
     };
     // from here on, whatever this connection holds is reclaimed when it
     // ends, however it ends (a panic in its handling included)
@@ -289,6 +289,10 @@ async fn handle_connection<H: RunHooks + 'static>(
     let welcome = ServerMessage::Welcome {
         resource_tracking,
         gpu_tracking,
+        // a worker the server did not start ends its own late attempts
+        block_timeout_ms: timeout
+            .filter(|_| worker_id.is_none())
+            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
     };
     if !send(&mut conn, &welcome).await {
         return;
@@ -460,7 +464,13 @@ async fn acquire<H: RunHooks>(
                     Outstanding {
                         conn: conn_id,
                         worker: worker_id,
-                        deadline: timeout.map(|t| now + t),
+                        // a worker the server cannot kill ends the attempt
+                        // itself at the timeout; its block is taken back
+                        // only once that surely happened
+                        deadline: timeout.map(|t| match worker_id {
+                            Some(_) => now + t,
+                            None => now + t + crate::block_deadline::UNMANAGED_GRACE,
+                        }),
                         sent: now,
                         sent_wall,
                     },

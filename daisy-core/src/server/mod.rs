@@ -278,10 +278,16 @@ fn sweep_timeouts<H>(st: &mut State<H>) {
             out.worker,
             format!(
                 "timed out: block {spatial_id} was still running after the task's timeout of \
-                 {:?}; its worker was killed",
+                 {:?}; {}",
                 st.config.tasks[key.task as usize]
                     .timeout
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                if out.worker.is_some() {
+                    "its worker was killed"
+                } else {
+                    "its worker, which daisy did not start, was told to end the attempt at \
+                     the timeout and was given a grace period to do so"
+                }
             ),
         );
         tracing::warn!(
@@ -484,21 +490,23 @@ fn launch<'a, H>(st: &'a State<H>, task_id: &'a str, id: u32) -> supervision::La
     supervision::Launch {
         task_id,
         worker_id: id,
-        context: supervision::context_json(
-            &host,
-            st.addr.port(),
+        context: supervision::WorkerContext {
+            host: &host,
+            port: st.addr.port(),
             task_id,
-            id,
-            &st.config.token,
-            &st.config.log_dir,
-            st.config.liveness_timeout,
-            st.scheduler
+            worker_id: id,
+            token: &st.config.token,
+            log_dir: &st.config.log_dir,
+            liveness_timeout: st.config.liveness_timeout,
+            payload_sha256: st
+                .scheduler
                 .pipeline()
                 .index_of(task_id)
                 .ok()
                 .and_then(|t| st.config.tasks.get(t as usize))
                 .and_then(|t| t.payload_sha256.as_deref()),
-        ),
+        }
+        .to_json(),
         log_dir: &st.config.log_dir,
         log_mode: st.config.log_mode,
     }

@@ -32,7 +32,7 @@ pub struct Launch<'a> {
     pub task_id: &'a str,
     /// Its worker id.
     pub worker_id: u32,
-    /// The `DAISY_CONTEXT` it gets (see [`context_json`]).
+    /// The `DAISY_CONTEXT` it gets (see [`WorkerContext::to_json`]).
     pub context: String,
     /// Base directory of the worker logs (None: the driver's console).
     pub log_dir: &'a Option<PathBuf>,
@@ -216,33 +216,49 @@ pub fn spawn_launcher(
     })
 }
 
-/// The `DAISY_CONTEXT` a worker gets: where the server is, who it is, the
-/// run token and the log directory (JSON, parsed by `daisy.Context`). The
-/// log directory is `logdir`, the key daisy 1.x and 2.0.0 workers read
-/// (volara finds its per-task state through it), and also `log_dir`, the
-/// name earlier versions of this package wrote.
-pub fn context_json(
-    host: &str,
-    port: u16,
-    task_id: &str,
-    worker_id: u32,
-    token: &str,
-    log_dir: &Option<PathBuf>,
-    liveness_timeout: std::time::Duration,
-    payload_sha256: Option<&str>,
-) -> String {
-    serde_json::json!({
-        "liveness_timeout": liveness_timeout.as_secs_f64(),
-        "payload_sha256": payload_sha256,
-        "hostname": host,
-        "port": port,
-        "task_id": task_id,
-        "worker_id": worker_id,
-        "token": token,
-        "logdir": log_dir.as_ref().map(|p| p.to_string_lossy().into_owned()),
-        "log_dir": log_dir.as_ref().map(|p| p.to_string_lossy().into_owned()),
-    })
-    .to_string()
+/// What a worker is told in its `DAISY_CONTEXT` ([`WorkerContext::to_json`]).
+pub struct WorkerContext<'a> {
+    /// Where the server is.
+    pub host: &'a str,
+    /// Its port.
+    pub port: u16,
+    /// The task the worker serves.
+    pub task_id: &'a str,
+    /// Who the worker is.
+    pub worker_id: u32,
+    /// The run's secret token.
+    pub token: &'a str,
+    /// The log base directory, if any.
+    pub log_dir: &'a Option<PathBuf>,
+    /// How long a silent server is waited for (`crate::liveness`).
+    pub liveness_timeout: std::time::Duration,
+    /// SHA-256 of the payload file the worker loads, if it loads one.
+    pub payload_sha256: Option<&'a str>,
+}
+
+impl WorkerContext<'_> {
+    /// The `DAISY_CONTEXT` JSON, parsed by `daisy.Context`. The log
+    /// directory is `logdir`, the key daisy 1.x and 2.0.0 workers read
+    /// (volara finds its per-task state through it), and also `log_dir`,
+    /// the name earlier versions of this package wrote.
+    pub fn to_json(&self) -> String {
+        let log_dir = self
+            .log_dir
+            .as_ref()
+            .map(|p| p.to_string_lossy().into_owned());
+        serde_json::json!({
+            "liveness_timeout": self.liveness_timeout.as_secs_f64(),
+            "payload_sha256": self.payload_sha256,
+            "hostname": self.host,
+            "port": self.port,
+            "task_id": self.task_id,
+            "worker_id": self.worker_id,
+            "token": self.token,
+            "logdir": log_dir,
+            "log_dir": log_dir,
+        })
+        .to_string()
+    }
 }
 
 /// Copy a worker's output pipe into its log file and the driver's
@@ -405,16 +421,17 @@ mod tests {
 
     #[test]
     fn the_context_is_json_a_worker_can_read() {
-        let text = context_json(
-            "127.0.0.1",
-            4242,
-            "seg",
-            3,
-            "tok",
-            &None,
-            Duration::from_secs(60),
-            Some("ab12"),
-        );
+        let text = WorkerContext {
+            host: "127.0.0.1",
+            port: 4242,
+            task_id: "seg",
+            worker_id: 3,
+            token: "tok",
+            log_dir: &None,
+            liveness_timeout: Duration::from_secs(60),
+            payload_sha256: Some("ab12"),
+        }
+        .to_json();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["port"], 4242);
         assert_eq!(v["task_id"], "seg");
@@ -423,16 +440,17 @@ mod tests {
         assert_eq!(v["liveness_timeout"], 60.0);
         assert_eq!(v["payload_sha256"], "ab12");
         let logs = Some(PathBuf::from("/runs/logs"));
-        let text = context_json(
-            "127.0.0.1",
-            4242,
-            "seg",
-            3,
-            "tok",
-            &logs,
-            Duration::from_secs(60),
-            Some("ab12"),
-        );
+        let text = WorkerContext {
+            host: "127.0.0.1",
+            port: 4242,
+            task_id: "seg",
+            worker_id: 3,
+            token: "tok",
+            log_dir: &logs,
+            liveness_timeout: Duration::from_secs(60),
+            payload_sha256: Some("ab12"),
+        }
+        .to_json();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             v["logdir"], "/runs/logs",
