@@ -3,7 +3,8 @@
 10^4 no-op blocks on 2 worker processes, as ``test_noop_throughput`` in
 ``test_runtime_bench.py``, without a dashboard and with one served and
 polled: a client thread fetches the page once and ``/status.json`` every
-0.5 s while the run goes (as an open browser tab does every second).
+0.5 s while the run goes (as an open browser tab does every second), with
+the run's token (fixed by ``DAISY_DASHBOARD_TOKEN``).
 
 Two figures per mode: the benchmark's time is the whole ``run_blockwise``
 call (worker start-up, and with a watched dashboard the wait, at most one
@@ -38,6 +39,13 @@ import daisy
 N_BLOCKS = 10_000
 WORKERS = 2
 POLL_SECONDS = 0.5
+#: the runs' token (``DAISY_DASHBOARD_TOKEN``, set for every benchmark here)
+TOKEN = "bench-dashboard-token-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def _token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAISY_DASHBOARD_TOKEN", TOKEN)
 
 
 def free_port() -> int:
@@ -60,7 +68,8 @@ class Poller:
 
     def _get(self, path: str) -> bytes:
         url = f"http://127.0.0.1:{self.port}{path}"
-        with urllib.request.urlopen(url, timeout=5) as r:
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+        with urllib.request.urlopen(req, timeout=5) as r:
             data: bytes = r.read()
             return data
 

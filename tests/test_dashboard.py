@@ -2,6 +2,9 @@
 page and ``/status.json`` while the run goes, from the core's snapshots;
 bad requests never disturb the run; the page, opened in headless Chromium
 with every other host unreachable, updates and ends with the final state.
+
+Every request carries the run's token (fixed here by ``DAISY_DASHBOARD_TOKEN``;
+what happens without it is tests/test_dashboard_access.py's).
 """
 
 from __future__ import annotations
@@ -47,6 +50,22 @@ TASK_KEYS = {
 }
 
 
+#: the runs' token (``DAISY_DASHBOARD_TOKEN``, set for every test here)
+TOKEN = "test-dashboard-token-0123456789"
+#: the header that carries it
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(autouse=True)
+def _token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAISY_DASHBOARD_TOKEN", TOKEN)
+
+
+def get(url: str) -> Any:
+    """``urlopen`` of ``url`` with the token."""
+    return urllib.request.urlopen(urllib.request.Request(url, headers=AUTH), timeout=5)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -54,7 +73,7 @@ def free_port() -> int:
 
 
 def status(port: int) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status.json", timeout=5) as r:
+    with get(f"http://127.0.0.1:{port}/status.json") as r:
         assert r.headers["Content-Type"].startswith("application/json")
         return json.loads(r.read())
 
@@ -153,7 +172,7 @@ def test_status_json_has_the_versioned_schema_and_grows(tmp_path, capsys):
         gates.open_all()
     assert not run.join(), "block 7 failed"
     out = capsys.readouterr()
-    assert out.err.count(f"daisy: dashboard at http://127.0.0.1:{port}/") == 1
+    assert out.err.count(f"daisy: dashboard at http://127.0.0.1:{port}/?token={TOKEN}\n") == 1
     # the server stopped with the run
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         status(port)
@@ -237,7 +256,7 @@ def test_bad_requests_get_404_or_400_and_never_disturb_the_run():
     run = Run(tasks=[task], dashboard_port=port, metrics_port=port, return_states=True)
     wait_for_status(port, run)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("GET", "/no/such/page")
+    conn.request("GET", "/no/such/page", headers=AUTH)
     assert conn.getresponse().status == 404
     conn.close()
     huge = b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n"
@@ -253,7 +272,7 @@ def test_bad_requests_get_404_or_400_and_never_disturb_the_run():
     )
     with socket.create_connection(("127.0.0.1", port), timeout=10):
         pass  # connect and hang up at once
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+    with get(f"http://127.0.0.1:{port}/metrics") as r:
         assert b"daisy_blocks" in r.read()
     assert status(port)["schema"] == 1, "still serving"
     states = run.join()
@@ -330,7 +349,7 @@ def test_the_page_updates_in_headless_chromium_and_ends_with_the_final_state(tmp
     driver = chrome(local=True)
     driver.set_window_size(1400, 1000)  # the page's height: no blank screenshot
     try:
-        driver.get(f"http://127.0.0.1:{port}/")
+        driver.get(f"http://127.0.0.1:{port}/?token={TOKEN}")  # the address the run prints
         load_deadline = time.time() + DEADLINE
         while time.time() < load_deadline and not driver.execute_script(
             "return !!(window.Bokeh && Bokeh.documents.length)"
@@ -510,8 +529,7 @@ def test_every_page_watching_the_run_gets_its_final_state():
         deadline = time.time() + DEADLINE
         while time.time() < deadline:
             try:
-                url = f"http://127.0.0.1:{port}/status.json{query}"
-                with urllib.request.urlopen(url, timeout=5) as r:
+                with get(f"http://127.0.0.1:{port}/status.json{query}") as r:
                     last[viewer or "plain"] = json.loads(r.read())
             except (urllib.error.URLError, ConnectionError):
                 if last.get(viewer or "plain"):

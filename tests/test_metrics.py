@@ -1,5 +1,7 @@
 """Live Prometheus metrics: scraped over loopback while a run goes, closed
-when it ends."""
+when it ends. Every scrape carries the run's token (fixed here by
+``DAISY_DASHBOARD_TOKEN``, as a scrape configuration would; without it:
+tests/test_dashboard_access.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,14 @@ from conftest import line_task
 
 import daisy
 
+#: the runs' token (``DAISY_DASHBOARD_TOKEN``, set for every test here)
+TOKEN = "test-metrics-token-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def _token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAISY_DASHBOARD_TOKEN", TOKEN)
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -23,7 +33,10 @@ def free_port() -> int:
 
 
 def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    with urllib.request.urlopen(req, timeout=5) as r:
         return r.read().decode()
 
 

@@ -126,12 +126,15 @@ def run_blockwise(
         summary: print the Execution Summary and the Resource Utilization
             panel to stdout when the run ends.
         metrics_port: serve live Prometheus metrics on this port while the
-            run goes (worker processes only; see `daisy.metrics`).
+            run goes, at ``http://127.0.0.1:port/metrics`` with the run's
+            token (worker processes only; see `daisy.metrics`).
         dashboard_port: serve a live page of the run at
-            ``http://host:port/`` (its data at ``/status.json``) while it
-            goes, and stop with it (worker processes only; see
-            `daisy.dashboard`). Equal to ``metrics_port``, one server
-            serves both.
+            ``http://127.0.0.1:port/?token=SECRET``, printed at the start
+            (its data at ``/status.json``), while it goes, and stop with it
+            (worker processes only; see `daisy.dashboard`). Equal to
+            ``metrics_port``, one server serves both. Both listen on
+            loopback whatever ``host`` is (``DAISY_DASHBOARD_HOST`` names
+            another address) and answer only with the run's token.
         report_html: write the run's self-contained HTML performance
             report to this file (see `daisy.html_report`; tasks with a
             tracking store or file logging).

@@ -1,7 +1,8 @@
 """A live view of a running run in the browser.
 
 ``run_blockwise(..., dashboard_port=8787)`` serves, while the run goes,
-a page at ``http://HOST:8787/`` and its data at ``/status.json``. The page is self-contained
+a page at ``http://127.0.0.1:8787/?token=SECRET`` and its data at
+``/status.json``, and prints that address once. The page is self-contained
 (bokeh's inline resources, no network) and polls ``/status.json`` every
 second: per task the blocks done, failed, orphaned and pending with the
 throughput, an ETA and the utilisation so far; a timeline of the blocks
@@ -16,6 +17,36 @@ that feeds the progress bars and the Prometheus metrics, see
 hold the last `MAX_BARS` block bars, and serialises them when asked. With ``metrics_port`` equal
 to ``dashboard_port``, the same server answers ``/metrics`` too. Other
 paths get 404, malformed or oversized requests 400.
+
+For the run's owner only (a run's failures can hold anything its blocks
+raised), and never at the run's expense:
+
+- It listens on loopback (``127.0.0.1``) whatever ``host`` the run's own
+  server has (``host="0.0.0.0"`` for remote workers opens that one, not
+  this); the environment variable ``DAISY_DASHBOARD_HOST`` (`HOST_ENV`)
+  names another address, ``0.0.0.0`` for every interface. From another
+  machine, an SSH tunnel is the safer way:
+  ``ssh -L 8787:127.0.0.1:8787 driver-host``.
+- Every request needs the run's secret token, a fresh one per run
+  (``secrets.token_urlsafe(16)``) unless ``DAISY_DASHBOARD_TOKEN``
+  (`TOKEN_ENV`) fixes one (16 to 256 characters of ``A-Z a-z 0-9 . _ ~ -``;
+  a Prometheus scrape configuration needs to know it in advance): as
+  ``?token=SECRET`` (the printed address has it) or as a header
+  ``Authorization: Bearer SECRET`` (the page sends its polls so, and so
+  does Prometheus with ``authorization: {credentials: SECRET}``, or
+  ``bearer_token`` in older versions). Without it, whatever the path: a 403
+  and one line, nothing else. Tokens are compared in constant time, never
+  logged (only the printed address line holds one), and never set as a
+  cookie (cookies are per host, not per port: every other server on
+  127.0.0.1 would get it).
+- At most `MAX_CONNECTIONS` connections are served at once, by a pool of
+  as many threads; one past the cap is answered 503 and closed at once. A
+  client has `REQUEST_SECONDS` to send a whole request (its line and
+  headers; from its connection, or from the previous answer) and an answer
+  `ANSWER_SECONDS` to be sent; past either, the connection is dropped,
+  however slowly the client trickles bytes. So however many connections
+  another user opens, the dashboard holds at most `MAX_CONNECTIONS`
+  descriptors and threads, and the run's workers and sockets get theirs.
 
 ``/status.json`` (``"schema": 1``; a key removed or renamed increments it)::
 
@@ -46,15 +77,24 @@ far (null without workers).
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import errno
 import functools
+import hmac
 import html
 import http.server
 import json
 import logging
+import math
+import os
+import re
+import secrets
+import socket
+import socketserver
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -85,6 +125,75 @@ WATCHING_SECONDS = 5.0
 #: viewers remembered at once; past it, those no longer watching are
 #: forgotten and a new one is not waited for
 MAX_VIEWERS = 256
+
+#: where the dashboard and a metrics server listen unless `HOST_ENV` says
+LOOPBACK = "127.0.0.1"
+#: the environment variable naming another address to listen on
+HOST_ENV = "DAISY_DASHBOARD_HOST"
+#: the environment variable fixing the token (else a fresh one per run)
+TOKEN_ENV = "DAISY_DASHBOARD_TOKEN"
+#: connections served at once (each by a thread of a pool of as many);
+#: one more is answered 503 and closed at once
+MAX_CONNECTIONS = 32
+#: seconds a client has to send a whole request line and headers, from its
+#: connection or from the previous answer, before it is dropped
+REQUEST_SECONDS = 5.0
+#: seconds an answer has to be sent before its connection is dropped
+ANSWER_SECONDS = 30.0
+
+#: what a token of `TOKEN_ENV` may be: safe in a URL and a header
+_TOKEN = re.compile(r"[A-Za-z0-9._~-]{16,256}")
+#: a token in a request line, hidden from the logs
+_TOKEN_IN_TEXT = re.compile(r"(token=)[^&\s\"']*", re.IGNORECASE)
+#: the whole answer without the token, whatever was asked
+_FORBIDDEN = (
+    b"forbidden: this run's dashboard and metrics answer only with its token "
+    b"(?token= as in the address the run printed, or Authorization: Bearer)\n"
+)
+#: the answer to a connection past `MAX_CONNECTIONS`
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+    b"Content-Length: 5\r\nConnection: close\r\n\r\nbusy\n"
+)
+
+
+def view_host() -> str:
+    """The address the dashboard and a metrics server listen on:
+    `HOST_ENV`'s, else loopback (never the run's own ``host``)."""
+    return os.environ.get(HOST_ENV, "").strip() or LOOPBACK
+
+
+def view_token() -> str:
+    """The token of a run's dashboard and metrics: `TOKEN_ENV`'s (checked),
+    else a fresh secret."""
+    given = os.environ.get(TOKEN_ENV, "")
+    if not given:
+        return secrets.token_urlsafe(16)
+    if not _TOKEN.fullmatch(given):
+        raise ValueError(
+            f"{TOKEN_ENV}: a token is 16 to 256 characters of A-Z a-z 0-9 . _ ~ - "
+            f"(got {len(given)} characters); unset it for a fresh token per run"
+        )
+    return given
+
+
+def view_url(addr: str, port: int, path: str, token: str) -> str:
+    """The address of ``path`` with the token, as a browser opens it (an
+    address of this machine where ``addr`` is every interface's)."""
+    shown = addr
+    if addr in ("0.0.0.0", "::", ""):
+        from daisy.spawners import advertised_host
+
+        shown = advertised_host()
+    if ":" in shown:
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}{path}?token={urllib.parse.quote(token, safe='')}"
+
+
+#: a route's answer (its content type and body), or None: not found
+Answer = tuple[str, bytes] | None
+#: a route: the client's address and the query to the answer
+Route = Callable[[str, dict[str, list[str]]], Answer]
 
 
 class Watchers:
@@ -131,7 +240,9 @@ def _pace(live: LiveDetail | None, n: int) -> list[tuple[float, float | None, fl
 
 class Dashboard:
     """Serves the live page and ``/status.json`` of one run on ``addr``:
-    ``port`` (0: a free port) from a daemon thread, until `close`.
+    ``port`` (0: a free port) from a daemon thread, until `close`, to
+    requests with ``token`` (None: `view_token`'s), as `GuardedServer`
+    does; `url` is the page's address with it.
 
     ``registry`` (a prometheus-client registry) is served at ``/metrics``
     too. Fed by `update` on every server tick and by `finish` once the run
@@ -142,8 +253,9 @@ class Dashboard:
         self,
         port: int,
         task_ids: Sequence[str],
-        addr: str = "127.0.0.1",
+        addr: str = LOOPBACK,
         registry: Any = None,
+        token: str | None = None,
     ) -> None:
         self._order = list(task_ids)
         self._lock = threading.Lock()
@@ -161,28 +273,38 @@ class Dashboard:
         self._watchers = Watchers()
         self._registry = registry
         self._page = page_html().encode()
-        # the stdlib's threading server: one daemon thread per connection,
-        # so a slow or hostile client never holds up another, nor the run
-        # (whose thread only takes the lock to swap in a snapshot); no new
-        # dependency, and requests are parsed by http.server's hardened
-        # parser (bounded lines and header counts)
-        handler = type("Handler", (_Handler,), {"dashboard": self})
-        try:
-            self._server = _Server((addr, port), handler)
-        except OSError as e:
-            raise OSError(
-                f"dashboard_port: cannot serve the dashboard on {addr}:{port}: {e}"
-            ) from None
-        self.port: int = self._server.server_address[1]
-        # a short poll interval: `close` (at the run's end) waits for the
-        # serving loop to notice, and a run should not end half a second late
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="daisy-dashboard",
-            daemon=True,
+        #: the secret every request must carry (the module's help)
+        self.token: str = view_token() if token is None else token
+        routes: dict[str, Route] = {
+            "/": self._route_page,
+            "/index.html": self._route_page,
+            "/status.json": self._route_status,
+        }
+        if registry is not None:
+            routes["/metrics"] = self._route_metrics
+        self._server = GuardedServer(
+            "dashboard_port: cannot serve the dashboard",
+            addr,
+            port,
+            self.token,
+            routes,
+            "not found: the dashboard serves / and /status.json",
         )
-        self._thread.start()
+        self.port: int = self._server.port
+        #: the page's address with the token, as the run prints it
+        self.url: str = view_url(addr, self.port, "/", self.token)
+
+    def _route_page(self, client: str, query: dict[str, list[str]]) -> Answer:
+        return "text/html; charset=utf-8", self.page()
+
+    def _route_status(self, client: str, query: dict[str, list[str]]) -> Answer:
+        # a page's own id, else the client's address
+        viewer = query.get("viewer", [""])[0][:64] or f"@{client}"
+        return "application/json", json.dumps(self.status(viewer), allow_nan=False).encode()
+
+    def _route_metrics(self, client: str, query: dict[str, list[str]]) -> Answer:
+        metrics = self.metrics(f"metrics@{client}")
+        return None if metrics is None else (PROMETHEUS_TEXT, metrics)
 
     def update(
         self,
@@ -248,9 +370,7 @@ class Dashboard:
             finished = self._summary is not None
         if finished:
             self._watchers.wait_for_final()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5.0)
+        self._server.close()
 
     def status(self, viewer: str = "") -> dict[str, Any]:
         """What ``/status.json`` serves (its schema: the module's help), to
@@ -364,10 +484,137 @@ class Dashboard:
         return data
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
+#: the content type of the Prometheus text exposition
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class GuardedServer:
+    """An HTTP server for a run's owner (the module's help): ``routes``
+    (paths to `Route`) on ``addr``:``port`` (0: a free port), behind
+    ``token``, with at most `MAX_CONNECTIONS` connections each under its
+    deadlines, from a daemon thread until `close`. ``failing`` begins the
+    message of the error raised where it cannot listen; ``not_found`` is
+    the 404's."""
+
+    def __init__(
+        self,
+        failing: str,
+        addr: str,
+        port: int,
+        token: str,
+        routes: dict[str, Route],
+        not_found: str,
+    ) -> None:
+        # requests are parsed by http.server's hardened parser (bounded
+        # lines and header counts); no new dependency
+        handler = type(
+            "Handler", (_Handler,), {"routes": routes, "token": token, "not_found": not_found}
+        )
+        family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        try:
+            self._server = _Server((addr, port), handler, family)
+        except OSError as e:
+            raise OSError(f"{failing} on {addr}:{port}: {e}") from None
+        self.port: int = self._server.server_address[1]
+        # a short poll interval: `close` (at the run's end) waits for the
+        # serving loop to notice, and a run should not end half a second
+        # late; the loop also drops the connections past their deadline
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="daisy-dashboard",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop listening and drop every connection."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._server.drop_all()
+        self._thread.join(5.0)
+
+
+class _Server(socketserver.TCPServer):
+    """Accepts on one thread; serves each connection within the cap on a
+    thread of a bounded pool; closes the others at once; drops those past
+    their deadline (`arm`) from the accepting loop."""
+
     # a dashboard restarted on the same port right after a run binds again
     allow_reuse_address = True
+    # a burst of connections waits in the kernel, not in dropped SYNs
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: Any, family: socket.AddressFamily):
+        self.address_family = family
+        self._lock = threading.Lock()
+        #: each connection served to the monotonic time it is dropped at
+        self._open: dict[socket.socket, float] = {}
+        self._closing = False
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            MAX_CONNECTIONS, thread_name_prefix="daisy-dashboard"
+        )
+        super().__init__(address, handler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        try:
+            return super().get_request()
+        except OSError as e:
+            if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                # the process is out of descriptors (not for us: we hold at
+                # most MAX_CONNECTIONS): no busy loop on the waiting one
+                time.sleep(0.05)
+            raise
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            admitted = not self._closing and len(self._open) < MAX_CONNECTIONS
+            if admitted:
+                self._open[request] = time.monotonic() + REQUEST_SECONDS
+        if not admitted:
+            _refuse(request)
+            return
+        try:
+            self._pool.submit(self._serve, request, client_address)
+        except RuntimeError:  # closing
+            with self._lock:
+                self._open.pop(request, None)
+            _refuse(request)
+
+    def _serve(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            # forgotten before it is closed: `service_actions` never shuts
+            # down a descriptor number that another socket took since
+            with self._lock:
+                self._open.pop(request, None)
+            self.shutdown_request(request)
+
+    def arm(self, request: Any, seconds: float) -> None:
+        """``request``'s connection is dropped ``seconds`` from now."""
+        with self._lock:
+            if request in self._open:
+                self._open[request] = time.monotonic() + seconds
+
+    def service_actions(self) -> None:
+        # every turn of the accepting loop: drop the connections past their
+        # deadline (their thread, blocked reading or writing, then ends)
+        now = time.monotonic()
+        with self._lock:
+            for conn, deadline in self._open.items():
+                if deadline <= now:
+                    self._open[conn] = math.inf
+                    _hang_up(conn)
+
+    def drop_all(self) -> None:
+        with self._lock:
+            self._closing = True
+            for conn in self._open:
+                _hang_up(conn)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # a client that hangs up mid-answer is its own business: never a
@@ -375,30 +622,77 @@ class _Server(http.server.ThreadingHTTPServer):
         logger.debug("daisy dashboard: a request from %s failed", client_address, exc_info=True)
 
 
+def _hang_up(conn: socket.socket) -> None:
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _refuse(request: socket.socket) -> None:
+    """503 if the socket takes it at once, and closed."""
+    try:
+        request.setblocking(False)
+        request.send(_BUSY)
+    except OSError:
+        pass
+    finally:
+        request.close()
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
-    dashboard: Dashboard
-    # a client that sends nothing is dropped, its thread freed
-    timeout = 10
+    server: _Server
+    routes: dict[str, Route]
+    token: str
+    not_found: str
     protocol_version = "HTTP/1.1"
+    server_version = "daisy"
+    sys_version = ""
+
+    def setup(self) -> None:
+        # no single read or write blocks longer; the deadlines (`_Server.arm`)
+        # bound a client that trickles bytes
+        super().setup()
+        self.connection.settimeout(REQUEST_SECONDS)
+
+    def handle_one_request(self) -> None:
+        self.server.arm(self.connection, REQUEST_SECONDS)
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        self.server.arm(self.connection, ANSWER_SECONDS)
+        return True
+
+    def _authorized(self, query: dict[str, list[str]]) -> bool:
+        given = list(query.get("token", []))
+        scheme, _, credentials = self.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer":
+            given.append(credentials.strip())
+        expected = self.token.encode()
+        ok = False
+        for g in given[:4]:
+            ok |= hmac.compare_digest(g.encode("utf-8", "surrogateescape"), expected)
+        return ok
 
     def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path in ("/", "/index.html"):
-            self._send(200, "text/html; charset=utf-8", self.dashboard.page())
-        elif path == "/status.json":
-            viewer = urllib.parse.parse_qs(self.path.partition("?")[2]).get("viewer", [""])[0]
-            # a page's own id, else the client's address
-            viewer = viewer[:64] if viewer else f"@{self.client_address[0]}"
-            body = json.dumps(self.dashboard.status(viewer), allow_nan=False).encode()
-            self._send(200, "application/json", body)
-        elif path == "/metrics" and (
-            metrics := self.dashboard.metrics(f"metrics@{self.client_address[0]}")
-        ):
-            self._send(200, "text/plain; version=0.0.4; charset=utf-8", metrics)
+        path, _, qs = self.path.partition("?")
+        try:
+            query = urllib.parse.parse_qs(qs, max_num_fields=16)
+        except ValueError:
+            self.send_error(HTTPStatus.BAD_REQUEST, "too many query fields")
+            return
+        if not self._authorized(query):
+            self.close_connection = True
+            self._send(HTTPStatus.FORBIDDEN, "text/plain; charset=utf-8", _FORBIDDEN)
+            return
+        route = self.routes.get(path)
+        answer = route(self.client_address[0], query) if route is not None else None
+        if answer is None:
+            self.send_error(HTTPStatus.NOT_FOUND, self.not_found)
         else:
-            self.send_error(
-                HTTPStatus.NOT_FOUND, "not found: the dashboard serves / and /status.json"
-            )
+            self._send(HTTPStatus.OK, *answer)
 
     def do_HEAD(self) -> None:
         self.send_error(HTTPStatus.METHOD_NOT_ALLOWED)
@@ -408,6 +702,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
@@ -425,7 +723,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         super().send_error(code, message, explain)
 
     def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("daisy dashboard: " + format, *args)
+        # request lines may hold the token: never in a log
+        text = _TOKEN_IN_TEXT.sub(r"\1<hidden>", format % args).replace(self.token, "<hidden>")
+        logger.debug("daisy dashboard: %s", text)
 
 
 _STYLE = """
@@ -446,6 +746,10 @@ _SCRIPT = """
   const POLL_MS = %(poll)d;
   // this page's own id: the run's end waits for every page watching it
   const VIEWER = Math.random().toString(36).slice(2, 12);
+  // the run's token, from the address this page was opened with: sent with
+  // every poll as a header (not in the URL, and never a cookie)
+  const TOKEN = new URLSearchParams(location.search).get("token") || "";
+  const AUTH = TOKEN ? {"Authorization": `Bearer ${TOKEN}`} : {};
   const COLOURS = {"done": "#2ca02c", "failed": "#d62728", "timed out": "#ff7f0e",
                    "lost": "#7f7f7f"};
   const d = window.daisyDashboard = {updates: 0, last: null, misses: 0};
@@ -537,7 +841,7 @@ _SCRIPT = """
   async function poll() {
     let st = null;
     try {
-      const r = await fetch(`status.json?viewer=${VIEWER}`, {cache: "no-store"});
+      const r = await fetch(`status.json?viewer=${VIEWER}`, {cache: "no-store", headers: AUTH});
       if (r.ok) st = await r.json();
     } catch (e) {
       st = null;

@@ -1,11 +1,22 @@
 """Live metrics of a running pipeline in the Prometheus text format.
 
 ``run_blockwise(..., metrics_port=9100)`` serves them over HTTP while the
-run goes (``http://<host>:9100/metrics``) and stops when it ends. Served
-by the official ``prometheus-client`` package (``pip install
-prometheus-client``, or the ``daisy[report]`` extra), from its own
-registry, so nothing else in the process is exported. Updated on every
-server tick (about 20 times a second):
+run goes (``http://127.0.0.1:9100/metrics``, printed once with its token
+at the start) and stops when it ends. Built by the official
+``prometheus-client`` package (``pip install prometheus-client``, or the
+``daisy[report]`` extra), from its own registry, so nothing else in the
+process is exported, and served by the dashboard's guarded server: on
+loopback unless ``DAISY_DASHBOARD_HOST`` names another address, only to
+requests with the run's token (``?token=`` or ``Authorization: Bearer``;
+``DAISY_DASHBOARD_TOKEN`` fixes it for a scrape configuration), with a cap
+on connections and a deadline on each request (see `daisy.dashboard`). A
+Prometheus scrape job::
+
+    - job_name: daisy
+      authorization: {credentials: "<the token>"}   # older versions: bearer_token
+      static_configs: [{targets: ["127.0.0.1:9100"]}]
+
+Updated on every server tick (about 20 times a second):
 
 - ``daisy_blocks{task, state}``: blocks per state (pending, ready,
   processing, completed, skipped, failed, orphaned);
@@ -22,40 +33,38 @@ the dashboard does).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from daisy._daisy import TaskState
-from daisy.dashboard import Watchers
+from daisy.dashboard import (
+    LOOPBACK,
+    PROMETHEUS_TEXT,
+    Answer,
+    GuardedServer,
+    Watchers,
+    view_token,
+    view_url,
+)
 
 #: histogram buckets of block round trips, seconds: a millisecond to an hour
 BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0, 3600.0)
 
 
-class _Scrapes:
-    """A collector that exports nothing: each collection of its registry
-    is a scrape, noted in ``watchers`` (final once `close` has begun: the
-    figures were final before it)."""
-
-    def __init__(self, watchers: Watchers) -> None:
-        self.watchers = watchers
-        self.final = False
-
-    def describe(self) -> list[Any]:
-        return []
-
-    def collect(self) -> Iterator[Any]:
-        self.watchers.seen("scraper", self.final)
-        return iter(())
-
-
 class PrometheusMetrics:
-    """Serves the metrics of one run on ``port`` (at ``addr``) until
-    `close`; with ``serve=False`` it only keeps them in `registry`, for
-    another server to serve (the dashboard's, on the same port)."""
+    """Serves the metrics of one run on ``port`` (at ``addr``) at
+    ``/metrics`` until `close`, to requests with ``token`` (None:
+    `daisy.dashboard.view_token`'s; `url` has it); with ``serve=False`` it
+    only keeps them in `registry`, for another server to serve (the
+    dashboard's, on the same port)."""
 
     def __init__(
-        self, port: int, task_ids: Sequence[str], addr: str = "127.0.0.1", serve: bool = True
+        self,
+        port: int,
+        task_ids: Sequence[str],
+        addr: str = LOOPBACK,
+        serve: bool = True,
+        token: str | None = None,
     ) -> None:
         try:
             import prometheus_client as prom
@@ -90,18 +99,36 @@ class PrometheusMetrics:
         self._seen_failures = dict.fromkeys(task_ids, 0)
         self._seen_restarts = dict.fromkeys(task_ids, 0)
         self._order = list(task_ids)
-        self._server: Any = None
+        self._server: GuardedServer | None = None
         self._watchers = Watchers()
-        self._scrapes = _Scrapes(self._watchers)
+        # final once `close` has begun: the figures were final before it
+        self._final = False
+        #: the secret every request must carry
+        self.token: str = view_token() if token is None else token
+        self.port = port
+        #: the address of the metrics with the token
+        self.url = view_url(addr, port, "/metrics", self.token)
         if not serve:
-            return  # the dashboard's server watches its own scrapers
-        self.registry.register(self._scrapes)
-        try:
-            self._server, self._thread = prom.start_http_server(
-                port, addr=addr, registry=self.registry
-            )
-        except OSError as e:
-            raise OSError(f"metrics_port: cannot serve metrics on {addr}:{port}: {e}") from None
+            return  # the dashboard's server serves them, and watches its scrapers
+        self._server = GuardedServer(
+            "metrics_port: cannot serve metrics",
+            addr,
+            port,
+            self.token,
+            {"/metrics": self._scrape},
+            "not found: the metrics are at /metrics",
+        )
+        self.port = self._server.port
+        self.url = view_url(addr, self.port, "/metrics", self.token)
+
+    def _scrape(self, client: str, query: dict[str, list[str]]) -> Answer:
+        """A scrape, noted in the watchers (final once `close` began)."""
+        from prometheus_client import generate_latest
+
+        final = self._final  # before the figures: they were final before it
+        data: bytes = generate_latest(self.registry)
+        self._watchers.seen(f"metrics@{client}", final)
+        return PROMETHEUS_TEXT, data
 
     def update(
         self,
@@ -141,7 +168,6 @@ class PrometheusMetrics:
         otherwise never show."""
         if self._server is None:
             return
-        self._scrapes.final = True
+        self._final = True
         self._watchers.wait_for_final()
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()

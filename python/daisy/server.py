@@ -243,9 +243,11 @@ class Server(ServerObservee):
         workers of all tasks hold at once (see ``Task(requires=...)``);
         ``metrics_port`` serves live Prometheus metrics while the run goes
         (see `daisy.metrics`); ``dashboard_port`` serves a live page of
-        the run at ``http://host:port/`` and its data at
-        ``/status.json`` (see `daisy.dashboard`; the same server as
-        ``metrics_port`` where both are equal); ``block_tracking=False``
+        the run at ``http://127.0.0.1:port/?token=...`` (the URL printed
+        when the run starts: loopback and the run's secret token, for its
+        owner only) and its data at ``/status.json`` (see
+        `daisy.dashboard`; the same server as ``metrics_port`` where both
+        are equal); ``block_tracking=False``
         runs without the tasks' tracking stores (nothing skipped, nothing
         marked)."""
         check_port(dashboard_port, "dashboard_port")
@@ -335,10 +337,20 @@ class Server(ServerObservee):
         events = StateEvents(self)
         metrics = None
         shared_port = metrics_port is not None and metrics_port == dashboard_port
+        view_addr = view_secret = ""
+        if metrics_port is not None or dashboard_port is not None:
+            from daisy.dashboard import view_host, view_token
+
+            # for the run's owner only: on loopback whatever the run's own
+            # host (DAISY_DASHBOARD_HOST names another), behind one secret
+            # token of this run (see daisy.dashboard)
+            view_addr, view_secret = view_host(), view_token()
         if metrics_port is not None:
             from daisy.metrics import PrometheusMetrics
 
-            metrics = PrometheusMetrics(metrics_port, order, addr=self.host, serve=not shared_port)
+            metrics = PrometheusMetrics(
+                metrics_port, order, addr=view_addr, serve=not shared_port, token=view_secret
+            )
         dashboard = None
         if dashboard_port is not None:
             from daisy.dashboard import Dashboard
@@ -347,19 +359,19 @@ class Server(ServerObservee):
                 dashboard = Dashboard(
                     dashboard_port,
                     order,
-                    addr=self.host,
+                    addr=view_addr,
                     registry=metrics.registry if shared_port and metrics is not None else None,
+                    token=view_secret,
                 )
             except BaseException:
                 if metrics is not None:
                     metrics.close()
                 raise
-            shown = advertised_host() if self.host in ("0.0.0.0", "::", "") else self.host
-            if ":" in shown:
-                shown = f"[{shown}]"
-            print(
-                f"daisy: dashboard at http://{shown}:{dashboard.port}/", file=sys.stderr, flush=True
-            )
+        # the only lines that show the token: on the owner's own stderr
+        if metrics is not None and not shared_port:
+            print(f"daisy: metrics at {metrics.url}", file=sys.stderr, flush=True)
+        if dashboard is not None:
+            print(f"daisy: dashboard at {dashboard.url}", file=sys.stderr, flush=True)
         try:
             return self._run(
                 task_map,
