@@ -186,26 +186,22 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
     if let Some(dir) = path.parent() {
         private_dir(dir)?;
     }
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .read(true)
-        .mode(FILE_MODE)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| open_error(path, e))?;
-    check_open(path, &file)?;
-    Ok(file)
+    open_private(path, OpenOptions::new().append(true))
 }
 
 /// Open `path` for reading and writing (created `0600` if missing, never
 /// truncated), never through a symbolic link: the tracking store's lock.
 pub fn open_rw(path: &Path) -> std::io::Result<File> {
-    let file = OpenOptions::new()
+    open_private(path, OpenOptions::new().write(true).truncate(false))
+}
+
+/// Open `path` with `options` and reading, created `0600` if missing,
+/// never through a symbolic link, and only if it is a regular file of
+/// this user's.
+fn open_private(path: &Path, options: &mut OpenOptions) -> std::io::Result<File> {
+    let file = options
         .create(true)
         .read(true)
-        .write(true)
-        .truncate(false)
         .mode(FILE_MODE)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
