@@ -294,7 +294,7 @@ impl Scheduler {
             let Some(index) = self.pop_ready(task) else {
                 return Ok(None);
             };
-            let mut block = self.graph.grid(task).block(index);
+            let block = self.graph.grid(task).block(index);
             // cheapest first: the done marker (one memory read), the mask
             // (one byte), then the caller's check (a Python call in daisy)
             let run = &self.tasks[task as usize];
@@ -329,7 +329,8 @@ impl Scheduler {
             }
             run.processing.insert(index);
             run.state.processing_count += 1;
-            block.status = BlockStatus::Processing;
+            // handed out as created (not yet processed), as daisy 1.2.2
+            // and 2.0.0 hand it out; the worker sets SUCCESS or FAILED
             return Ok(Some(block));
         }
     }

@@ -292,8 +292,21 @@ fn a_client_refused_for_too_many_pending_hellos_gets_in_when_there_is_room() {
     // through the door the client comes by: the run's local socket (each
     // door has its own allowance)
     let name = daisy_core::protocol::local_socket_name("cr0wd");
+    // (bound just after the TCP port the test was told of: wait for it)
+    let connect = || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match daisy_core::protocol::connect_local_socket(&name) {
+                Some(s) => return s,
+                None if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                None => panic!("the run's local socket never took connections"),
+            }
+        }
+    };
     let silent: Vec<_> = (0..daisy_core::server::MAX_PENDING_HELLOS)
-        .map(|_| daisy_core::protocol::connect_local_socket(&name).unwrap())
+        .map(|_| connect())
         .collect();
     // let the server count them all as pending
     std::thread::sleep(std::time::Duration::from_millis(300));

@@ -23,6 +23,14 @@ class BlockStatus(IntEnum):
     SUCCESS = 2
     FAILED = 3
 
+    def __str__(self) -> str:
+        # ``BlockStatus.CREATED``, as daisy 1.x printed it (and its
+        # tutorials show); an IntEnum would print the number
+        return f"{type(self).__name__}.{self.name}"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
 
 from daisy._daisy import Block  # noqa: E402  (Block's status getter imports BlockStatus)
 

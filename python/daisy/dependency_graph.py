@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
 
 from funlib.geometry import Coordinate, Roi
 
@@ -12,6 +13,46 @@ from daisy._daisy import Block
 from daisy._daisy import DependencyGraph as _NativeGraph
 from daisy.pipeline import Pipeline
 from daisy.task import Task
+
+Dependency = tuple[Block, list[Block]]
+
+
+class Dependencies(Sequence[Dependency]):
+    """Every block of some tasks with the blocks it waits for, as
+    ``(block, [upstream blocks])``, in daisy 1.x's order: what
+    ``enumerate_all_dependencies()`` returns. A sequence, as daisy 2.0.0's
+    list was (``len()``, indexing, slicing, iterating more than once), that
+    is computed as it is walked, so memory stays flat in the number of
+    blocks (an index walks up to it)."""
+
+    def __init__(self, native: _NativeGraph, task_ids: list[str]) -> None:
+        self._native = native
+        self._task_ids = task_ids
+        self._len = sum(native.num_blocks(t) for t in task_ids)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[Dependency]:
+        for task_id in self._task_ids:
+            yield from self._native.dependencies(task_id)
+
+    @overload
+    def __getitem__(self, index: int) -> Dependency: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Dependency]: ...
+
+    def __getitem__(self, index: int | slice) -> Dependency | list[Dependency]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._len))]
+        i = index + self._len if index < 0 else index
+        if not 0 <= i < self._len:
+            raise IndexError(f"dependency index {index} out of range for {self._len} blocks")
+        return next(itertools.islice(iter(self), i, None))
+
+    def __repr__(self) -> str:
+        return f"<Dependencies of {self._len} blocks of {', '.join(map(repr, self._task_ids))}>"
 
 
 class DependencyGraph:
@@ -56,13 +97,12 @@ class DependencyGraph:
         """Tasks without upstream tasks."""
         return [t for t in self.task_ids if not self._pipeline.upstream_ids(t)]
 
-    def enumerate_all_dependencies(self) -> Iterator[tuple[Block, list[Block]]]:
+    def enumerate_all_dependencies(self) -> Dependencies:
         """Every block with the blocks it waits for, as ``(block,
         [upstream blocks])``: task by task in pipeline order, and within a
         task level by level, row-major within a level (daisy 1.x's order).
-        Lazy: memory stays flat in the number of blocks."""
-        for task_id in self.task_ids:
-            yield from self._native.dependencies(task_id)
+        A `Dependencies` sequence, computed as it is walked."""
+        return Dependencies(self._native, self.task_ids)
 
     def upstream(self, block: Block) -> list[Block]:
         """The blocks ``block`` waits for."""
@@ -142,12 +182,12 @@ class BlockwiseDependencyGraph(DependencyGraph):
             )
         return iter(self._native.walk(self.task_id, level))
 
-    def enumerate_all_dependencies(self) -> Iterator[tuple[Block, list[Block]]]:
+    def enumerate_all_dependencies(self) -> Dependencies:
         """Every block with the blocks it waits for, as ``(block,
         [upstream blocks])``, level by level and row-major within a level
-        (daisy 1.x's order; 2.0.0 returned the same pairs as a list).
-        Lazy: memory stays flat in the number of blocks."""
-        return iter(self._native.dependencies(self.task_id))
+        (daisy 1.x's order; 2.0.0 returned the same pairs as a list). A
+        `Dependencies` sequence, computed as it is walked."""
+        return Dependencies(self._native, [self.task_id])
 
     def get_subgraph_blocks(self, sub_roi: Roi, read_roi: bool = False) -> list[Block]:
         """The blocks whose write ROI (``read_roi=True``: read ROI)

@@ -102,16 +102,24 @@ def _dumps_keeping_source_paths(obj: object) -> tuple[bytes, dict[str, list[str]
     return buffer.getvalue(), sources
 
 
+class UnpicklableFunction(TypeError, RuntimeError):
+    """A task's function cannot be sent to worker processes (it captured a
+    lock, an open file, a connection). A ``TypeError`` and a
+    ``RuntimeError`` both: daisy 2.0.0 raised the latter, and code written
+    for either keeps catching it."""
+
+
 def worker_payload(function: object, post_check: object = None, task_id: str = "?") -> bytes:
     """What a worker process reads from stdin (see `daisy._worker`): this
     process's ``sys.path`` with the source lines the worker cannot read
     (see `_dumps_keeping_source_paths`), then the cloudpickled
     ``(function, post_check)``.
-    A function that cannot be pickled is a TypeError naming the task."""
+    A function that cannot be pickled is an `UnpicklableFunction` naming
+    the task."""
     try:
         pickled, sources = _dumps_keeping_source_paths((function, post_check))
     except Exception as e:
-        raise TypeError(
+        raise UnpicklableFunction(
             f"process_function: the function of task {task_id!r} cannot be sent to worker "
             "processes: "
             f"{type(e).__name__}: {e}. Something it uses (a lock, an open file, a connection) "

@@ -1,0 +1,98 @@
+"""What code written for daisy 1.2.2 and 2.0.0 sees (issue 28), checked
+against the transcripts of the probes in ``tests/fixtures/probes/``, run
+against the published wheels."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import daisy
+
+PROBES = Path(__file__).parent / "fixtures" / "probes"
+
+
+def transcript(name: str, release: str) -> dict[str, str]:
+    """The ``key value`` lines a probe printed under a release."""
+    lines = (PROBES / f"{name}_{release}.txt").read_text().splitlines()
+    return dict(line.split(" ", 1) for line in lines if " " in line)
+
+
+def test_a_hand_driven_scheduler_hands_out_created_blocks_that_print_as_1x() -> None:
+    """Item 1 (probe ``scheduler_block_status.py``): both releases hand a
+    block out as CREATED; 1.2.2 prints it ``BlockStatus.CREATED`` (what 1.x
+    tutorials show), where an IntEnum prints ``0``."""
+    v1, v2 = (
+        transcript("scheduler_block_status", "1.2.2"),
+        transcript("scheduler_block_status", "2.0.0"),
+    )
+    assert v1["is"] == v2["is"] == "CREATED True"
+    t = daisy.Task(
+        "t",
+        daisy.Roi((0,), (20,)),
+        daisy.Roi((0,), (10,)),
+        daisy.Roi((0,), (10,)),
+        process_function=lambda b: None,
+    )
+    s = daisy.Scheduler([t])
+    block = s.acquire_block("t")
+    assert block is not None
+    assert block.status == daisy.BlockStatus.CREATED
+    assert repr(block.status) == v1["status"]
+    assert str(block.status) == v1["str"] == f"{block.status}" == v1["format"]
+    # still a number for 2.0.0 code comparing numbers
+    assert block.status == 0 and int(block.status) == int(v2["str"])
+    block.status = daisy.BlockStatus.SUCCESS
+    s.release_block(block)
+    assert s.task_states["t"].completed_count == 1
+
+
+def test_enumerate_all_dependencies_is_a_sequence_as_200s_list() -> None:
+    """Item 2 (probe ``dependencies_sequence.py``): 2.0.0 returned a list
+    (its own benchmark calls ``len()`` on it); 1.2.2 a generator. Ours is a
+    sequence computed as it is walked: ``len()``, indexing from either end,
+    slices and iterating twice give 2.0.0's answers."""
+    want = transcript("dependencies_sequence", "2.0.0")
+    g = daisy.BlockwiseDependencyGraph(
+        "t",
+        daisy.Roi((-5, -5), (20, 20)),
+        daisy.Roi((0, 0), (10, 10)),
+        True,
+        "valid",
+        total_read_roi=daisy.Roi((-5, -5), (45, 45)),
+    )
+    deps = g.enumerate_all_dependencies()
+    assert str(len(deps)) == want["len"]
+    first, last = deps[0], deps[-1]
+    assert f"{first[0].block_id} {sorted(b.block_id for b in first[1])}" == want["first"]
+    assert f"{last[0].block_id} {sorted(b.block_id for b in last[1])}" == want["last"]
+    assert len(list(deps)) == len(list(deps)) == len(deps)
+    assert str([b.block_id for b, _ in deps[1:3]]) == want["slice"]
+    with pytest.raises(IndexError):
+        deps[len(deps)]
+
+
+def test_an_unpicklable_function_is_both_errors_code_catches() -> None:
+    """Item 7 (probe ``unpicklable.py``): 2.0.0 raises a RuntimeError for a
+    function it cannot send to its workers, this package raised a
+    TypeError; the error is both, so code catching either keeps working
+    (1.2.2 forked its workers and ran such a function)."""
+    assert transcript("unpicklable", "2.0.0")["raised"].startswith("RuntimeError")
+    lock = threading.Lock()
+
+    def uses_a_lock(block: daisy.Block) -> None:
+        with lock:  # captured: pickled by value, and a lock cannot be
+            pass
+
+    t = daisy.Task(
+        "t",
+        daisy.Roi((0,), (20,)),
+        daisy.Roi((0,), (10,)),
+        daisy.Roi((0,), (10,)),
+        process_function=uses_a_lock,
+    )
+    for caught in (RuntimeError, TypeError):
+        with pytest.raises(caught, match="cannot be sent to worker processes"):
+            daisy.run_blockwise([t], progress=False, summary=False)
