@@ -96,3 +96,37 @@ def test_an_unpicklable_function_is_both_errors_code_catches() -> None:
     for caught in (RuntimeError, TypeError):
         with pytest.raises(caught, match="cannot be sent to worker processes"):
             daisy.run_blockwise([t], progress=False, summary=False)
+
+
+def _crash_at_once() -> None:
+    import os
+
+    os._exit(1)
+
+
+def test_restarts_count_replacements_and_failures_count_deaths_as_200() -> None:
+    """Item 3 (probe ``worker_restarts.py``): a worker function that always
+    dies at once, ``max_workers=1``, ``max_worker_restarts=3``: 2.0.0 starts
+    4 workers, counts 3 restarts (the 4th death replaces nothing: the task
+    is abandoned) and 4 worker failures, and orphans every block. This
+    package counted 4 restarts and 0 failures."""
+    want = transcript("worker_restarts", "2.0.0")
+    t = daisy.Task(
+        "t",
+        daisy.Roi((0,), (40,)),
+        daisy.Roi((0,), (10,)),
+        daisy.Roi((0,), (10,)),
+        process_function=_crash_at_once,
+        max_workers=1,
+        max_worker_restarts=3,
+    )
+    state = daisy.Server().run_blockwise([t], progress=False)["t"]
+    for name in (
+        "worker_restart_count",
+        "worker_failure_count",
+        "worker_start_count",
+        "completed_count",
+        "failed_count",
+        "orphaned_count",
+    ):
+        assert str(getattr(state, name)) == want[name], name

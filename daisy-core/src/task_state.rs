@@ -34,12 +34,13 @@ pub struct TaskState {
     /// Worker processes started for the task (daisy 2.0.0's name).
     pub worker_start_count: u64,
     /// Workers that stopped unexpectedly (crashed, or left without taking
-    /// a block while work remained) and were replaced: what
-    /// `max_worker_restarts` caps.
+    /// a block while work remained) and were replaced (daisy 2.0.0's
+    /// count: a task abandoned after `max_worker_restarts=3` shows 3).
     pub worker_restart_count: u64,
     /// Worker errors: failed attempts a worker reported (the block function
-    /// raised, set FAILED, or the check failed) and blocks lost with a
-    /// worker that died (not the timeout's reclaims: see below).
+    /// raised, set FAILED, or the check failed), blocks lost with a worker
+    /// that died, and workers that died holding none (not the timeout's
+    /// reclaims: see below).
     pub worker_failure_count: u64,
     /// Blocks reclaimed because they ran past the task's `timeout`.
     pub timeout_reclaim_count: u64,

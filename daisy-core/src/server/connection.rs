@@ -96,7 +96,8 @@ impl Listener {
     /// Nagle off, since every message is small and waited for. A local
     /// connection from another user is refused: only the driver's own user
     /// may be a local worker, whatever it knows.
-    async fn accept(&self) -> std::io::Result<Option<(Box<dyn protocol::Stream>, Door)>> {
+    /// With the stream: its door, and whether the peer is this very process.
+    async fn accept(&self) -> std::io::Result<Option<(Box<dyn protocol::Stream>, Door, bool)>> {
         Ok(Some(match self {
             Listener::Tcp(l, liveness) => {
                 let (stream, peer) = l.accept().await?;
@@ -107,7 +108,7 @@ impl Listener {
                          worker there that dies without a word is not noticed"
                     );
                 }
-                (Box::new(stream), Door::Tcp)
+                (Box::new(stream), Door::Tcp, false)
             }
             Listener::Local(l) => {
                 let (stream, _) = l.accept().await?;
@@ -119,7 +120,13 @@ impl Listener {
                     );
                     return Ok(None);
                 }
-                (Box::new(stream), Door::Local)
+                // a client in the driver's own process (a thread of it)
+                let here = stream
+                    .peer_cred()
+                    .ok()
+                    .and_then(|c| c.pid())
+                    .is_some_and(|pid| pid == std::process::id() as i32);
+                (Box::new(stream), Door::Local, here)
             }
         }))
     }
@@ -155,13 +162,19 @@ pub fn spawn_accept_loop<H: RunHooks + 'static>(
         loop {
             match listener.accept().await {
                 Ok(None) => {}
-                Ok(Some((stream, door))) => {
+                Ok(Some((stream, door, here))) => {
                     let id = {
                         let mut st = shared.0.borrow_mut();
                         st.next_conn += 1;
                         st.next_conn
                     };
-                    tokio::task::spawn_local(handle_connection(shared.clone(), stream, door, id));
+                    tokio::task::spawn_local(handle_connection(
+                        shared.clone(),
+                        stream,
+                        door,
+                        here,
+                        id,
+                    ));
                 }
                 Err(e) => {
                     tracing::warn!("daisy server: accept failed: {e}");
@@ -210,6 +223,7 @@ async fn handle_connection<H: RunHooks + 'static>(
     shared: Shared<H>,
     stream: Box<dyn protocol::Stream>,
     door: Door,
+    in_process: bool,
     conn_id: u64,
 ) {
     let mut conn = Framed::new(stream, protocol::codec());
@@ -286,12 +300,15 @@ async fn handle_connection<H: RunHooks + 'static>(
         worker_id,
     };
     shared.0.borrow_mut().open_connections += 1;
+    // a worker the server did not start ends its own late attempts
+    // (`block_deadline`), unless it is a thread of the driver itself, which
+    // nothing may end: its late attempts are refused as before
+    let ends_late_attempts = worker_id.is_none() && !in_process;
     let welcome = ServerMessage::Welcome {
         resource_tracking,
         gpu_tracking,
-        // a worker the server did not start ends its own late attempts
         block_timeout_ms: timeout
-            .filter(|_| worker_id.is_none())
+            .filter(|_| ends_late_attempts)
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
     };
     if !send(&mut conn, &welcome).await {
@@ -312,7 +329,9 @@ async fn handle_connection<H: RunHooks + 'static>(
         };
         activity.notify_one();
         let reply = match msg {
-            ClientMessage::AcquireBlock => Ok(acquire(&shared, task, worker_id, conn_id).await),
+            ClientMessage::AcquireBlock => {
+                Ok(acquire(&shared, task, worker_id, conn_id, ends_late_attempts).await)
+            }
             ClientMessage::ReleaseBlock { block } => {
                 release(&shared, task, worker_id, conn_id, block, None)
             }
@@ -410,6 +429,7 @@ async fn acquire<H: RunHooks>(
     task: TaskIndex,
     worker_id: Option<u32>,
     conn_id: u64,
+    ends_late_attempts: bool,
 ) -> ServerMessage {
     if let Some(id) = worker_id
         && let Some(tl) = shared.0.borrow_mut().timelines.get_mut(&id)
@@ -467,9 +487,12 @@ async fn acquire<H: RunHooks>(
                         // a worker the server cannot kill ends the attempt
                         // itself at the timeout; its block is taken back
                         // only once that surely happened
-                        deadline: timeout.map(|t| match worker_id {
-                            Some(_) => now + t,
-                            None => now + t + crate::block_deadline::UNMANAGED_GRACE,
+                        deadline: timeout.map(|t| {
+                            if ends_late_attempts {
+                                now + t + crate::block_deadline::UNMANAGED_GRACE
+                            } else {
+                                now + t
+                            }
                         }),
                         sent: now,
                         sent_wall,

@@ -285,8 +285,8 @@ fn sweep_timeouts<H>(st: &mut State<H>) {
                 if out.worker.is_some() {
                     "its worker was killed"
                 } else {
-                    "its worker, which daisy did not start, was told to end the attempt at \
-                     the timeout and was given a grace period to do so"
+                    "its worker, which daisy did not start and cannot kill, ends a late \
+                     attempt itself (a thread of the driver cannot: its release is refused)"
                 }
             ),
         );
@@ -321,10 +321,9 @@ fn abandon_crashing_tasks<H>(st: &mut State<H>) {
         if st.scheduler.is_task_finished(t) || rt.worker.is_none() {
             continue; // done, or served by external clients
         }
-        if let Some(reason) = policy::restart_limit(
-            st.scheduler.task_state(t).worker_restart_count as u32,
-            rt.max_worker_restarts,
-        ) {
+        if let Some(reason) =
+            policy::restart_limit(st.worker_deaths[t as usize], rt.max_worker_restarts)
+        {
             st.abandon(t, reason);
         }
     }
@@ -605,10 +604,27 @@ fn on_worker_exit<H>(st: &mut State<H>, id: u32, status: Option<ExitStatus>) {
     if let Some(why) = verdict.unexpected
         && !st.stopping
     {
-        st.scheduler.task_state_mut(task).worker_restart_count += 1;
+        // counted as daisy 2.0.0 counts: every such exit is a worker
+        // failure (a block it held counted already, as lost), and a
+        // restart only where a replacement starts
+        let deaths = &mut st.worker_deaths[task as usize];
+        *deaths += 1;
+        let replaced = *deaths <= st.config.tasks[task as usize].max_worker_restarts;
+        let state = st.scheduler.task_state_mut(task);
+        if !flags.lost_block {
+            state.worker_failure_count += 1;
+        }
+        if replaced {
+            state.worker_restart_count += 1;
+        }
         tracing::warn!(
-            "worker {id} of task {:?} {why}; replacing it",
-            st.task_id(task)
+            "worker {id} of task {:?} {why}; {}",
+            st.task_id(task),
+            if replaced {
+                "replacing it"
+            } else {
+                "not replacing it (max_worker_restarts)"
+            }
         );
     }
 }

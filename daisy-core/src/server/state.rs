@@ -173,6 +173,10 @@ pub struct State<H> {
     /// Per task: no worker start before this moment (a start failed for
     /// want of descriptors, processes or memory).
     pub start_after: Vec<Option<Instant>>,
+    /// Per task: its workers that stopped unexpectedly, what
+    /// `max_worker_restarts` caps (the task's `worker_restart_count` counts
+    /// only those that were replaced, as daisy 2.0.0's does).
+    pub worker_deaths: Vec<u32>,
     /// Per task: since when its worker starts have been failing.
     pub failing_since: Vec<Option<Instant>>,
     /// Clients that connected without a worker id, in all.
@@ -239,6 +243,7 @@ impl<H> State<H> {
             workers: BTreeMap::new(),
             next_worker_id: 0,
             start_after: vec![None; n],
+            worker_deaths: vec![0; n],
             failing_since: vec![None; n],
             unmanaged_clients: 0,
             unmanaged_per_task: vec![0; n],
