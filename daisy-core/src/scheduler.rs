@@ -49,6 +49,9 @@ struct TaskRun {
     ready: VecDeque<u64>,
     /// Blocks handed back unserved (their check raised): served first.
     put_back: VecDeque<u64>,
+    /// The block `skip_done` put back because its check said it needs
+    /// work: handed out without asking the check again.
+    vetted: Option<u64>,
     attempts: HashMap<u64, u32>,
     processing: HashSet<u64>,
     max_retries: u32,
@@ -97,6 +100,7 @@ impl Scheduler {
                     roots: graph.root_cursor(t),
                     ready: VecDeque::new(),
                     put_back: VecDeque::new(),
+                    vetted: None,
                     attempts: HashMap::new(),
                     processing: HashSet::new(),
                     max_retries: graph.pipeline().spec(t).max_retries,
@@ -307,7 +311,8 @@ impl Scheduler {
                     .skip_mask
                     .as_ref()
                     .is_some_and(|m| m.get(index as usize).is_some_and(|&v| v != 0));
-            let checked = if marked || masked {
+            let vetted = run.vetted == Some(index);
+            let checked = if marked || masked || vetted {
                 false
             } else {
                 match already_done(&block) {
@@ -319,6 +324,9 @@ impl Scheduler {
                 }
             };
             let run = &mut self.tasks[task as usize];
+            if vetted {
+                run.vetted = None;
+            }
             run.state.ready_count -= 1;
             if marked || masked || checked {
                 run.state.skipped_count += 1;
@@ -349,6 +357,43 @@ impl Scheduler {
         let handed_out = self.acquire_block(task, |_| Err::<bool, _>(MayNeedWork));
         debug_assert!(!matches!(handed_out, Ok(Some(_))));
         self.tasks[task as usize].state.skipped_count - before
+    }
+
+    /// [`Scheduler::skip_marked`], also asking `already_done` (the task's
+    /// check function) of each block the markers and the mask do not skip,
+    /// until one needs work: so that a task whose check says every block
+    /// is done gets no worker. The block that needs work goes back to the
+    /// front of the queue (its check is asked again when it is handed
+    /// out). An error from `already_done` does the same and is returned.
+    pub fn skip_done<E>(
+        &mut self,
+        task: TaskIndex,
+        mut already_done: impl FnMut(&Block) -> Result<bool, E>,
+    ) -> Result<u64, E> {
+        enum Stop<E> {
+            MayNeedWork,
+            Failed(E),
+        }
+        let before = self.tasks[task as usize].state.skipped_count;
+        // refusing a block puts it back at the front, and stops; one its
+        // check said needs work is not asked about again
+        let mut needs_work = None;
+        let handed_out = self.acquire_block(task, |b| match already_done(b) {
+            Ok(true) => Ok(true),
+            Ok(false) => {
+                needs_work = Some(b.key.index);
+                Err(Stop::MayNeedWork)
+            }
+            Err(e) => Err(Stop::Failed(e)),
+        });
+        debug_assert!(!matches!(handed_out, Ok(Some(_))));
+        if needs_work.is_some() {
+            self.tasks[task as usize].vetted = needs_work;
+        }
+        if let Err(Stop::Failed(e)) = handed_out {
+            return Err(e);
+        }
+        Ok(self.tasks[task as usize].state.skipped_count - before)
     }
 
     /// Take back a block handed out by [`Scheduler::acquire_block`], with

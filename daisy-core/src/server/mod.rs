@@ -331,7 +331,7 @@ fn abandon_crashing_tasks<H>(st: &mut State<H>) {
 
 /// Start workers where policy says a task needs them; where the budget is
 /// spent, ask an idle worker of another task to leave.
-fn staff<H>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
+fn staff<H: RunHooks>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
     if st.stopping {
         return;
     }
@@ -343,12 +343,22 @@ fn staff<H>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
         if st.start_after[t as usize].is_some_and(|after| now < after) {
             continue; // a start failed for want of resources: wait a moment
         }
-        // no worker for nothing: the blocks its markers say are done are
-        // skipped here before a task's first worker is started for them
+        // no worker for nothing: the blocks its markers, mask or check
+        // function say are done are skipped here before a task's first
+        // worker is started for them
         let alive = st.flags().any(|(_, w)| w.alive && w.task == t);
         if !alive && st.scheduler.task_state(t).ready_count > 0 {
-            st.scheduler.skip_marked(t);
-            if st.scheduler.is_task_finished(t) {
+            let hooks = &mut st.hooks;
+            if let Err(e) = st.scheduler.skip_done(t, |b| hooks.already_done(b)) {
+                match e {
+                    // the embedding program stops the run (Ctrl-C in a check)
+                    DaisyError::Stopped => {
+                        st.stop.get_or_insert(e);
+                    }
+                    e => tracing::warn!("check_function failed: {e}; the block is processed"),
+                }
+            }
+            if st.scheduler.is_task_finished(t) || st.scheduler.task_state(t).ready_count == 0 {
                 continue;
             }
         }
