@@ -147,3 +147,22 @@ def test_a_check_function_that_says_all_is_done_starts_no_worker() -> None:
     state = daisy.Server().run_blockwise([last], progress=False)["one_left"]
     assert state.skipped_count == 19 and state.completed_count == 20
     assert state.worker_start_count >= 1
+
+
+@pytest.mark.parametrize("mode", ["serial", "workers"])
+def test_a_block_function_sees_its_block_processing(mode: str, tmp_path: Path) -> None:
+    """Probe ``block_status_in_worker.py``: on worker processes both
+    releases hand the block function a PROCESSING block, and 2.0.0's serial
+    mode does too (while a hand-driven Scheduler hands out CREATED ones)."""
+    want = transcript("block_status_in_worker", "2.0.0")[mode]
+    seen = tmp_path / "status.txt"
+
+    def process(block: daisy.Block) -> None:
+        with open(seen, "a") as f:
+            f.write(f"{int(block.status)}\n")
+
+    t = line_task("t", 2, process_function=process)
+    assert daisy.run_blockwise(
+        [t], multiprocessing=mode == "workers", progress=False, summary=False
+    )
+    assert str(sorted(set(seen.read_text().split()))) == want

@@ -374,6 +374,11 @@ impl Scheduler {
             MayNeedWork,
             Failed(E),
         }
+        if self.tasks[task as usize].vetted.is_some() {
+            // the front block is known to need work: nothing to skip (and
+            // acquiring would hand it out, since its check is not asked)
+            return Ok(0);
+        }
         let before = self.tasks[task as usize].state.skipped_count;
         // refusing a block puts it back at the front, and stops; one its
         // check said needs work is not asked about again
@@ -933,5 +938,35 @@ mod tests {
             }
             prop_assert!(s.is_done());
         }
+    }
+
+    #[test]
+    fn skipping_checked_blocks_never_hands_one_out() {
+        let line = TaskSpec::new(
+            "t",
+            roi(&[0], &[40]),
+            roi(&[0], &[10]),
+            roi(&[0], &[10]),
+            Fit::Valid,
+            false,
+            0,
+            vec![],
+        )
+        .unwrap();
+        let mut s = Scheduler::new(Pipeline::new(vec![line]).unwrap());
+        let calls = std::cell::Cell::new(0);
+        let check = |b: &Block| {
+            calls.set(calls.get() + 1);
+            Ok::<bool, ()>(b.key.index != 2)
+        };
+        // blocks 0 and 1 are done by their check; block 2 needs work
+        assert_eq!(s.skip_done(0, check), Ok(2));
+        // asked again (every staffing of an idle task): nothing is handed out
+        assert_eq!(s.skip_done(0, check), Ok(0));
+        assert_eq!(s.task_state(0).processing_count, 0);
+        // block 2 goes to a worker without its check asked a second time
+        let b = s.acquire_block(0, check).unwrap().unwrap();
+        assert_eq!(b.key.index, 2);
+        assert_eq!(calls.get(), 3);
     }
 }

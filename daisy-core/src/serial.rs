@@ -134,6 +134,8 @@ fn sweep(
         let mut progressed = false;
         for task in 0..n {
             while let Some(mut block) = scheduler.acquire_block(task, |b| hooks.already_done(b))? {
+                // the block function sees it processing, as 2.0.0's did
+                block.status = BlockStatus::Processing;
                 progressed = true;
                 let sent_at = wall_clock();
                 ledger.sent(task, sent_at);

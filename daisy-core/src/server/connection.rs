@@ -474,7 +474,10 @@ async fn acquire<H: RunHooks>(
                 st.wake_main();
                 None
             });
-            if let Some(block) = got {
+            if let Some(mut block) = got {
+                // a worker's block function sees it processing, as in both
+                // releases (a hand-driven Scheduler hands it out created)
+                block.status = BlockStatus::Processing;
                 let timeout = st.config.tasks[task as usize].timeout;
                 let now = Instant::now();
                 let sent_wall = wall_clock();
