@@ -243,10 +243,14 @@ impl Client {
                 resource_tracking,
                 gpu_tracking,
                 block_timeout_ms,
+                server_pid,
             } => {
                 client.resource_tracking = resource_tracking;
                 client.gpu_tracking = gpu_tracking;
+                // never in the driver's own process (reached over TCP,
+                // where the server cannot tell)
                 client.deadline = block_timeout_ms
+                    .filter(|_| server_pid != std::process::id())
                     .map(|ms| BlockDeadline::start(Duration::from_millis(ms), task_id.to_string()));
                 Ok(client)
             }

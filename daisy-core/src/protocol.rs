@@ -117,6 +117,9 @@ pub enum ServerMessage {
         /// server did not start, which then ends an attempt that runs
         /// past it itself (`block_deadline`); None otherwise.
         block_timeout_ms: Option<u64>,
+        /// The server's process id: a client in that very process (a
+        /// thread of the driver) must never end its process at a deadline.
+        server_pid: u32,
     },
     /// A block to process.
     SendBlock {

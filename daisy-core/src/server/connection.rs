@@ -310,6 +310,7 @@ async fn handle_connection<H: RunHooks + 'static>(
         block_timeout_ms: timeout
             .filter(|_| ends_late_attempts)
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        server_pid: std::process::id(),
     };
     if !send(&mut conn, &welcome).await {
         return;

@@ -141,6 +141,13 @@ async fn serve<H: RunHooks + 'static>(
         RefCell::new(State::new(scheduler, config, hooks, addr)),
         Notify::new(),
     ));
+    // workers on this machine connect through the run's Unix-domain
+    // socket: bound before anyone is told where the run listens, so a
+    // client started then (an init callback's) finds it, not only the TCP
+    // port
+    let unix = protocol::bind_local_socket(&protocol::local_socket_name(
+        &shared.0.borrow().config.token,
+    ));
     let listening = shared.0.borrow_mut().hooks.on_listening(addr);
     if let Err(e) = listening {
         let mut out = shared.0.borrow().outcome(true);
@@ -153,11 +160,7 @@ async fn serve<H: RunHooks + 'static>(
         &shared,
         Listener::Tcp(listener, shared.0.borrow().config.liveness_timeout),
     );
-    // workers on this machine connect through the run's Unix-domain socket
-    let local = protocol::bind_local_socket(&protocol::local_socket_name(
-        &shared.0.borrow().config.token,
-    ))
-    .map(|unix| connection::spawn_accept_loop(&shared, Listener::Local(unix)));
+    let local = unix.map(|unix| connection::spawn_accept_loop(&shared, Listener::Local(unix)));
 
     let spin = tokio::task::spawn_local(spin_while_busy(shared.0.borrow().activity.clone()));
     let result = main_loop(&shared, &exit_tx, &mut exits).await;
