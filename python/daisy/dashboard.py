@@ -118,6 +118,10 @@ POLL_MS = 1000
 #: the final state before the server stops, seconds
 LINGER_SECONDS = 2.5
 
+#: when the server stops, how long answers still being written get to go
+#: out before their connections are dropped, seconds
+CLOSE_GRACE_SECONDS = 1.0
+
 #: a viewer that polled this recently is watching: the run's end waits
 #: (at most `LINGER_SECONDS`) for it to fetch the final state
 WATCHING_SECONDS = 5.0
@@ -610,8 +614,18 @@ class _Server(socketserver.TCPServer):
                     _hang_up(conn)
 
     def drop_all(self) -> None:
+        # answers being written (the final state a page was just waited
+        # for: `Watchers` counts it served before it is sent) get a moment
+        # to go out; whatever is still open after it is dropped
         with self._lock:
             self._closing = True
+        end = time.monotonic() + CLOSE_GRACE_SECONDS
+        while time.monotonic() < end:
+            with self._lock:
+                if not self._open:
+                    break
+            time.sleep(0.01)
+        with self._lock:
             for conn in self._open:
                 _hang_up(conn)
         self._pool.shutdown(wait=False, cancel_futures=True)
