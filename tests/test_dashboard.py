@@ -140,9 +140,13 @@ class Run:
         self.thread = threading.Thread(target=self._go, kwargs=kwargs, daemon=True)
         self.thread.start()
 
+    def call(self, **kwargs: Any) -> Any:
+        """The run itself."""
+        return daisy.run_blockwise(progress=False, summary=False, **kwargs)
+
     def _go(self, **kwargs: Any) -> None:
         try:
-            self.result = daisy.run_blockwise(progress=False, summary=False, **kwargs)
+            self.result = self.call(**kwargs)
         except BaseException as e:  # handed to the test
             self.error = e
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 from conftest import line_task
+from test_dashboard import Run as DashboardRun
 
 import daisy
 
@@ -130,28 +131,15 @@ def get(url: str, token: str | None = None) -> tuple[int, bytes]:
         return e.code, e.read()
 
 
-class Run:
+class Run(DashboardRun):
     """``daisy.Server(host=...).run_blockwise`` on a thread."""
 
     def __init__(self, host: str | None = None, **kwargs: Any) -> None:
-        self.result: Any = None
-        self.error: BaseException | None = None
         self.server = daisy.Server(host=host)
-        self.thread = threading.Thread(target=self._go, kwargs=kwargs, daemon=True)
-        self.thread.start()
+        super().__init__(**kwargs)
 
-    def _go(self, **kwargs: Any) -> None:
-        try:
-            self.result = self.server.run_blockwise(progress=False, **kwargs)
-        except BaseException as e:  # handed to the test
-            self.error = e
-
-    def join(self) -> Any:
-        self.thread.join(DEADLINE)
-        assert not self.thread.is_alive(), "the run did not end"
-        if self.error is not None:
-            raise self.error
-        return self.result
+    def call(self, **kwargs: Any) -> Any:
+        return self.server.run_blockwise(progress=False, **kwargs)
 
 
 class Printed:
