@@ -349,3 +349,33 @@ def test_block_reading_no_upstream_output_is_handed_out_by_the_scheduler():
     assert len(handed) == len(set(handed)) == 22
     assert all(s.is_done() for s in scheduler.task_states.values())
     assert scheduler.is_done()
+
+
+def test_a_list_of_tasks_is_checked_once_not_once_per_task(monkeypatch):
+    """``run_blockwise([...])`` composes its list through ``Pipeline.of``:
+    folding ``|`` over the list re-checked the growing pipeline per task
+    (quadratic: 1,000 tasks took 4 s). The list is now checked once, with
+    every task and edge; ``benchmarks/test_planning_bench.py`` times it."""
+    import daisy.pipeline as pipeline_module
+
+    built: list[int] = []
+    real = pipeline_module.DependencyGraph
+
+    def counting(specs):
+        built.append(len(specs))
+        return real(specs)
+
+    tasks = []
+    for i in range(200):
+        tasks.append(line_task(f"t{i}", 1, upstream_tasks=[tasks[-1]] if tasks else None))
+    monkeypatch.setattr(pipeline_module, "DependencyGraph", counting)
+    p = daisy.Pipeline.of(tasks)
+    assert built == [200]
+    assert len(p.tasks) == 200
+    assert p.upstream_ids("t199") == ["t198"]
+    # nested lists and pipelines in the list are still taken
+    built.clear()
+    q = daisy.Pipeline.of([tasks[:3], daisy.Pipeline([tasks[5]]), tasks[7]])
+    assert {t.task_id for t in q.tasks} == {f"t{i}" for i in range(8)}
+    with pytest.raises(TypeError, match="tasks: expected"):
+        daisy.Pipeline.of([tasks[0], 3])

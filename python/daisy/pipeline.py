@@ -154,9 +154,19 @@ class Pipeline:
                 f"tasks: expected a daisy.Task, a list of tasks or a Pipeline, "
                 f"got {type(tasks).__name__}"
             )
+        # one pipeline grown in place and checked once: folding ``|`` would
+        # copy and re-check the growing pipeline per task (1,000 tasks took
+        # 4 s, quadratic)
         p = cls()
         for t in tasks:
-            p = p | cls.of(t)
+            if isinstance(t, Pipeline):
+                p._absorb(t)
+            elif isinstance(t, Composable):
+                p._add(t)
+                p._explicit.add(t.task_id)
+            else:
+                p._absorb(cls.of(t))  # a nested list, or the TypeError naming it
+        p._validate()
         return p
 
     def _add(self, first: Composable) -> None:
@@ -216,7 +226,10 @@ class Pipeline:
 
     def specs(self) -> list[TaskSpec]:
         """The core specs, with every edge of this pipeline."""
-        return [t._spec.with_upstream(self.upstream_ids(t.task_id)) for t in self._tasks.values()]
+        ups: dict[str, list[str]] = {}
+        for u, d in self._edges:
+            ups.setdefault(d, []).append(u)
+        return [t._spec.with_upstream(sorted(ups.get(tid, ()))) for tid, t in self._tasks.items()]
 
     def _sources(self) -> list[str]:
         downs = {d for _, d in self._edges}
@@ -226,18 +239,25 @@ class Pipeline:
         ups = {u for u, _ in self._edges}
         return [t for t in self._tasks if t not in ups]
 
-    def _merged(self, other: Pipeline, extra: Iterable[tuple[str, str]]) -> Pipeline:
-        p = Pipeline.__new__(Pipeline)
-        p._tasks = dict(self._tasks)
-        p._edges = set(self._edges) | set(other._edges) | set(extra)
-        p._explicit = set(self._explicit) | set(other._explicit)
+    def _absorb(self, other: Pipeline) -> None:
+        """Take ``other``'s tasks and edges into this pipeline, unchecked
+        (the caller checks the whole once)."""
         for tid, t in other._tasks.items():
-            if tid in p._tasks and p._tasks[tid] is not t:
+            if tid in self._tasks and self._tasks[tid] is not t:
                 raise ValueError(
                     f"task_id: two different tasks are both called {tid!r}; give every "
                     "task of a pipeline its own task_id"
                 )
-            p._tasks[tid] = t
+            self._tasks[tid] = t
+        self._edges |= other._edges
+        self._explicit |= other._explicit
+
+    def _merged(self, other: Pipeline, extra: Iterable[tuple[str, str]]) -> Pipeline:
+        p = Pipeline.__new__(Pipeline)
+        p._tasks = dict(self._tasks)
+        p._edges = set(self._edges) | set(extra)
+        p._explicit = set(self._explicit)
+        p._absorb(other)
         p._validate()
         return p
 
