@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 
 mod convert;
 mod errors;
+mod interpreter;
 mod py_block;
 mod py_block_stats;
 mod py_client;
@@ -114,6 +115,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_server::PyRunConfig>()?;
     m.add_class::<py_live::PyLiveDetail>()?;
     m.add_function(wrap_pyfunction!(py_server::run_distributed, m)?)?;
+    m.add_function(wrap_pyfunction!(interpreter::at_interpreter_exit, m)?)?;
     m.add_function(wrap_pyfunction!(cantor_number, m)?)?;
     m.add_function(wrap_pyfunction!(py_task_spec::validated_roi, m)?)?;
     m.add_function(wrap_pyfunction!(py_task_spec::pipeline_order, m)?)?;

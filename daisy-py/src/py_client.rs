@@ -3,6 +3,7 @@
 //! threads of a worker keep running while it waits for a block.
 
 use crate::errors::{IntoPyResult, to_pyerr};
+use crate::interpreter;
 use crate::py_block::PyBlock;
 use daisy_core::DaisyError;
 use daisy_core::client::Client;
@@ -76,7 +77,7 @@ impl PyClient {
     fn acquire_block(&mut self, py: Python<'_>) -> PyResult<Option<PyBlock>> {
         let task_id = self.task_id.clone();
         let client = self.client()?;
-        let block = py.detach(|| client.acquire_block()).py()?;
+        let block = interpreter::detach(py, || client.acquire_block())?.py()?;
         Ok(block.map(|b| PyBlock::from_core(&b, &task_id)))
     }
 
@@ -92,7 +93,7 @@ impl PyClient {
         let core = self.measured(block)?;
         let task_id = self.task_id.clone();
         let client = self.client()?;
-        let next = py.detach(|| client.release_and_acquire(core, error)).py()?;
+        let next = interpreter::detach(py, || client.release_and_acquire(core, error))?.py()?;
         Ok(next.map(|b| PyBlock::from_core(&b, &task_id)))
     }
 
@@ -100,7 +101,7 @@ impl PyClient {
     fn release_block(&mut self, py: Python<'_>, block: PyRefMut<'_, PyBlock>) -> PyResult<()> {
         let core = self.measured(block)?;
         let client = self.client()?;
-        py.detach(|| client.release_block(core)).py()
+        interpreter::detach(py, || client.release_block(core))?.py()
     }
 
     /// Report a block failed, with the error text (a traceback).
@@ -112,13 +113,14 @@ impl PyClient {
     ) -> PyResult<()> {
         let core = self.measured(block)?;
         let client = self.client()?;
-        py.detach(|| client.block_failed(core, error)).py()
+        interpreter::detach(py, || client.block_failed(core, error))?.py()
     }
 
     /// Close the connection.
     fn disconnect(&mut self, py: Python<'_>) {
         if let Some(c) = self.inner.take() {
-            py.detach(|| c.disconnect());
+            // at interpreter exit the connection closes as `c` drops
+            let _ = interpreter::detach(py, || c.disconnect());
         }
     }
 }

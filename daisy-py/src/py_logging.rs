@@ -62,7 +62,7 @@ impl Subscriber for PythonLogging {
         let mut visitor = MessageVisitor(String::new());
         event.record(&mut visitor);
         let level = python_level(event.metadata().level());
-        Python::attach(|py| {
+        let forwarded = crate::interpreter::attach(|py| {
             let logged = py
                 .import("logging")
                 .and_then(|logging| logging.call_method1("getLogger", ("daisy",)))
@@ -71,6 +71,10 @@ impl Subscriber for PythonLogging {
                 e.print(py);
             }
         });
+        if forwarded.is_none() {
+            // the interpreter is exiting: the line still reaches someone
+            eprintln!("daisy: {}", visitor.0);
+        }
     }
 
     fn enter(&self, _span: &Id) {}

@@ -9,6 +9,7 @@
 //! anything.
 
 use crate::errors::{IntoPyResult, StopCause, stopped_run};
+use crate::interpreter;
 use crate::py_block::PyBlock;
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
@@ -122,6 +123,15 @@ struct PySerialHooks<'a, 'py> {
 }
 
 impl PySerialHooks<'_, '_> {
+    /// Stop before the next block once the interpreter exits (a serial run
+    /// in a daemon thread; see [`interpreter`]).
+    fn still_running(&self) -> Result<(), DaisyError> {
+        if interpreter::exiting() {
+            return Err(self.stop.stop(interpreter::exiting_error()));
+        }
+        Ok(())
+    }
+
     fn py_block(&self, block: &Block) -> PyResult<Py<PyBlock>> {
         Py::new(
             self.py,
@@ -132,11 +142,13 @@ impl PySerialHooks<'_, '_> {
 
 impl SerialHooks for PySerialHooks<'_, '_> {
     fn already_done(&mut self, block: &Block) -> Result<bool, DaisyError> {
+        self.still_running()?;
         PyScheduler::call_check(self.py, self.checks, self.task_ids, block)
             .map_err(|e| self.stop.stop(e))
     }
 
     fn process(&mut self, block: &mut Block) -> Result<BlockStatus, DaisyError> {
+        self.still_running()?;
         let t = block.key.task as usize;
         self.started[t] = true;
         let called = (|| {
@@ -340,6 +352,7 @@ impl PyScheduler {
                 )));
             }
         }
+        let _busy = interpreter::Busy::enter()?;
         let mut hooks = PySerialHooks {
             py,
             task_ids: &self.task_ids,

@@ -8,6 +8,7 @@
 //! which stops the run) and update progress.
 
 use crate::errors::{IntoPyResult, StopCause, stopped_run, to_pyerr};
+use crate::interpreter;
 use crate::py_block::PyBlock;
 use crate::py_live::PyLiveDetail;
 use crate::py_scheduler::{TaskStoreOptions, build_scheduler};
@@ -208,18 +209,20 @@ impl RunHooks for PyHooks {
         let Some(check) = &self.checks[block.key.task as usize] else {
             return Ok(false);
         };
-        Python::attach(|py| {
+        interpreter::attach(|py| {
             let b = Py::new(
                 py,
                 PyBlock::from_core(block, &self.task_ids[block.key.task as usize]),
             )?;
             check.call1(py, (b,))?.bind(py).is_truthy()
         })
+        .ok_or_else(|| self.stop.stop(interpreter::exiting_error()))?
         .map_err(|e| {
             // an Exception is the check failing: logged, the block runs; a
             // BaseException that is not one (KeyboardInterrupt, SystemExit)
             // stops the run and reaches the caller
-            let failed = Python::attach(|py| e.is_instance_of::<PyException>(py));
+            let failed =
+                interpreter::attach(|py| e.is_instance_of::<PyException>(py)).unwrap_or(false);
             if failed {
                 DaisyError::invalid("check_function", e.to_string())
             } else {
@@ -229,7 +232,7 @@ impl RunHooks for PyHooks {
     }
 
     fn tick(&mut self, snap: &RunSnapshot) -> Result<(), DaisyError> {
-        Python::attach(|py| {
+        interpreter::attach(|py| {
             py.check_signals()?;
             let states = states_list(py, &self.caller_order, snap)?;
             let round_trips: Vec<(String, f64)> = snap
@@ -254,15 +257,17 @@ impl RunHooks for PyHooks {
                 )
                 .map(|_| ())
         })
+        .unwrap_or_else(|| Err(interpreter::exiting_error()))
         .map_err(|e| self.stop.stop(e))
     }
 
     fn on_listening(&mut self, addr: SocketAddr) -> Result<(), DaisyError> {
-        Python::attach(|py| {
+        interpreter::attach(|py| {
             self.on_listening
                 .call1(py, (addr.ip().to_string(), addr.port(), self.token.clone()))
                 .map(|_| ())
         })
+        .unwrap_or_else(|| Err(interpreter::exiting_error()))
         .map_err(|e| self.stop.stop(e))
     }
 }
@@ -342,7 +347,7 @@ pub fn run_distributed(
         token,
         stop: stop.clone(),
     };
-    let outcome = py.detach(|| run_server(scheduler, config, hooks)).py()?;
+    let outcome = interpreter::detach(py, || run_server(scheduler, config, hooks))?.py()?;
     if let Some(stopped) = outcome.stopped.clone() {
         return Err(stopped_run(py, stop, stopped, &outcome));
     }

@@ -9,12 +9,19 @@ done by a Rust core (``daisy._daisy``); this package is its Python face.
 
 from __future__ import annotations
 
+import atexit
 from typing import TYPE_CHECKING
 
 from funlib.geometry import Coordinate, Roi
 
 from daisy import _v1_names
 from daisy._daisy import BlockStats, LayoutMismatch, __version__, profile_block
+from daisy._daisy import at_interpreter_exit as _at_interpreter_exit
+
+# A run in a daemon thread must stop before the interpreter finalises, or
+# its next entry into Python aborts the process: see the bindings'
+# ``interpreter.rs``.
+atexit.register(_at_interpreter_exit)
 
 # Every other public name is imported on first use (PEP 562): a worker or
 # a launcher that needs only the client does not pay for the driver's

@@ -1,0 +1,122 @@
+//! The interpreter's exit, as the bindings see it: the one place that
+//! knows whether Python may still be entered from a thread the core runs.
+//!
+//! A run in a daemon thread is still going when the main thread returns:
+//! CPython then runs its `atexit` callbacks and finalises, and a thread
+//! that asks for the GIL after that is ended with `pthread_exit`, an
+//! unwind that no Rust frame may see (the process aborted with "FATAL:
+//! exception not rethrown", or PyO3 panicked attaching to an interpreter
+//! that was gone). So `daisy` registers [`at_interpreter_exit`] with
+//! `atexit`: it marks the interpreter as exiting, which makes every hook of
+//! a run stop it instead of entering Python ([`attach`]), and waits, with
+//! the GIL released, until every run and client call that holds Rust frames
+//! on a Python thread ([`Busy`]) has returned to Python.
+//!
+//! [`EXIT_WAIT`] bounds that wait: a stopping run kills its workers and
+//! writes its report in well under a second here, so a minute is only
+//! reached by a block function that does not return, and interpreter exit
+//! must not hang on one forever.
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Set once the interpreter has begun to exit.
+static EXITING: AtomicBool = AtomicBool::new(false);
+/// Runs and client calls that have Rust frames on a Python thread.
+static BUSY: AtomicUsize = AtomicUsize::new(0);
+
+/// The longest the exit waits for runs to stop (see the module doc).
+pub const EXIT_WAIT: Duration = Duration::from_secs(60);
+/// How often the exit looks whether they have.
+const EXIT_POLL: Duration = Duration::from_millis(5);
+
+/// The message of a run stopped because the interpreter exits.
+pub const EXITING_MESSAGE: &str = "the Python interpreter is exiting (the run was in a daemon \
+    thread when the main thread ended): the run stopped; its done blocks are recorded, and a \
+    rerun resumes it. Join the thread before the program ends to let it finish";
+
+/// Whether the interpreter has begun to exit.
+pub fn exiting() -> bool {
+    EXITING.load(Ordering::SeqCst)
+}
+
+/// The error a hook stops its run with when it cannot enter Python.
+pub fn exiting_error() -> PyErr {
+    PyRuntimeError::new_err(EXITING_MESSAGE)
+}
+
+/// Run `f` attached to the interpreter, or `None` when the interpreter is
+/// exiting or cannot be attached to: what every hook a core thread calls
+/// goes through.
+pub fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> Option<R> {
+    if exiting() {
+        return None;
+    }
+    Python::try_attach(f)
+}
+
+/// A run or a client call with Rust frames on a Python thread, counted
+/// while it lives so the exit can wait for it. Taken with the GIL held
+/// (before the call releases it) and dropped after the GIL is back.
+pub struct Busy(());
+
+impl Busy {
+    /// Count one more; refused once the interpreter is exiting (a run
+    /// started by an `atexit` callback of its own would never be waited
+    /// for).
+    pub fn enter() -> PyResult<Busy> {
+        BUSY.fetch_add(1, Ordering::SeqCst);
+        let busy = Busy(());
+        if exiting() {
+            return Err(exiting_error());
+        }
+        Ok(busy)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        BUSY.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// `py.detach(f)`, counted as [`Busy`] while it runs: for a call that
+/// releases the GIL and must get it back before the interpreter is gone.
+pub fn detach<T: pyo3::marker::Ungil>(
+    py: Python<'_>,
+    f: impl FnOnce() -> T + pyo3::marker::Ungil,
+) -> PyResult<T> {
+    let busy = Busy::enter()?;
+    let out = py.detach(f);
+    drop(busy);
+    Ok(out)
+}
+
+/// `atexit` callback: mark the interpreter as exiting and wait, with the
+/// GIL released, until no run or client call is left in Rust (or
+/// [`EXIT_WAIT`] has passed). Returns how many were still busy (0 when all
+/// ended).
+#[pyfunction]
+pub fn at_interpreter_exit(py: Python<'_>) -> usize {
+    EXITING.store(true, Ordering::SeqCst);
+    let busy = py.detach(|| {
+        let deadline = Instant::now() + EXIT_WAIT;
+        loop {
+            let busy = BUSY.load(Ordering::SeqCst);
+            if busy == 0 || Instant::now() >= deadline {
+                return busy;
+            }
+            std::thread::sleep(EXIT_POLL);
+        }
+    });
+    if busy > 0 {
+        eprintln!(
+            "daisy: the interpreter is exiting while {busy} run(s) or client call(s) in other \
+             threads have not stopped after {} s; the process may abort",
+            EXIT_WAIT.as_secs()
+        );
+    }
+    busy
+}
