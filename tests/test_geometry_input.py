@@ -762,3 +762,11 @@ def test_large_context_does_not_exhaust_memory(total, read, write, expected_bloc
     # every block conflicts with every other one: a single chain
     assert n_roots == min(1, expected_blocks)
     assert lines[1] == "True"
+
+
+def test_an_unknown_fit_is_refused_by_the_core_naming_the_choices():
+    roi = daisy.Roi((0,), (10,))
+    with pytest.raises(ValueError, match=r'fit: unknown fit "bogus"; use "valid", "overhang"'):
+        daisy.Task("f", roi, roi, roi, process_function=lambda b: None, fit="bogus")
+    with pytest.raises(TypeError, match="fit: expected the name of a fit, got int"):
+        daisy.Task("f", roi, roi, roi, process_function=lambda b: None, fit=3)

@@ -246,3 +246,26 @@ def test_shrink_matches_1_2_2(config: str) -> None:
         got = g.shrink(block)
         assert [_roi_1x(got.read_roi), _roi_1x(got.write_roi)] == [want["read"], want["write"]]
     assert callable(g.fit_block) and callable(g.inclusion_criteria)
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_inclusion_criteria_is_the_rule_the_graph_enumerates_by(config: str) -> None:
+    """``inclusion_criteria`` is the core's fit rule (Python no longer
+    restates it): every block the graph enumerates is included, and the
+    block one write step past the last one on an axis is not."""
+    g = graph(config)
+    include = g.inclusion_criteria
+    blocks = [b for level in range(g.num_levels) for b in g.level_blocks(level)]
+    assert blocks and all(include(b) for b in blocks)
+    write = blocks[0].write_roi.shape
+    for axis in range(2):
+        last = max(blocks, key=lambda b: b.write_roi.offset[axis])
+        step = [0, 0]
+        step[axis] = write[axis]
+        beyond = daisy.Block(
+            Roi((-10, -10), (300, 300)),
+            last.read_roi.shift(daisy.Coordinate(step)),
+            last.write_roi.shift(daisy.Coordinate(step)),
+            task_id="t",
+        )
+        assert not include(beyond), (config, axis, beyond)

@@ -213,3 +213,55 @@ def test_a_task_cut_short_ends_with_stopped_not_finished():
     last = {line.split()[1]: line for line in out.getvalue().splitlines()}
     assert re.search(r"104/200 done, .* stopped after \S+$", last["cut"]), last
     assert re.search(r"10/10 done, .* finished in \S+$", last["whole"]), last
+
+
+def test_the_line_shows_the_cores_pace_not_its_own():
+    """Rate and ETA are the core's live pace (blocks per second over the
+    last 30 s, what is left at that pace: the dashboard's figures), handed
+    to the observer by the run; the line only formats them."""
+    import io
+
+    from daisy.progress import LineProgress
+
+    out = io.StringIO()
+    progress = LineProgress(interval=0, file=out)
+    progress.update("seg", _state(0, 5000), 2)
+    progress.pace("seg", 41.0, 92.0)
+    progress.update("seg", _state(1234, 5000), 2)
+    progress.pace("seg", 0.0, None)
+    progress.update("seg", _state(1240, 5000), 2)
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("0.0 blk/s, eta ?"), lines
+    assert lines[1] == "daisy: seg 1234/5000 done, 0 failed, 2 workers, 41.0 blk/s, eta 1m32s"
+    assert lines[2].endswith("0.0 blk/s, eta ?"), lines
+
+
+def test_a_run_hands_its_observers_the_cores_pace(log_dir):
+    import daisy
+
+    class Paced(_Recorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.paces: list[tuple[str, float, float | None]] = []
+
+        def pace(self, task_id, blocks_per_second, eta_seconds) -> None:
+            self.paces.append((task_id, blocks_per_second, eta_seconds))
+
+    task = daisy.Task(
+        "paced",
+        daisy.Roi((0,), (200,)),
+        daisy.Roi((0,), (10,)),
+        daisy.Roi((0,), (10,)),
+        process_function=_slowish,
+        max_workers=1,
+    )
+    observer = Paced()
+    assert daisy.run_blockwise([task], progress=[observer], summary=False)
+    assert observer.paces and {t for t, _, _ in observer.paces} == {"paced"}
+    assert any(bps > 0 for _, bps, _ in observer.paces), observer.paces
+
+
+def _slowish(block):
+    import time
+
+    time.sleep(0.02)

@@ -21,7 +21,7 @@ from conftest import line_task, run_tasks
 import daisy
 from daisy._daisy import read_tracking_array
 from daisy.run_history import stat_array
-from daisy.run_report import ADDED_LATER, TaskReport
+from daisy.run_report import ADDED_LATER, TaskReport, report_schema
 
 
 def key_paths(value: Any, prefix: str = "") -> set[str]:
@@ -173,3 +173,58 @@ def test_block_records_come_in_grid_order(tracking: Path) -> None:
     }
     row_major = [by_offset[o] for o in sorted(by_offset)]
     assert ids == row_major and ids != sorted(ids), ids
+
+
+def _resolve(spec: dict[str, Any]) -> dict[str, Any]:
+    ref = spec.get("$ref")
+    return report_schema()["$defs"][ref.rsplit("/", 1)[-1]] if ref else spec
+
+
+def maximal(spec: dict[str, Any]) -> Any:
+    """A value of ``spec`` with every key the schema knows, at every depth
+    (one item per list, one entry per map; the first choice of a union
+    that is not null)."""
+    spec = _resolve(spec)
+    for key in ("anyOf", "oneOf"):
+        if key in spec:
+            alts = [a for a in spec[key] if _resolve(a).get("type") != "null"]
+            return maximal(alts[0])
+    if "const" in spec:
+        return spec["const"]
+    kinds = spec["type"] if isinstance(spec["type"], list) else [spec["type"]]
+    kind = next(k for k in kinds if k != "null")
+    if kind == "object":
+        if "properties" in spec:
+            return {k: maximal(v) for k, v in spec["properties"].items()}
+        return {"clean": maximal(spec["additionalProperties"])}
+    if kind == "array":
+        return [maximal(spec["items"])]
+    return {"integer": 3, "number": 1.5, "string": "text", "boolean": True}[kind]
+
+
+def test_python_knows_every_key_of_the_published_schema_and_no_other() -> None:
+    """The report's schema is the core's (``report_schema.json``, generated
+    from its types; a Rust test fails when the file is stale). Python's
+    report classes read and write exactly its keys: a key added on one
+    side only fails here, before any run writes it."""
+    line = maximal(report_schema())
+    assert "gpu_util" in line["blocks"] and "start" in line["workers"]["by_id"][0]
+    parsed = TaskReport.from_dict(line, strict=True)
+    assert key_paths(parsed.to_dict()) == key_paths(line)
+    assert parsed.to_dict() == line
+    # the validator readers use is the schema: the maximal line fits, and a
+    # key of the wrong type is named
+    from daisy.run_report import _not_a_report
+
+    assert _not_a_report(line) is None
+    line["workers"]["by_id"][0]["blocks_ok"] = "many"
+    assert "workers.by_id[0].blocks_ok" in (_not_a_report(line) or "")
+
+
+def test_keys_a_line_may_lack_are_the_ones_the_schema_does_not_require() -> None:
+    schema = report_schema()
+    optional = set()
+    for spec in [schema, *schema["$defs"].values()]:
+        optional |= set(spec.get("properties", {})) - set(spec.get("required", ()))
+    assert set(ADDED_LATER) == optional
+    assert ADDED_LATER["start"] == "cold" and ADDED_LATER["utilisation"] is None

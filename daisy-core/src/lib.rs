@@ -22,6 +22,7 @@ pub mod pipeline;
 pub mod private_files;
 pub mod process_group;
 pub mod protocol;
+pub mod run_plan;
 pub mod run_report;
 pub mod run_stats;
 pub mod scheduler;

@@ -1,6 +1,9 @@
-//! Running aggregates: [`Welford`] (count, mean, sample standard
-//! deviation, min, max, total in O(1) memory) and [`Trend`] (the
-//! least-squares slope of a series in arrival order).
+//! The statistics daisy reports, in one place: running aggregates
+//! ([`Welford`]: count, mean, sample standard deviation, min, max, total in
+//! O(1) memory; [`Trend`]: the least-squares slope of a series in arrival
+//! order), [`percentiles`] of recorded samples (`daisy report`'s p50/p95)
+//! and the median baseline `daisy compare` flags regressions against
+//! ([`compare_to_baseline`]). Python formats these; it computes none.
 //!
 //! The run report is a fold over these, fed as blocks complete, so a run of
 //! 10^9 blocks needs the same few bytes per metric as a run of ten, and a
@@ -20,7 +23,7 @@ pub struct Welford {
 }
 
 /// A finished distribution, as the report writes it (`sum` is the total).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StatSummary {
     /// Number of samples.
     pub n: u64,
@@ -131,9 +134,105 @@ impl Trend {
     }
 }
 
+/// The `qs`-th percentiles (each in 0..=100) of `samples`, non-finite
+/// samples left out, by linear interpolation between the two nearest
+/// ranks: numpy's default (`np.percentile(x, q)`), which users compare
+/// against. None when no sample is finite.
+pub fn percentiles(samples: impl IntoIterator<Item = f64>, qs: &[f64]) -> Option<Vec<f64>> {
+    let mut sorted: Vec<f64> = samples.into_iter().filter(|x| x.is_finite()).collect();
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let last = (sorted.len() - 1) as f64;
+    Some(
+        qs.iter()
+            .map(|q| {
+                let rank = (q.clamp(0.0, 100.0) / 100.0) * last;
+                let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
+                sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
+            })
+            .collect(),
+    )
+}
+
+/// One figure of a run set against the median of earlier runs (`daisy
+/// compare`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Comparison {
+    /// The median of the earlier runs' figures.
+    pub median: f64,
+    /// The figure over that median; None where the median is 0.
+    pub ratio: Option<f64>,
+    /// Whether the figure is a regression (see [`compare_to_baseline`]).
+    pub flagged: bool,
+}
+
+/// `now` against the median of `before`: flagged when it grew by more than
+/// `factor` over it. A count that should be zero (`zero_is_normal`, failed
+/// attempts) is flagged also when it appears where the median had none;
+/// any other figure needs a median above 0 to be judged. None without a
+/// baseline (no finite earlier figure) or for a non-finite `now`.
+pub fn compare_to_baseline(
+    now: f64,
+    before: &[f64],
+    factor: f64,
+    zero_is_normal: bool,
+) -> Option<Comparison> {
+    if !now.is_finite() {
+        return None;
+    }
+    let median = percentiles(before.iter().copied(), &[50.0])?[0];
+    let grew = now > factor * median;
+    let flagged = if zero_is_normal {
+        now > 0.0 && (median == 0.0 || grew)
+    } else {
+        median > 0.0 && grew
+    };
+    Some(Comparison {
+        median,
+        ratio: (median != 0.0).then(|| now / median),
+        flagged,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percentiles_interpolate_between_ranks_as_numpy_does() {
+        // np.percentile([4, 1, 3, 2, nan], [0, 50, 95, 100]) without the nan
+        let p = percentiles([4.0, 1.0, 3.0, 2.0, f64::NAN], &[0.0, 50.0, 95.0, 100.0]).unwrap();
+        assert_eq!(p[0], 1.0);
+        assert_eq!(p[1], 2.5);
+        assert!((p[2] - 3.85).abs() < 1e-12);
+        assert_eq!(p[3], 4.0);
+        assert_eq!(percentiles([7.0], &[95.0]), Some(vec![7.0]));
+        assert_eq!(percentiles([f64::NAN], &[50.0]), None);
+    }
+
+    #[test]
+    fn a_figure_is_flagged_when_it_grows_past_the_factor() {
+        let c = compare_to_baseline(30.0, &[10.0, 12.0, 11.0], 1.5, false).unwrap();
+        assert_eq!(c.median, 11.0);
+        assert!(c.flagged && (c.ratio.unwrap() - 30.0 / 11.0).abs() < 1e-12);
+        assert!(
+            !compare_to_baseline(15.0, &[10.0, 12.0], 1.5, false)
+                .unwrap()
+                .flagged
+        );
+        // a figure whose baseline is 0 is not judged, a failure count is
+        assert!(
+            !compare_to_baseline(5.0, &[0.0, 0.0], 1.5, false)
+                .unwrap()
+                .flagged
+        );
+        let failures = compare_to_baseline(5.0, &[0.0, 0.0], 1.5, true).unwrap();
+        assert!(failures.flagged && failures.ratio.is_none());
+        assert!(!compare_to_baseline(0.0, &[0.0], 1.5, true).unwrap().flagged);
+        assert_eq!(compare_to_baseline(1.0, &[], 1.5, false), None);
+    }
 
     #[test]
     fn welford_matches_the_two_pass_formulas() {

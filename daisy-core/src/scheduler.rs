@@ -82,6 +82,8 @@ pub struct Scheduler {
     orphaned: HashSet<BlockKey>,
     scratch: Vec<BlockKey>,
     scratch2: Vec<BlockKey>,
+    /// Where untracked tasks' histories go (see [`Self::history_file`]).
+    history_base: Option<std::path::PathBuf>,
 }
 
 impl Scheduler {
@@ -117,6 +119,7 @@ impl Scheduler {
             orphaned: HashSet::new(),
             scratch: Vec::new(),
             scratch2: Vec::new(),
+            history_base: None,
         }
     }
 
@@ -124,6 +127,22 @@ impl Scheduler {
     /// dispatch, completions are marked, failed attempts counted.
     pub fn set_tracking(&mut self, task: TaskIndex, tracking: TrackingStore) {
         self.tasks[task as usize].tracking = Some(tracking);
+    }
+
+    /// Where untracked tasks keep their run history (see
+    /// [`crate::tracking_store::history_file`]); None: nowhere.
+    pub fn set_history_base(&mut self, base: Option<std::path::PathBuf>) {
+        self.history_base = base;
+    }
+
+    /// The `runs.jsonl` a task's report goes to at the end of a run, if
+    /// any.
+    pub fn history_file(&self, task: TaskIndex) -> Option<std::path::PathBuf> {
+        crate::tracking_store::history_file(
+            &self.pipeline().spec(task).task_id,
+            self.tracking(task).map(TrackingStore::path),
+            self.history_base.as_deref(),
+        )
     }
 
     /// The tracking store of a task, if it has one.

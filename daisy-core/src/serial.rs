@@ -67,7 +67,7 @@ pub fn run_serial(
         vec![0; n],
     );
     outcome.stopped = stopped;
-    outcome.append_to_stores(scheduler);
+    outcome.append_history(scheduler);
     outcome
 }
 

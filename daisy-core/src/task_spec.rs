@@ -238,6 +238,52 @@ impl TaskSpec {
             &zero.sub(&self.context_upper()),
         )
     }
+
+    /// Whether a block reading `read_roi` and writing `write_roi` (as laid
+    /// out, before any cut) belongs to this task under its fit: the rule
+    /// the block grid's counts follow. `valid`: its read ROI lies inside
+    /// the total ROI; `overhang`: its write ROI starts inside the total
+    /// write ROI; `shrink`: some of its write ROI is inside it.
+    pub fn includes(&self, read_roi: &Roi, write_roi: &Roi) -> bool {
+        let total_write = self.total_write_roi();
+        match self.fit {
+            Fit::Valid => self.total_roi.contains_roi(read_roi),
+            Fit::Overhang => total_write.contains_point(&write_roi.begin()),
+            Fit::Shrink => write_roi.intersects(&total_write),
+        }
+    }
+
+    /// A block cut to the task, as `shrink` cuts it: its write ROI the part
+    /// inside the total write ROI, its read ROI the part inside the total
+    /// ROI; None when it writes nothing inside.
+    pub fn cut_to_task(&self, read_roi: &Roi, write_roi: &Roi) -> Option<(Roi, Roi)> {
+        let write = write_roi.intersect(&self.total_write_roi());
+        if write.is_empty() {
+            return None;
+        }
+        Some((read_roi.intersect(&self.total_roi), write))
+    }
+
+    /// Why this task has no blocks, in words, with the fix (its warning).
+    pub fn why_no_blocks(&self) -> String {
+        let (total, read) = (self.total_roi.shape(), self.read_roi.shape());
+        let too_small = (0..total.dims()).any(|d| read[d] > total[d]);
+        if self.fit == Fit::Valid && too_small {
+            return format!(
+                "its read_roi {read} is larger than its total_roi {total} on some axis and \
+                 fit='valid' keeps only blocks that fit whole; use a larger total_roi or \
+                 fit='shrink'"
+            );
+        }
+        // ROIs as Python shows them (funlib's `[begin:end] (shape)`)
+        let shown = |r: &Roi| format!("{} {}", r.slices(), r.shape());
+        format!(
+            "no block of write_roi {} with its context fits in total_roi {} with fit={:?}",
+            shown(&self.write_roi),
+            shown(&self.total_roi),
+            self.fit.to_string()
+        )
+    }
 }
 
 #[cfg(test)]
@@ -246,6 +292,66 @@ mod tests {
 
     fn roi(o: &[i64], s: &[i64]) -> Roi {
         Roi::from_slices(o, s).unwrap()
+    }
+
+    #[test]
+    fn includes_is_the_rule_the_grid_counts_by() {
+        use crate::block_grid::BlockGrid;
+        let total = roi(&[0, 0], &[23, 17]);
+        let read = roi(&[-2, -1], &[9, 7]);
+        let write = roi(&[0, 0], &[5, 5]);
+        for fit in [Fit::Valid, Fit::Overhang, Fit::Shrink] {
+            let spec = TaskSpec::new("t", total, read, write, fit, true, 0, vec![]).unwrap();
+            let grid = BlockGrid::new(0, &spec);
+            let context = spec.context_lower();
+            let upper = spec.context_upper();
+            let shape = grid.grid_shape();
+            let mut inside = 0;
+            for index in 0..grid.num_blocks() {
+                let b = grid.block(index);
+                let w = b.requested_write_roi;
+                let r = w.grow(&context, &upper);
+                assert!(
+                    spec.includes(&r, &w),
+                    "{fit:?}: grid block {w} not included"
+                );
+                inside += 1;
+                // one step past the grid's last block on an axis is not a block
+                for d in 0..2 {
+                    if b.position[d] + 1 == shape[d] {
+                        let mut step = crate::geometry::Coord::splat(0, 2);
+                        step[d] = write.shape()[d];
+                        let (w2, r2) = (w.shift(&step), r.shift(&step));
+                        assert!(!spec.includes(&r2, &w2), "{fit:?}: {w2} past the grid");
+                    }
+                }
+            }
+            assert_eq!(inside, grid.num_blocks());
+            // a cut keeps what is inside; nothing inside is None
+            let far = roi(&[100, 100], &[5, 5]);
+            assert_eq!(spec.cut_to_task(&far, &far), None);
+            // the total write ROI is [2:21, 1:16]
+            let cut = spec.cut_to_task(&roi(&[18, 14], &[9, 7]), &roi(&[20, 15], &[5, 5]));
+            let (r, w) = cut.unwrap();
+            assert_eq!(w, roi(&[20, 15], &[1, 1]));
+            assert_eq!(r, roi(&[18, 14], &[5, 3]));
+        }
+        let small = TaskSpec::new(
+            "s",
+            roi(&[0], &[4]),
+            roi(&[0], &[8]),
+            roi(&[2], &[2]),
+            Fit::Valid,
+            true,
+            0,
+            vec![],
+        )
+        .unwrap();
+        assert!(
+            small
+                .why_no_blocks()
+                .contains("read_roi (8,) is larger than its total_roi (4,)")
+        );
     }
 
     fn spec(total: Roi, read: Roi, write: Roi, fit: Fit) -> Result<TaskSpec, DaisyError> {

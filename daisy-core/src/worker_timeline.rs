@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// How a worker ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkerExit {
     /// It was told there was no more work and exited.
@@ -39,7 +39,9 @@ pub enum WorkerExit {
 }
 
 /// How a worker process was started.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum StartKind {
     /// A fresh process: an interpreter that imports what the function
@@ -72,7 +74,7 @@ pub struct WorkerTimeline {
 }
 
 /// One worker's figures, as the report writes them (seconds).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkerRecord {
     /// Server-assigned id.
     pub worker_id: u32,
@@ -238,7 +240,7 @@ impl WorkerTimeline {
 }
 
 /// The workers of one task, as the report writes them.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WorkerSummary {
     /// Where the workers ran ("local", "slurm", "dask", ...): for a batch
     /// system, startup includes the queue wait.

@@ -5,7 +5,6 @@
 //! is passed through unchanged.
 
 use daisy_core::DaisyError;
-use daisy_core::run_report::RunOutcome;
 use pyo3::exceptions::{
     PyConnectionError, PyConnectionRefusedError, PyKeyError, PyOSError, PyPermissionError,
     PyRuntimeError, PyValueError,
@@ -80,36 +79,5 @@ impl StopCause {
             (DaisyError::Stopped, Some(e)) => e,
             (other, _) => to_pyerr(other),
         }
-    }
-}
-
-/// The exception a run that stopped early raises: the hook's own exception
-/// (or the core error mapped), carrying the run's partial report as JSON in
-/// `daisy_run_report_json` (the Python layer makes it a `RunReport`).
-pub fn stopped_run(
-    py: Python<'_>,
-    cause: StopCause,
-    stopped: DaisyError,
-    outcome: &RunOutcome,
-) -> PyErr {
-    let e = cause.into_pyerr(stopped);
-    let states = || -> PyResult<Bound<'_, pyo3::types::PyDict>> {
-        let states = pyo3::types::PyDict::new(py);
-        for (report, s) in outcome.reports.iter().zip(&outcome.states) {
-            states.set_item(
-                &report.task_id,
-                crate::py_task_state::PyTaskState::from_core(s, true),
-            )?;
-        }
-        Ok(states)
-    };
-    let attached = outcome
-        .report_json()
-        .map_err(to_pyerr)
-        .and_then(|json| e.value(py).setattr("daisy_run_report_json", json))
-        .and_then(|()| e.value(py).setattr("daisy_run_states", states()?));
-    match attached {
-        Ok(()) => e,
-        Err(failed) => failed,
     }
 }

@@ -17,8 +17,10 @@ mod py_dependency_graph;
 mod py_live;
 mod py_logging;
 mod py_profile;
+mod py_run_result;
 mod py_scheduler;
 mod py_server;
+mod py_stats;
 mod py_task_spec;
 mod py_task_state;
 mod py_tracking;
@@ -114,6 +116,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_server::PyTaskConfig>()?;
     m.add_class::<py_server::PyRunConfig>()?;
     m.add_class::<py_live::PyLiveDetail>()?;
+    m.add_class::<py_run_result::PyRunResult>()?;
     m.add_function(wrap_pyfunction!(py_server::run_distributed, m)?)?;
     m.add_function(wrap_pyfunction!(interpreter::at_interpreter_exit, m)?)?;
     m.add_function(wrap_pyfunction!(cantor_number, m)?)?;
@@ -127,7 +130,9 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(validated_task_id, m)?)?;
     m.add_function(wrap_pyfunction!(group_dies_with_parent, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::read_tracking_array, m)?)?;
-    m.add_function(wrap_pyfunction!(py_tracking::append_runs_line, m)?)?;
+    m.add_function(wrap_pyfunction!(py_tracking::history_file, m)?)?;
+    m.add_function(wrap_pyfunction!(py_stats::store_wall_percentiles, m)?)?;
+    m.add_function(wrap_pyfunction!(py_stats::compare_to_baseline, m)?)?;
     m.add(
         "LayoutMismatch",
         m.py().get_type::<errors::LayoutMismatch>(),

@@ -8,15 +8,16 @@
 //! outcome is the core's. Nothing here decides which block runs or counts
 //! anything.
 
-use crate::errors::{IntoPyResult, StopCause, stopped_run};
+use crate::errors::{IntoPyResult, StopCause};
 use crate::interpreter;
 use crate::py_block::PyBlock;
+use crate::py_run_result::PyRunResult;
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
 use daisy_core::dependency_graph::DependencyGraph;
-use daisy_core::run_report::RunOutcome;
+use daisy_core::run_plan::{RunPlan, TaskPlan};
 use daisy_core::serial::{Measure, SerialHooks};
-use daisy_core::tracking_store::TrackingStore;
+use daisy_core::server::LogMode;
 use daisy_core::{Block, BlockKey, BlockStatus, DaisyError, Pipeline, Scheduler, TaskIndex};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -26,16 +27,27 @@ pub(crate) fn pipeline_from(specs: &[PyRef<'_, PyTaskSpec>]) -> PyResult<Pipelin
     Pipeline::new(specs.iter().map(|s| s.spec.clone()).collect()).py()
 }
 
-/// What one task keeps and skips: its tracking store, its skip mask, and
-/// whether its blocks are measured (resource tracking).
+/// What one task keeps, skips and measures, as Python gives it: the
+/// [`TaskPlan`] but for its spec.
 #[derive(Clone, Debug, Default)]
 pub struct TaskStoreOptions {
     /// The task's tracking store directory (None: untracked).
     pub tracking_path: Option<std::path::PathBuf>,
     /// One byte per block, C order; non-zero skips the block.
     pub skip_mask: Option<Vec<u8>>,
-    /// Blocks are measured and their figures recorded in the store.
-    pub resource_tracking: bool,
+    /// How its blocks are measured.
+    pub measure: Measure,
+}
+
+impl TaskStoreOptions {
+    /// The measure of `resource_tracking` / `gpu_tracking`.
+    pub fn measure_of(resource_tracking: bool, gpu_tracking: bool) -> Measure {
+        match (resource_tracking, gpu_tracking) {
+            (false, _) => Measure::Off,
+            (true, false) => Measure::Host,
+            (true, true) => Measure::WithGpu,
+        }
+    }
 }
 
 /// The value of `tid` in an optional dict, None for a missing key or None.
@@ -46,28 +58,28 @@ fn entry<'py>(d: Option<&Bound<'py, PyDict>>, tid: &str) -> PyResult<Option<Boun
         .filter(|v| !v.is_none()))
 }
 
-/// A core scheduler for `specs`, with each task's tracking store opened
-/// and skip mask set from `stores` (one per spec, in the same order). A
-/// store of another layout raises `daisy.LayoutMismatch`.
-pub fn build_scheduler(
+/// The core run plan of `specs`, with `stores` (one per spec, in the same
+/// order) and the run's log directory and mode (where untracked tasks'
+/// histories go); the core's plan builds the scheduler.
+pub fn run_plan(
     specs: &[PyRef<'_, PyTaskSpec>],
     stores: &[TaskStoreOptions],
-) -> PyResult<Scheduler> {
-    let mut scheduler = Scheduler::new(pipeline_from(specs)?);
-    for (spec, store) in specs.iter().zip(stores) {
-        let spec = &spec.spec;
-        let t = scheduler.pipeline().index_of(&spec.task_id).py()?;
-        if let Some(path) = &store.tracking_path {
-            scheduler.set_tracking(
-                t,
-                TrackingStore::open(path, spec, store.resource_tracking).py()?,
-            );
-        }
-        if let Some(mask) = &store.skip_mask {
-            scheduler.set_skip_mask(t, mask.clone()).py()?;
-        }
+    log_dir: Option<&std::path::Path>,
+    log_mode: LogMode,
+) -> RunPlan {
+    RunPlan {
+        tasks: specs
+            .iter()
+            .zip(stores)
+            .map(|(spec, store)| TaskPlan {
+                spec: spec.spec.clone(),
+                tracking_path: store.tracking_path.clone(),
+                skip_mask: store.skip_mask.clone(),
+                measure: store.measure,
+            })
+            .collect(),
+        history_base: RunPlan::history_base_for(log_dir, log_mode),
     }
-    Ok(scheduler)
 }
 
 /// The core key of a Python block, from its scheduler key when it has one,
@@ -183,8 +195,6 @@ pub struct PyScheduler {
     started: Vec<bool>,
     /// Per task: how its blocks are measured.
     measure: Vec<Measure>,
-    /// The outcome of the last serial run.
-    last_outcome: Option<RunOutcome>,
 }
 
 impl PyScheduler {
@@ -216,7 +226,8 @@ impl PyScheduler {
     /// `resource_tracking` and `gpu_tracking` name the tasks that measure
     /// their blocks, and those that add GPU figures.
     #[new]
-    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None, resource_tracking=Vec::new(), gpu_tracking=Vec::new()))]
+    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None, resource_tracking=Vec::new(), gpu_tracking=Vec::new(), log_dir=None, log_mode="file"))]
+    #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         specs: Vec<PyRef<'_, PyTaskSpec>>,
         check_functions: Option<&Bound<'_, PyDict>>,
@@ -224,6 +235,8 @@ impl PyScheduler {
         skip_masks: Option<&Bound<'_, PyDict>>,
         resource_tracking: Vec<String>,
         gpu_tracking: Vec<String>,
+        log_dir: Option<std::path::PathBuf>,
+        log_mode: &str,
     ) -> PyResult<Self> {
         let mut stores = Vec::with_capacity(specs.len());
         for spec in &specs {
@@ -231,10 +244,14 @@ impl PyScheduler {
             stores.push(TaskStoreOptions {
                 tracking_path: entry(tracking, tid)?.map(|p| p.extract()).transpose()?,
                 skip_mask: entry(skip_masks, tid)?.map(|m| m.extract()).transpose()?,
-                resource_tracking: resource_tracking.contains(tid),
+                measure: TaskStoreOptions::measure_of(
+                    resource_tracking.contains(tid),
+                    gpu_tracking.contains(tid),
+                ),
             });
         }
-        let inner = build_scheduler(&specs, &stores)?;
+        let plan = run_plan(&specs, &stores, log_dir.as_deref(), log_mode.parse().py()?);
+        let inner = plan.scheduler().py()?;
         let checks = callables_by_task(inner.pipeline(), check_functions)?;
         let task_ids = inner
             .pipeline()
@@ -243,24 +260,9 @@ impl PyScheduler {
             .map(|s| s.task_id.clone())
             .collect();
         let n = inner.pipeline().len();
-        let measure = inner
-            .pipeline()
-            .specs()
-            .iter()
-            .map(|s| {
-                match (
-                    resource_tracking.contains(&s.task_id),
-                    gpu_tracking.contains(&s.task_id),
-                ) {
-                    (false, _) => Measure::Off,
-                    (true, false) => Measure::Host,
-                    (true, true) => Measure::WithGpu,
-                }
-            })
-            .collect();
+        let measure = plan.measures(inner.pipeline());
         Ok(Self {
             measure,
-            last_outcome: None,
             inner,
             task_ids,
             checks,
@@ -285,15 +287,6 @@ impl PyScheduler {
             self.started[task as usize] = true;
         }
         Ok(block.map(|b| PyBlock::from_core(&b, task_id)))
-    }
-
-    /// The last serial run's report as JSON: `{task_id: task report}`
-    /// (an empty object before any run).
-    fn report_json(&self) -> PyResult<String> {
-        match &self.last_outcome {
-            Some(outcome) => outcome.report_json().py(),
-            None => Ok("{}".into()),
-        }
     }
 
     /// Write the tracking stores' pages to disk.
@@ -333,15 +326,16 @@ impl PyScheduler {
     /// Run every block in this thread: `process_functions` and
     /// `post_checks` map task ids to callables. A block whose function
     /// returns normally succeeds unless it set `block.status = FAILED` or
-    /// its post-check returns False; the first exception stops the run and
-    /// propagates unchanged.
+    /// its post-check returns False; the first exception stops the run,
+    /// which returns its result with that exception (`stopped`) for the
+    /// caller to raise.
     #[pyo3(signature = (process_functions, post_checks=None))]
     fn run_serial(
         &mut self,
         py: Python<'_>,
         process_functions: &Bound<'_, PyDict>,
         post_checks: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<()> {
+    ) -> PyResult<PyRunResult> {
         let funcs = callables_by_task(self.inner.pipeline(), Some(process_functions))?;
         let posts = callables_by_task(self.inner.pipeline(), post_checks)?;
         for (t, f) in funcs.iter().enumerate() {
@@ -367,11 +361,6 @@ impl PyScheduler {
         for (t, s) in self.started.iter_mut().enumerate() {
             *s |= self.inner.task_state(t as TaskIndex).skipped_count > 0;
         }
-        let stopped = outcome.stopped.clone();
-        let outcome = self.last_outcome.insert(outcome);
-        match stopped {
-            Some(stopped) => Err(stopped_run(py, stop, stopped, outcome)),
-            None => Ok(()),
-        }
+        PyRunResult::new(py, &self.task_ids, &outcome, stop)
     }
 }

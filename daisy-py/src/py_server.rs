@@ -7,11 +7,12 @@
 //! to let Python handle signals (Ctrl-C raises `KeyboardInterrupt` there,
 //! which stops the run) and update progress.
 
-use crate::errors::{IntoPyResult, StopCause, stopped_run, to_pyerr};
+use crate::errors::{IntoPyResult, StopCause, to_pyerr};
 use crate::interpreter;
 use crate::py_block::PyBlock;
 use crate::py_live::PyLiveDetail;
-use crate::py_scheduler::{TaskStoreOptions, build_scheduler};
+use crate::py_run_result::PyRunResult;
+use crate::py_scheduler::{TaskStoreOptions, run_plan};
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
 use daisy_core::server::{
@@ -20,7 +21,7 @@ use daisy_core::server::{
 use daisy_core::{Block, DaisyError};
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::{PyAny, PyDict, PyList};
+use pyo3::types::{PyAny, PyList};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -86,7 +87,7 @@ impl PyTaskConfig {
             store: TaskStoreOptions {
                 tracking_path,
                 skip_mask,
-                resource_tracking,
+                measure: TaskStoreOptions::measure_of(resource_tracking, gpu_tracking),
             },
             runtime: TaskRuntime {
                 max_workers,
@@ -274,14 +275,9 @@ impl RunHooks for PyHooks {
 
 /// Run `specs` with worker processes, one [`PyTaskConfig`] per task (in
 /// any order); `on_tick` gets its per-task lists (states, workers,
-/// restarts) in the order of `specs`; returns a dict with `states` (task id to TaskState),
-/// `failures` (task id, spatial id, worker id, reason; the first
-/// `MAX_FAILURE_NOTES` attempts), `failures_unnoted` (the attempts past those), `failed_blocks`
-/// (task id, spatial id, write ROI as slices, failed attempts, failed for
-/// good, last message; a block once, in order), `abandoned` (task
-/// id, reason), `unmanaged_clients`, `workers_started` (task id to count)
-/// and `report` (the run report as JSON). A run stopped early raises the
-/// exception that stopped it, carrying `daisy_run_report_json`.
+/// restarts) in the order of `specs`. Returns the run's [`PyRunResult`],
+/// finished or stopped (a stopped run's carries the exception that stopped
+/// it); raises only where the run could not start.
 #[pyfunction]
 pub fn run_distributed(
     py: Python<'_>,
@@ -290,7 +286,7 @@ pub fn run_distributed(
     run: PyRef<'_, PyRunConfig>,
     on_tick: Py<PyAny>,
     on_listening: Py<PyAny>,
-) -> PyResult<Py<PyDict>> {
+) -> PyResult<PyRunResult> {
     let config_of = |tid: &str| {
         tasks.iter().find(|t| t.task_id == tid).ok_or_else(|| {
             to_pyerr(DaisyError::invalid(
@@ -303,7 +299,9 @@ pub fn run_distributed(
     for spec in &specs {
         stores.push(config_of(&spec.spec.task_id)?.store.clone());
     }
-    let scheduler = build_scheduler(&specs, &stores)?;
+    let scheduler = run_plan(&specs, &stores, run.log_dir.as_deref(), run.log_mode)
+        .scheduler()
+        .py()?;
     let task_ids: Vec<String> = scheduler
         .pipeline()
         .specs()
@@ -348,56 +346,5 @@ pub fn run_distributed(
         stop: stop.clone(),
     };
     let outcome = interpreter::detach(py, || run_server(scheduler, config, hooks))?.py()?;
-    if let Some(stopped) = outcome.stopped.clone() {
-        return Err(stopped_run(py, stop, stopped, &outcome));
-    }
-    let out = PyDict::new(py);
-    let states = PyDict::new(py);
-    for (tid, s) in task_ids.iter().zip(&outcome.states) {
-        states.set_item(tid, PyTaskState::from_core(s, true))?;
-    }
-    out.set_item("states", states)?;
-    let failures: Vec<(String, u64, Option<u32>, String)> = outcome
-        .failures
-        .iter()
-        .map(|f| {
-            (
-                task_ids[f.task as usize].clone(),
-                f.spatial_id,
-                f.worker_id,
-                f.reason.clone(),
-            )
-        })
-        .collect();
-    out.set_item("failures", failures)?;
-    out.set_item("failures_unnoted", outcome.failures_unnoted)?;
-    let failed_blocks: Vec<(String, u64, String, u32, bool, String)> = outcome
-        .failed_blocks()
-        .into_iter()
-        .map(|b| {
-            (
-                task_ids[b.task as usize].clone(),
-                b.spatial_id,
-                b.write_roi.slices(),
-                b.attempts,
-                b.failed,
-                b.message,
-            )
-        })
-        .collect();
-    out.set_item("failed_blocks", failed_blocks)?;
-    let abandoned: Vec<(String, String)> = outcome
-        .abandoned
-        .iter()
-        .map(|(t, r)| (task_ids[*t as usize].clone(), r.clone()))
-        .collect();
-    out.set_item("abandoned", abandoned)?;
-    out.set_item("unmanaged_clients", outcome.unmanaged_clients)?;
-    let started = PyDict::new(py);
-    for (tid, n) in task_ids.iter().zip(&outcome.workers_started) {
-        started.set_item(tid, n)?;
-    }
-    out.set_item("workers_started", started)?;
-    out.set_item("report", outcome.report_json().py()?)?;
-    Ok(out.unbind())
+    PyRunResult::new(py, &task_ids, &outcome, stop)
 }

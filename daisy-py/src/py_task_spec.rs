@@ -88,6 +88,41 @@ impl PyTaskSpec {
         BlockGrid::new(0, &self.spec).num_levels()
     }
 
+    /// Whether a block reading `read_roi` and writing `write_roi` (as laid
+    /// out, before a cut) belongs to the task under its fit (the core's
+    /// rule, which the block grid follows).
+    fn includes(
+        &self,
+        read_roi: &Bound<'_, PyAny>,
+        write_roi: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        Ok(self.spec.includes(
+            &roi_from_py(read_roi, "read_roi")?,
+            &roi_from_py(write_roi, "write_roi")?,
+        ))
+    }
+
+    /// `(read_roi, write_roi)` of a block cut to the task as `shrink` cuts
+    /// it, or None when it writes nothing inside the total write ROI.
+    fn cut_to_task<'py>(
+        &self,
+        py: Python<'py>,
+        read_roi: &Bound<'py, PyAny>,
+        write_roi: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
+        let cut = self.spec.cut_to_task(
+            &roi_from_py(read_roi, "read_roi")?,
+            &roi_from_py(write_roi, "write_roi")?,
+        );
+        cut.map(|(r, w)| Ok((roi_to_py(py, &r)?, roi_to_py(py, &w)?)))
+            .transpose()
+    }
+
+    /// Why the task has no blocks, in words, with the fix.
+    fn why_no_blocks(&self) -> String {
+        self.spec.why_no_blocks()
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "TaskSpec({:?}, total_roi={}, read_roi={}, write_roi={}, fit={}, read_write_conflict={})",

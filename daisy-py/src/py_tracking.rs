@@ -8,7 +8,6 @@ use crate::errors::IntoPyResult;
 use crate::py_block::PyBlock;
 use crate::py_block_stats::PyBlockStats;
 use crate::py_task_spec::PyTaskSpec;
-use daisy_core::DaisyError;
 use daisy_core::block_grid::BlockGrid;
 use daisy_core::tracking_store::{TrackingRecord, TrackingStore};
 use pyo3::exceptions::PyValueError;
@@ -114,12 +113,23 @@ pub fn read_tracking_array(
     }))
 }
 
-/// Append one line to the `runs.jsonl` at `path`, creating its directory:
-/// the core's append (one write call; after a line cut short, a line of its
-/// own), for the reports Python writes next to a task's logs.
+/// The `runs.jsonl` the run history of task `task_id` goes to: in its
+/// tracking store, else under the run's log directory when worker output
+/// goes to files (`log_mode` "file" or "both"), else None: the core's
+/// rule, which its one writer follows at the end of every run.
 #[pyfunction]
-pub fn append_runs_line(path: PathBuf, line: &str) -> PyResult<()> {
-    daisy_core::tracking_store::append_runs_line(&path, line)
-        .map_err(|e| DaisyError::Io(format!("{}: {e}", path.display())))
-        .py()
+#[pyo3(signature = (task_id, tracking_path, log_dir, log_mode))]
+pub fn history_file(
+    task_id: &str,
+    tracking_path: Option<PathBuf>,
+    log_dir: Option<PathBuf>,
+    log_mode: &str,
+) -> PyResult<Option<PathBuf>> {
+    let mode: daisy_core::server::LogMode = log_mode.parse().py()?;
+    let base = daisy_core::run_plan::RunPlan::history_base_for(log_dir.as_deref(), mode);
+    Ok(daisy_core::run_plan::history_file(
+        task_id,
+        tracking_path.as_deref(),
+        base.as_deref(),
+    ))
 }

@@ -22,16 +22,13 @@ import csv
 import io
 import json
 import os
-import statistics
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from daisy._daisy import __version__
-from daisy.run_history import find_runs_files, stat_array, store_of
+from daisy._daisy import __version__, compare_to_baseline, store_wall_percentiles
+from daisy.run_history import find_runs_files, store_of
 from daisy.run_report import RUNS_FILE, TaskReport, read_runs
 
 #: per-task summary columns of ``daisy report --format json|csv``
@@ -61,14 +58,9 @@ SUMMARY_COLUMNS = [
 
 def wall_percentiles(store: Path) -> tuple[float | None, float | None]:
     """p50 and p95 of the recorded per-block wall times of a store (the
-    stamps of the runs that executed each block)."""
-    wall = stat_array(store, "wall_seconds")
-    if wall is None:
-        return None, None
-    wall = wall[np.isfinite(wall)]
-    if wall.size == 0:
-        return None, None
-    return float(np.percentile(wall, 50)), float(np.percentile(wall, 95))
+    stamps of the runs that executed each block): the core's."""
+    p = store_wall_percentiles(store, [50.0, 95.0])
+    return (None, None) if p is None else (p[0], p[1])
 
 
 def summary_row(report: TaskReport, run: int, store: Path | None) -> dict[str, Any]:
@@ -232,11 +224,10 @@ def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> lis
         before = [v for v in (read(r) for r in previous) if v is not None]
         if now is None or not before:
             continue
-        median = statistics.median(before)
-        if name == "failures":
-            flagged = now > 0 and (median == 0 or now > factor * median)
-        else:
-            flagged = median > 0 and now > factor * median
+        compared = compare_to_baseline(now, before, factor, zero_is_normal=name == "failures")
+        if compared is None:
+            continue
+        median, ratio, flagged = compared
         rows.append(
             {
                 "task_id": last.task_id,
@@ -244,7 +235,7 @@ def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> lis
                 "last": now,
                 "median": median,
                 "runs": len(before),
-                "ratio": (now / median) if median else None,
+                "ratio": ratio,
                 "flagged": flagged,
                 "reset_between": reset_between,
             }

@@ -236,38 +236,33 @@ class BlockwiseDependencyGraph(DependencyGraph):
     def shrink_possible(self, block: Block) -> bool:
         """Whether ``block``'s write ROI keeps something inside the total
         write ROI."""
-        return not block.write_roi.intersect(self._task.total_write_roi).empty
+        return self._task._spec.cut_to_task(block.read_roi, block.write_roi) is not None
 
     def shrink(self, block: Block) -> Block:
         """``block`` cut to the task: its write ROI the part inside the
-        total write ROI, its read ROI the part inside the total ROI. A
-        block with nothing inside is a ``ValueError`` (daisy 1.x returned
-        one with an empty write ROI, which a daisy block cannot be): ask
-        `shrink_possible` first."""
-        write = block.write_roi.intersect(self._task.total_write_roi)
-        if write.empty:
+        total write ROI, its read ROI the part inside the total ROI (the
+        core's cut). A block with nothing inside is a ``ValueError`` (daisy
+        1.x returned one with an empty write ROI, which a daisy block
+        cannot be): ask `shrink_possible` first."""
+        cut = self._task._spec.cut_to_task(block.read_roi, block.write_roi)
+        if cut is None:
             raise ValueError(
                 f"block: {block} writes nothing inside the task's total write ROI "
                 f"{self._task.total_write_roi}; check shrink_possible(block) first"
             )
-        read = block.read_roi.intersect(self._task.total_roi)
+        read, write = cut
         return Block(
             self._task.total_roi, read, write, block_id=block.block_id[1], task_id=self.task_id
         )
 
     @property
     def inclusion_criteria(self) -> Callable[[Block], bool]:
-        """Whether a block at some place belongs to the task under its fit:
-        ``valid``, its read ROI inside the total ROI; ``overhang``, its
-        write ROI starting inside the total write ROI; ``shrink``, some of
-        its write ROI inside it."""
-        total, total_write = self._task.total_roi, self._task.total_write_roi
-        fit = self._task.fit
-        if fit == "valid":
-            return lambda b: total.contains(b.read_roi)
-        if fit == "overhang":
-            return lambda b: total_write.contains(b.write_roi.begin)
-        return self.shrink_possible
+        """Whether a block at some place belongs to the task under its fit
+        (the core's rule): ``valid``, its read ROI inside the total ROI;
+        ``overhang``, its write ROI starting inside the total write ROI;
+        ``shrink``, some of its write ROI inside it."""
+        spec = self._task._spec
+        return lambda b: spec.includes(b.read_roi, b.write_roi)
 
     @property
     def fit_block(self) -> Callable[[Block], Block]:

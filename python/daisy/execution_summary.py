@@ -12,7 +12,7 @@ from daisy._daisy import TaskState
 
 
 def _mark(state: TaskState) -> str:
-    if state.completed_count == state.total_block_count:
+    if state.all_completed:
         return "✔"
     if state.failed_count or state.orphaned_count:
         return "✗"
@@ -44,7 +44,7 @@ def format_execution_summary(
             out += [f"    unfinished ⧗: {pending} (the run stopped before they ran)", ""]
         if s.total_block_count == 0:
             out += ["    no blocks: the task's ROIs leave none (the warning above says why)", ""]
-        elif s.completed_count == s.total_block_count:
+        elif s.all_completed:
             out += ["    all blocks processed successfully", ""]
         for line in (failure_notes or {}).get(task_id, ()):
             out.append(f"    {line}")

@@ -36,6 +36,15 @@ class ProgressObserver(Protocol):
     def close(self) -> None: ...
 
 
+class PacedObserver(ProgressObserver, Protocol):
+    """An observer that also shows the core's pace of each task: a
+    distributed run calls `pace` after each `update` with the task's
+    blocks per second over the last 30 s and its ETA in seconds (None
+    while nothing completes), as the core measures them."""
+
+    def pace(self, task_id: str, blocks_per_second: float, eta_seconds: float | None) -> None: ...
+
+
 def _counts(state: TaskState) -> dict[str, int]:
     return {
         "pending": state.pending_count + state.ready_count,
@@ -128,10 +137,12 @@ class LineProgress:
 
         daisy: smooth 1234/5000 done, 3 failed, 2 workers, 41.0 blk/s, eta 1m32s
 
-    ``done`` counts completed blocks (skipped ones included), ``blk/s`` the
-    blocks this run processed per second since the task started, and the
-    last line says ``finished in`` instead of ``eta`` (``stopped after``
-    when the run ended before the task did). A run of a day with
+    ``done`` counts completed blocks (skipped ones included); ``blk/s``
+    and ``eta`` are the core's pace of the task (blocks completed per
+    second over the last 30 s, skips excluded, and what is left at that
+    pace: the dashboard's figures too); the last line says ``finished in``
+    instead of ``eta`` (``stopped after`` when the run ended before the
+    task did). A run of a day with
     the default interval writes a few thousand lines, not gigabytes.
     """
 
@@ -143,6 +154,12 @@ class LineProgress:
         self._written: dict[str, float] = {}
         self._latest: dict[str, tuple[TaskState, int]] = {}
         self._ended: set[str] = set()
+        #: per task: the core's pace, as `pace` last gave it
+        self._pace: dict[str, tuple[float, float | None]] = {}
+
+    def pace(self, task_id: str, blocks_per_second: float, eta_seconds: float | None) -> None:
+        """The core's pace of a task, for its next line."""
+        self._pace[task_id] = (blocks_per_second, eta_seconds)
 
     def update(self, task_id: str, state: TaskState, workers: int) -> None:
         """Write the task's line if it starts, ends or is due."""
@@ -169,14 +186,7 @@ class LineProgress:
         state, workers = self._latest[task_id]
         self._written[task_id] = now
         elapsed = now - self._started[task_id]
-        ran = state.completed_count - state.skipped_count + state.failed_count
-        rate = ran / elapsed if elapsed > 0 else 0.0
-        left = (
-            state.total_block_count
-            - state.completed_count
-            - state.failed_count
-            - state.orphaned_count
-        )
+        rate, eta = self._pace.get(task_id, (0.0, None))
         if state.is_done():
             self._ended.add(task_id)
             tail = f"finished in {_duration(elapsed)}"
@@ -184,7 +194,7 @@ class LineProgress:
             self._ended.add(task_id)
             tail = f"stopped after {_duration(elapsed)}"
         else:
-            tail = f"eta {_duration(left / rate)}" if rate > 0 else "eta ?"
+            tail = f"eta {_duration(eta)}" if eta is not None else "eta ?"
         orphaned = f", {state.orphaned_count} orphaned" if state.orphaned_count else ""
         plural = "s" if workers != 1 else ""
         file = self._file or sys.stderr

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from daisy._daisy import append_runs_line
+from daisy._daisy import history_file
 from daisy.units import format_bytes as format_bytes
 from daisy.units import format_percent, seconds_scale, seconds_text
 from daisy.units import format_seconds as format_seconds
@@ -68,100 +68,46 @@ QUEUED_SPAWNERS = ("slurm", "dask")
 
 
 def runs_file_for(task: ReportedTask) -> Path | None:
-    """The ``runs.jsonl`` a task's reports go to: in its tracking store,
-    else next to its worker logs when file logging is on, else None."""
-    store = task.tracking_path
-    if store is not None:
-        return Path(store) / RUNS_FILE
+    """The ``runs.jsonl`` a task's reports go to (the core's rule, which
+    its writer follows): in its tracking store, else next to its worker
+    logs when file logging is on, else None."""
     from daisy.logging import get_log_basedir, get_log_mode
 
     base = get_log_basedir()
-    if base is None or get_log_mode() == "console":
-        return None
-    return Path(base).absolute() / task.task_id / RUNS_FILE
+    path = history_file(
+        task.task_id,
+        task.tracking_path,
+        None if base is None else Path(base).absolute(),
+        get_log_mode(),
+    )
+    return None if path is None else Path(path)
 
 
-# What a history line must be to be read as a report: the JSON types of its
-# values, as the core writes them (``daisy-core/src/run_report.rs``). A spec
-# is a type or a tuple of types; an object (a dict of the keys it must have,
-# but for those in `ADDED_LATER`, with their specs; other keys are let
-# through, as the parsers ignore them); a list of items (``[item_spec]``);
-# or an `_Optional` / `_MapOf`.
+# What a history line must be to be read as a report: the core's published
+# JSON Schema of a report line (``report_schema.json``, generated from the
+# core's report types by ``daisy-core/src/run_report.rs``, whose test fails
+# when the file is stale). It is read here, not restated.
 
-
-class _Optional:
-    """A spec's value, or null."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-
-class _MapOf:
-    """An object whose every value fits one spec."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-
-_NUMBER = (int, float)
-_MAYBE_NUMBER = (int, float, type(None))
-_MAYBE_TEXT = (str, type(None))
-_STAT_LINE = _Optional({"n": int, **dict.fromkeys(("mean", "std", "min", "max", "sum"), _NUMBER)})
+#: the schema's file, shipped in the package
+SCHEMA_FILE = Path(__file__).with_name("report_schema.json")
 
 
 @functools.cache
-def _report_line() -> dict[str, Any]:
-    """The spec of a report line (built on first use: it names the
-    classes' keys, defined below)."""
-    return {
-        "task_id": str,
-        "started_at": _NUMBER,
-        "finished_at": _NUMBER,
-        "tracked": bool,
-        "outcome": str,
-        "blocks": {
-            **dict.fromkeys(("count", "skipped", "failures"), int),
-            "has_stats": bool,
-            **dict.fromkeys(BlockSummary._STATS, _STAT_LINE),
-            "trend_slope_ms": _NUMBER,
-            "peak_rss_source": str,
-        },
-        "workers": {
-            "spawner": str,
-            "count": int,
-            "unmanaged_clients": int,
-            **dict.fromkeys(("startup", "idle", "compute", "teardown"), _STAT_LINE),
-            "exits": _MapOf(int),
-            "by_id": [
-                {
-                    "worker_id": int,
-                    "startup": _MAYBE_NUMBER,
-                    "blocks_ok": int,
-                    "blocks_failed": int,
-                    "idle": _STAT_LINE,
-                    "compute": _STAT_LINE,
-                    "final_wait": _MAYBE_NUMBER,
-                    "teardown": _MAYBE_NUMBER,
-                    "exit": _MAYBE_TEXT,
-                    "start": str,
-                }
-            ],
-            "warm_starts": int,
-            "launcher_startup": _MAYBE_NUMBER,
-            "cold_start_reason": _MAYBE_TEXT,
-        },
-        "utilisation": _MAYBE_NUMBER,
-        "first_block_at": _MAYBE_NUMBER,
-        "last_block_at": _MAYBE_NUMBER,
-        "failure_causes": _Optional(
-            {
-                "messages": [{"message": str, "count": int}],
-                "other": int,
-                "first_traceback": _MAYBE_TEXT,
-            }
-        ),
-        "notices": _Optional([str]),
-    }
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema of one ``runs.jsonl`` line, as the core publishes
+    it."""
+    schema: dict[str, Any] = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    return schema
+
+
+def _resolved(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with a ``$ref`` to the schema's ``$defs`` followed (the
+    referring schema's own keys, like a default, kept beside it)."""
+    ref = spec.get("$ref")
+    if ref is None:
+        return spec
+    target = report_schema()["$defs"][ref.rsplit("/", 1)[-1]]
+    return {**target, **{k: v for k, v in spec.items() if k != "$ref"}}
 
 
 def _json_kind(value: Any) -> str:
@@ -176,56 +122,92 @@ def _json_kind(value: Any) -> str:
     return "a number"
 
 
-def _expected(spec: Any) -> str:
+_TYPE_WORDS = {
+    "object": "an object",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+}
+
+
+def _fits_type(value: Any, kind: str) -> bool:
+    if kind == "null":
+        return value is None
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, _PYTHON_TYPES[kind])
+
+
+#: the Python types of the schema's JSON types (but null and boolean)
+_PYTHON_TYPES: dict[str, type | tuple[type, ...]] = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "integer": int,
+    "number": (int, float),
+}
+
+
+def _expected(spec: dict[str, Any]) -> str:
     """What ``spec`` wants, in words."""
-    if isinstance(spec, _Optional):
-        return f"{_expected(spec.inner)} or null"
-    if isinstance(spec, (dict, _MapOf)):
-        return "an object"
-    if isinstance(spec, list):
-        return "a list"
-    types = spec if isinstance(spec, tuple) else (spec,)
-    words = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
-    named = [words[t] for t in types if t in words and not (t is int and float in types)]
-    return " or ".join(named + ["null"] * (type(None) in types))
+    spec = _resolved(spec)
+    if "const" in spec:
+        return repr(spec["const"])
+    for key in ("anyOf", "oneOf"):
+        if key in spec:
+            return " or ".join(_expected(s) for s in spec[key])
+    kinds = spec.get("type", [])
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    return " or ".join(_TYPE_WORDS.get(k, k) for k in kinds) or "anything"
 
 
-def _misfit(value: Any, spec: Any, where: str) -> str | None:
-    """Why ``value`` (at ``where`` in a line) does not fit ``spec``, or None."""
-    if isinstance(spec, _Optional):
-        return None if value is None else _misfit(value, spec.inner, where)
-    if isinstance(spec, dict):
-        if not isinstance(value, dict):
-            return f"{where} is {_json_kind(value)}, expected an object"
-        for key, inner in spec.items():
+def _misfit(value: Any, spec: dict[str, Any], where: str) -> str | None:
+    """Why ``value`` (at ``where`` in a line) does not fit the schema
+    ``spec``, or None. Keys the schema does not require (added after the
+    first release: older lines lack them) may be missing."""
+    spec = _resolved(spec)
+    for key in ("anyOf", "oneOf"):
+        if key in spec:
+            if any(_misfit(value, alt, where) is None for alt in spec[key]):
+                return None
+            return f"{where} is {_json_kind(value)}, expected {_expected(spec)}"
+    if "const" in spec:
+        if value == spec["const"]:
+            return None
+        return f"{where} is {value!r}, expected {spec['const']!r}"
+    kinds = spec.get("type")
+    if kinds is not None:
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if not any(_fits_type(value, k) for k in kinds):
+            return f"{where} is {_json_kind(value)}, expected {_expected(spec)}"
+    if isinstance(value, dict):
+        props = spec.get("properties", {})
+        for key in spec.get("required", []):
             if key not in value:
-                if key in ADDED_LATER:
-                    continue
                 return f"{where} has no {key!r}" if where else f"no {key!r}"
-            why = _misfit(value[key], inner, f"{where}.{key}" if where else key)
-            if why is not None:
-                return why
-        return None
-    if isinstance(spec, _MapOf):
-        if not isinstance(value, dict):
-            return f"{where} is {_json_kind(value)}, expected an object"
-        for key, item in value.items():
-            why = _misfit(item, spec.inner, f"{where}.{key}")
-            if why is not None:
-                return why
-        return None
-    if isinstance(spec, list):
-        if not isinstance(value, list):
-            return f"{where} is {_json_kind(value)}, expected a list"
+        for key, inner in props.items():
+            if key in value:
+                why = _misfit(value[key], inner, f"{where}.{key}" if where else key)
+                if why is not None:
+                    return why
+        extra = spec.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key, item in value.items():
+                if key not in props:
+                    why = _misfit(item, extra, f"{where}.{key}")
+                    if why is not None:
+                        return why
+    if isinstance(value, list) and isinstance(spec.get("items"), dict):
         for i, item in enumerate(value):
-            why = _misfit(item, spec[0], f"{where}[{i}]")
+            why = _misfit(item, spec["items"], f"{where}[{i}]")
             if why is not None:
                 return why
-        return None
-    types = spec if isinstance(spec, tuple) else (spec,)
-    if isinstance(value, types) and (bool in types or not isinstance(value, bool)):
-        return None
-    return f"{where} is {_json_kind(value)}, expected {_expected(spec)}"
+    return None
 
 
 def _not_a_report(d: Any) -> str | None:
@@ -234,7 +216,7 @@ def _not_a_report(d: Any) -> str | None:
     None when it is one."""
     if not isinstance(d, dict):
         return f"{_json_kind(d)}, not a report"
-    return _misfit(d, _report_line(), "")
+    return _misfit(d, report_schema(), "")
 
 
 #: the skipped lines each history file was last warned about, with its size
@@ -333,37 +315,29 @@ def read_runs(path: str | os.PathLike[str]) -> list[TaskReport]:
     return _report_lines(Path(path))
 
 
-def append_run(path: str | os.PathLike[str], report: TaskReport) -> None:
-    """Append one report line to ``path``, creating its directory, as the
-    core appends to a tracking store's: one write call, and after a last
-    line cut short (a full disk) a line of its own, so that only the
-    damaged line is lost."""
-    append_runs_line(path, json.dumps(report.to_dict()))
-
-
 def _opt_float(x: Any) -> float | None:
     return None if x is None else float(x)
 
 
 # -- the report objects --------------------------------------------------------
 
-#: keys the core added to the report after its first release, with the value
-#: a line written before them reads as
-ADDED_LATER: dict[str, Any] = {
-    "spawner": "",
-    "utilisation": None,
-    "first_block_at": None,
-    "last_block_at": None,
-    "failure_causes": None,
-    "peak_rss_source": "",
-    "start": "cold",
-    "warm_starts": 0,
-    "launcher_startup": None,
-    "cold_start_reason": None,
-    "gpu_util": None,
-    "gpu_mem": None,
-    "notices": None,
-}
+
+def _added_later() -> dict[str, Any]:
+    """Every key the schema does not require (the core added it after the
+    report's first release, or it is optional), with the value a line
+    without it reads as: the schema's default, else null."""
+    schema = report_schema()
+    out: dict[str, Any] = {}
+    for spec in [schema, *schema["$defs"].values()]:
+        required = set(spec.get("required", ()))
+        for key, inner in spec.get("properties", {}).items():
+            if key not in required:
+                out[key] = inner.get("default")
+    return out
+
+
+#: keys a line may lack (see `_added_later`), with the value it reads as
+ADDED_LATER: dict[str, Any] = _added_later()
 
 #: the key of a reset record in ``runs.jsonl`` (``Task.reset()`` writes
 #: ``{"reset_at": <epoch seconds>}`` where it keeps the history)
@@ -1146,12 +1120,11 @@ class RunReport:
 
     def attach(self, tasks: Sequence[ReportedTask]) -> None:
         """Give each task report its `Task` (for `TaskReport.block`), keep
-        it on the task (for `Task.report` when nothing is on disk), keep
-        the whole report as this process's last run (`last_report`) and
-        append the report of each task without a tracking store to the
-        ``runs.jsonl`` next to its worker logs (the core already appended
-        it to the store of every task that has one). Every runner attaches
-        the report of every run, finished or stopped."""
+        it on the task (for `Task.report` when nothing is on disk) and keep
+        the whole report as this process's last run (`last_report`). Every
+        runner attaches the report of every run, finished or stopped; the
+        core has already appended each task's line to its history
+        (`runs_file_for`)."""
         global _last_run
         _last_run = self
         for task in tasks:
@@ -1160,13 +1133,6 @@ class RunReport:
                 continue
             report._task = task
             task._last_report = report
-            if not report.tracked:
-                path = runs_file_for(task)
-                if path is not None:
-                    try:
-                        append_run(path, report)
-                    except OSError:
-                        pass  # the report is still returned; never fail a run over it
 
     def render(self, task_order: list[str] | None = None, max_workers: int = 10) -> str:
         """The Resource Utilization panel: one section per task with

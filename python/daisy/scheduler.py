@@ -5,12 +5,14 @@ None), ``release_block(block)`` takes it back with its status set, and
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from daisy import _v1_names
 from daisy._daisy import Block, TaskState
 from daisy._daisy import DependencyGraph as _NativeGraph
 from daisy._daisy import Scheduler as _NativeScheduler
+from daisy.logging import get_log_basedir, get_log_mode
 from daisy.pipeline import Pipeline
 from daisy.tracking_store import (
     TrackedTask,
@@ -38,6 +40,7 @@ class Scheduler:
         self, tasks: Any, count_all_orphans: bool = True, block_tracking: bool = True
     ) -> None:
         self._pipeline = Pipeline.of(tasks)
+        log_dir = get_log_basedir()  # untracked tasks' run histories go next to their logs
         self._tasks = {t.task_id: t for t in self._pipeline.tasks}
         check_block_tracking(self._tasks.values(), block_tracking)
         self._native = _NativeScheduler(
@@ -47,6 +50,8 @@ class Scheduler:
             skip_masks(self._tasks.values()),
             resource_tracking_task_ids(self._tasks.values()),
             [tid for tid, t in self._tasks.items() if t.gpu_tracking],
+            log_dir=None if log_dir is None else Path(log_dir).absolute(),
+            log_mode=get_log_mode(),
         )
 
     @property

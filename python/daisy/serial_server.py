@@ -49,24 +49,22 @@ class SerialServer(ServerObservee):
                     "arguments), which needs worker processes; run it with "
                     "multiprocessing=True or give it a function that takes a block"
                 )
-        try:
-            scheduler._native.run_serial(
-                {
-                    t.task_id: t.process_function
-                    for t in scheduler.tasks
-                    if t.process_function is not None
-                },
-                {t.task_id: t._post_check for t in scheduler.tasks if t._post_check},
-            )
-        except BaseException as e:
+        result = scheduler._native.run_serial(
+            {
+                t.task_id: t.process_function
+                for t in scheduler.tasks
+                if t.process_function is not None
+            },
+            {t.task_id: t._post_check for t in scheduler.tasks if t._post_check},
+        )
+        self.last_report = RunReport.from_json(result.report_json)
+        self.last_report.attach(scheduler.tasks)
+        stopped = result.stopped
+        if stopped is not None:
             # the run stopped on this exception (Ctrl-C, or a block's own
             # error): its partial report rides on it
-            self.last_report = RunReport.from_json(scheduler._native.report_json())
-            self.last_report.attach(scheduler.tasks)
-            e.daisy_run_report = self.last_report  # type: ignore[attr-defined]
-            raise
-        self.last_report = RunReport.from_json(scheduler._native.report_json())
-        self.last_report.attach(scheduler.tasks)
+            stopped.daisy_run_report = self.last_report  # type: ignore[attr-defined]
+            raise stopped
         states = scheduler.task_states
         events = StateEvents(self)
         for tid, state in states.items():

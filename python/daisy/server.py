@@ -428,9 +428,13 @@ class Server(ServerObservee):
             round_trips: list[tuple[str, float]],
             live: LiveDetail,
         ) -> None:
+            pace = live.pace()
             for obs in observers:
-                for tid, state, n in zip(order, states, workers, strict=True):
+                paced = getattr(obs, "pace", None)
+                for i, (tid, state, n) in enumerate(zip(order, states, workers, strict=True)):
                     obs.update(tid, state, n)
+                    if paced is not None and i < len(pace):
+                        paced(tid, pace[i][0], pace[i][1])
             for tid, state in zip(order, states, strict=True):
                 events.update(tid, state)
             if metrics is not None:
@@ -452,41 +456,41 @@ class Server(ServerObservee):
                     stop_all=stop_all,
                     liveness_timeout=self.liveness_timeout,
                 )
-                out = run_distributed(specs, configs, run, on_tick, on_listening)
-        except BaseException as e:
-            partial = getattr(e, "daisy_run_report_json", None)
-            if partial is not None:
-                self.last_report = RunReport.from_json(partial)
-                self.last_report.attach(list(task_map.values()))
-                e.daisy_run_report = self.last_report  # type: ignore[attr-defined]
+                result = run_distributed(specs, configs, run, on_tick, on_listening)
+        except BaseException:
+            # the run could not start
             if dashboard is not None:
-                dashboard.finish(
-                    getattr(e, "daisy_run_states", None),
-                    None if partial is None else self.last_report,
-                    "interrupted",
-                )
-            if isinstance(e, _StopRequested):
-                # asked for: the states so far are the result, as in 1.x
-                logger.info("daisy: the run stopped: its stop_event was set")
-                return dict(getattr(e, "daisy_run_states", {}))
+                dashboard.finish(None, None, "interrupted")
             raise
         finally:
             for obs in observers:
                 obs.close()
             if metrics is not None:
                 metrics.close()
-        self.last_report = RunReport.from_json(out["report"])
+        self.last_report = RunReport.from_json(result.report_json)
         self.last_report.attach(list(task_map.values()))
-        self.failures = list(out["failures"])
-        self.failures_unnoted = int(out["failures_unnoted"])
-        self._failed_blocks = list(out["failed_blocks"])
+        stopped = result.stopped
+        if stopped is not None:
+            # the run stopped on this exception (Ctrl-C, SIGTERM, a hook's
+            # error, a broken rule): its partial report rides on it
+            stopped.daisy_run_report = self.last_report  # type: ignore[attr-defined]
+            if dashboard is not None:
+                dashboard.finish(result.states, self.last_report, "interrupted")
+            if isinstance(stopped, _StopRequested):
+                # asked for: the states so far are the result, as in 1.x
+                logger.info("daisy: the run stopped: its stop_event was set")
+                return dict(result.states)
+            raise stopped
+        self.failures = list(result.failures)
+        self.failures_unnoted = result.failures_unnoted
+        self._failed_blocks = list(result.failed_blocks)
         self._task_map = task_map
         self._block_tracking = block_tracking
-        self.abandoned = list(out["abandoned"])
-        self.unmanaged_clients = out["unmanaged_clients"]
+        self.abandoned = list(result.abandoned)
+        self.unmanaged_clients = result.unmanaged_clients
         for tid, reason in self.abandoned:
             logger.error("daisy: task %r was abandoned: %s", tid, reason)
-        states = dict(out["states"])
+        states = dict(result.states)
         self._states = states
         for tid, state in states.items():
             events.update(tid, state)
@@ -496,7 +500,7 @@ class Server(ServerObservee):
         self.notify_server_exit()
         log_skips(task_map.values(), states)
         if dashboard is not None:
-            ok = all(st.completed_count == st.total_block_count for st in states.values())
+            ok = all(st.all_completed for st in states.values())
             dashboard.finish(states, self.last_report, "completed" if ok else "failed")
         return states
 

@@ -37,8 +37,6 @@ from daisy.tracking_store import resolve_tracking_path
 
 logger = logging.getLogger(__name__)
 
-_FITS = ("valid", "overhang", "shrink")
-
 
 #: the largest count the core takes (u32) and the largest resource amount (u64)
 MAX_COUNT = 2**32 - 1
@@ -257,9 +255,9 @@ class Task(Composable):
             _check_int(v, f"requires[{k!r}]", 0, MAX_AMOUNT)
         self.required_resources = {k: int(v) for k, v in requires.items()}
 
-        if not isinstance(fit, str) or fit not in _FITS:
-            raise ValueError(f'fit: unknown fit {fit!r}; use "valid", "overhang" or "shrink"')
-        self.fit = fit
+        if not isinstance(fit, str):
+            raise TypeError(f"fit: expected the name of a fit, got {type(fit).__name__}")
+        self.fit = fit  # its value is the core's to check, with the spec
 
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
@@ -373,18 +371,8 @@ class Task(Composable):
         return self.resource_tracking and "gpu" in self.required_resources
 
     def _why_no_blocks(self) -> str:
-        """Why a task has no blocks, in words."""
-        total, read = self.total_roi.shape, self.read_roi.shape
-        if self.fit == "valid" and any(r > t for r, t in zip(read, total, strict=False)):
-            return (
-                f"its read_roi {self.read_roi.shape} is larger than its total_roi "
-                f"{self.total_roi.shape} on some axis and fit='valid' keeps only blocks that "
-                "fit whole; use a larger total_roi or fit='shrink'"
-            )
-        return (
-            f"no block of write_roi {self.write_roi} with its context fits in total_roi "
-            f"{self.total_roi} with fit={self.fit!r}"
-        )
+        """Why a task has no blocks, in words (the core's)."""
+        return self._spec.why_no_blocks()
 
     @property
     def _spec(self) -> TaskSpec:

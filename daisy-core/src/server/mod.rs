@@ -180,7 +180,7 @@ async fn serve<H: RunHooks + 'static>(
     let interrupted = matches!(&result, Err(e) if !matches!(e, DaisyError::RunBroken(_)));
     let mut out = st.outcome(interrupted);
     out.stopped = result.err();
-    out.append_to_stores(&st.scheduler);
+    out.append_history(&st.scheduler);
     Ok(out)
 }
 

@@ -708,6 +708,20 @@ impl TrackingStore {
         read_array(path, kind)
     }
 
+    /// The `qs`-th percentiles of the block wall times recorded in the
+    /// store at `path` (the runs that executed each block stamped them;
+    /// unmeasured blocks are left out): None without measured blocks.
+    pub fn wall_percentiles(path: &Path, qs: &[f64]) -> Result<Option<Vec<f64>>, DaisyError> {
+        let Some(array) = Self::read_array(path, "wall_seconds")? else {
+            return Ok(None);
+        };
+        let walls = array
+            .bytes
+            .chunks_exact(4)
+            .map(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        Ok(crate::run_stats::percentiles(walls, qs))
+    }
+
     /// True if the store at `path` has the resource-tracking arrays.
     pub fn has_stats_arrays(path: &Path) -> bool {
         path.join(STATS[0].name).join("zarr.json").is_file()
@@ -853,6 +867,21 @@ impl TrackingStore {
             append_runs_line(&runs, &line.to_string()).map_err(|e| io_err(&runs, e))?;
         }
         fs::remove_file(&marker).map_err(|e| io_err(&marker, e))
+    }
+}
+
+/// Where the run history of task `task_id` lives: `<store>/runs.jsonl`
+/// for a tracked task, else `<history base>/<task id>/runs.jsonl`, else
+/// None (the report is only returned).
+pub fn history_file(
+    task_id: &str,
+    store: Option<&Path>,
+    history_base: Option<&Path>,
+) -> Option<std::path::PathBuf> {
+    match (store, history_base) {
+        (Some(store), _) => Some(store.join(RUNS_FILE)),
+        (None, Some(base)) => Some(base.join(task_id).join(RUNS_FILE)),
+        (None, None) => None,
     }
 }
 

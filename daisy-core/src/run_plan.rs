@@ -1,0 +1,199 @@
+//! The run plan: what a run is made of before it starts, and the one place
+//! that turns it into a scheduler. Both runners (the server and the serial
+//! loop) start from a [`RunPlan`], so a task's store is opened, its skip
+//! mask set and its run history placed the same way whichever runs it; the
+//! bindings only convert Python's values into one.
+//!
+//! A task's run history (`runs.jsonl`, one report line per run) lives in
+//! its tracking store when it has one, else next to its worker logs under
+//! the run's log directory (`<log dir>/<task id>/runs.jsonl`, when worker
+//! output goes to files), else nowhere: [`history_file`] says which, for
+//! the writer (the run's end, [`crate::run_report::RunOutcome::append_history`])
+//! and for readers alike. A task id is path-safe by
+//! [`crate::task_spec::check_task_id`], so joining it is safe.
+
+use crate::error::DaisyError;
+use crate::pipeline::Pipeline;
+use crate::scheduler::Scheduler;
+use crate::serial::Measure;
+use crate::server::LogMode;
+use crate::task_spec::TaskSpec;
+use crate::tracking_store::TrackingStore;
+pub use crate::tracking_store::history_file;
+use std::path::{Path, PathBuf};
+
+/// One task of a run: its spec and what it keeps, skips and measures.
+#[derive(Clone, Debug)]
+pub struct TaskPlan {
+    /// The task.
+    pub spec: TaskSpec,
+    /// Its tracking store directory (None: untracked, or the run's
+    /// `block_tracking=False`).
+    pub tracking_path: Option<PathBuf>,
+    /// One byte per block, C order of the placement grid; nonzero skips
+    /// the block.
+    pub skip_mask: Option<Vec<u8>>,
+    /// Whether and how its blocks are measured.
+    pub measure: Measure,
+}
+
+/// A whole run's tasks and where untracked tasks' histories go.
+#[derive(Clone, Debug, Default)]
+pub struct RunPlan {
+    /// The tasks, in any order (the pipeline orders them).
+    pub tasks: Vec<TaskPlan>,
+    /// The run's log directory when worker output goes to files: the base
+    /// of untracked tasks' histories (see [`history_file`]).
+    pub history_base: Option<PathBuf>,
+}
+
+impl RunPlan {
+    /// The history base of a run that logs to `log_dir` in `mode`: the
+    /// directory itself, unless output stays on the console.
+    pub fn history_base_for(log_dir: Option<&Path>, mode: LogMode) -> Option<PathBuf> {
+        match mode {
+            LogMode::Console => None,
+            LogMode::File | LogMode::Both => log_dir.map(Path::to_path_buf),
+        }
+    }
+
+    /// The scheduler of this plan: the pipeline checked (cycles, duplicate
+    /// ids), each task's tracking store opened (a store of another layout
+    /// or task is refused) and its skip mask set, and the history base
+    /// kept for the run's end.
+    pub fn scheduler(&self) -> Result<Scheduler, DaisyError> {
+        let pipeline = Pipeline::new(self.tasks.iter().map(|t| t.spec.clone()).collect())?;
+        let mut scheduler = Scheduler::new(pipeline);
+        for plan in &self.tasks {
+            let t = scheduler.pipeline().index_of(&plan.spec.task_id)?;
+            if let Some(path) = &plan.tracking_path {
+                let tracking = TrackingStore::open(path, &plan.spec, plan.measure != Measure::Off)?;
+                scheduler.set_tracking(t, tracking);
+            }
+            if let Some(mask) = &plan.skip_mask {
+                scheduler.set_skip_mask(t, mask.clone())?;
+            }
+        }
+        scheduler.set_history_base(self.history_base.clone());
+        Ok(scheduler)
+    }
+
+    /// Each task's measure, in the order of `pipeline` (a task the plan
+    /// does not name is not measured).
+    pub fn measures(&self, pipeline: &Pipeline) -> Vec<Measure> {
+        pipeline
+            .specs()
+            .iter()
+            .map(|s| {
+                self.tasks
+                    .iter()
+                    .find(|t| t.spec.task_id == s.task_id)
+                    .map_or(Measure::Off, |t| t.measure)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::{Coord, Roi};
+
+    fn roi(offset: i64, shape: i64) -> Roi {
+        Roi::new(
+            Coord::new(&[offset]).unwrap(),
+            Coord::new(&[shape]).unwrap(),
+        )
+        .unwrap()
+    }
+
+    fn plan(id: &str) -> TaskPlan {
+        let spec = TaskSpec::new(
+            id,
+            roi(0, 20),
+            roi(0, 10),
+            roi(0, 10),
+            crate::task_spec::Fit::Valid,
+            true,
+            0,
+            Vec::new(),
+        )
+        .unwrap();
+        TaskPlan {
+            spec,
+            tracking_path: None,
+            skip_mask: None,
+            measure: Measure::Off,
+        }
+    }
+
+    #[test]
+    fn a_history_is_in_the_store_else_next_to_the_logs_else_nowhere() {
+        let store = Path::new("/s/a.store");
+        let base = Path::new("/logs");
+        assert_eq!(
+            history_file("a", Some(store), Some(base)),
+            Some(store.join("runs.jsonl"))
+        );
+        assert_eq!(
+            history_file("a", None, Some(base)),
+            Some(PathBuf::from("/logs/a/runs.jsonl"))
+        );
+        assert_eq!(history_file("a", None, None), None);
+        let logs = Path::new("/logs");
+        assert_eq!(
+            RunPlan::history_base_for(Some(logs), LogMode::Console),
+            None
+        );
+        assert_eq!(
+            RunPlan::history_base_for(Some(logs), LogMode::Both),
+            Some(logs.to_path_buf())
+        );
+    }
+
+    #[test]
+    fn the_plan_opens_stores_sets_masks_and_keeps_the_history_base() {
+        let dir = std::env::temp_dir().join(format!("daisy-run-plan-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let run = RunPlan {
+            tasks: vec![
+                TaskPlan {
+                    skip_mask: Some(vec![1, 0]),
+                    ..plan("b")
+                },
+                TaskPlan {
+                    tracking_path: Some(dir.as_path().join("a.store")),
+                    measure: Measure::Host,
+                    ..plan("a")
+                },
+            ],
+            history_base: Some(dir.as_path().join("logs")),
+        };
+        let scheduler = run.scheduler().unwrap();
+        let a = scheduler.pipeline().index_of("a").unwrap();
+        let b = scheduler.pipeline().index_of("b").unwrap();
+        assert!(scheduler.tracking(a).is_some());
+        assert!(scheduler.tracking(b).is_none());
+        assert_eq!(
+            scheduler.history_file(a),
+            Some(dir.as_path().join("a.store").join("runs.jsonl"))
+        );
+        assert_eq!(
+            scheduler.history_file(b),
+            Some(dir.as_path().join("logs").join("b").join("runs.jsonl"))
+        );
+        let measures = run.measures(scheduler.pipeline());
+        assert_eq!(measures[a as usize], Measure::Host);
+        assert_eq!(measures[b as usize], Measure::Off);
+        // a mask of the wrong length is refused by the plan, naming it
+        let bad = RunPlan {
+            tasks: vec![TaskPlan {
+                skip_mask: Some(vec![1]),
+                ..plan("c")
+            }],
+            history_base: None,
+        };
+        assert!(bad.scheduler().is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

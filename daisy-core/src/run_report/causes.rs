@@ -1,0 +1,80 @@
+//! Why blocks failed: the bounded tally of failure messages a report line
+//! keeps ([`FailureCauses`]) and the text helpers it and the ledger share
+//! (a failure text's last line, its tail). Bounds are in bytes so a run
+//! whose every block fails with a long traceback keeps a short line.
+
+use super::*;
+
+/// What a block lost with its worker's connection is first put down as;
+/// [`RunLedger::explain_lost`] replaces it once the worker's end is known.
+pub const CONNECTION_CLOSED: &str = "the connection to its worker closed";
+
+impl FailureCauses {
+    /// One attempt counted as `old` (a one-line text) counts as `new`
+    /// instead: the first traceback too, where it was `old`.
+    pub fn restate(&mut self, old: &str, new: &str) {
+        if self.first_traceback.as_deref() == Some(old) {
+            self.first_traceback = Some(tail(new.trim_end(), FIRST_TRACEBACK_BYTES));
+        }
+        if let Some(i) = self.messages.iter().position(|c| c.message == old) {
+            self.messages[i].count -= 1;
+            if self.messages[i].count == 0 {
+                self.messages.remove(i);
+            }
+        } else {
+            self.other = self.other.saturating_sub(1);
+        }
+        self.note_message(new);
+    }
+
+    /// Count one failed attempt's text.
+    pub fn note(&mut self, text: &str) {
+        if self.first_traceback.is_none() {
+            self.first_traceback = Some(tail(text.trim_end(), FIRST_TRACEBACK_BYTES));
+        }
+        self.note_message(text);
+    }
+
+    fn note_message(&mut self, text: &str) {
+        let message = last_line(text);
+        if let Some(c) = self.messages.iter_mut().find(|c| c.message == message) {
+            c.count += 1;
+        } else if self.messages.len() < MAX_CAUSES {
+            self.messages.push(CauseCount { message, count: 1 });
+        } else {
+            self.other += 1;
+        }
+    }
+}
+
+/// The last `max` bytes of `text` (on a character boundary), marked with a
+/// leading `…` when cut.
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &text[start..])
+}
+
+/// The longest last line kept of a failure text that is not kept whole.
+pub const FAILURE_LINE_BYTES: usize = 512;
+
+/// The last non-empty line of a failure text (the exception, for a Python
+/// traceback), cut to [`FAILURE_LINE_BYTES`] on a character boundary.
+pub fn last_line(text: &str) -> String {
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let mut end = line.len().min(FAILURE_LINE_BYTES);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    line[..end].to_string()
+}

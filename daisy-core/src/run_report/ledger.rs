@@ -1,0 +1,412 @@
+//! What a run accounts as it goes: the per-task [`BlockAggregates`] and
+//! the [`RunLedger`] both runners keep (completions, failed attempts,
+//! abandoned tasks, spans, notices), with the budgets that keep a run of
+//! failing blocks from growing the driver without bound.
+
+use super::*;
+use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
+use crate::block_profile::BlockStats;
+use crate::clock::wall_clock;
+use crate::error::DaisyError;
+use crate::run_stats::{Trend, Welford};
+use crate::scheduler::{ReleaseOutcome, Scheduler};
+use crate::task_state::TaskState;
+use crate::worker_timeline::WorkerSummary;
+
+/// Per-block aggregates of one task over one run.
+#[derive(Clone, Debug, Default)]
+pub struct BlockAggregates {
+    round_trip: Welford,
+    wall: Welford,
+    cpu: Welford,
+    peak_rss: Welford,
+    io_read: Welford,
+    io_write: Welford,
+    overhead: Welford,
+    gpu_util: Welford,
+    gpu_mem: Welford,
+    trend: Trend,
+    has_stats: bool,
+}
+
+impl BlockAggregates {
+    /// A completed block: the server's round trip (distributed runs) and
+    /// the worker's own measurement (resource tracking).
+    pub fn record_success(&mut self, round_trip: Option<f64>, stats: Option<&BlockStats>) {
+        if let Some(rt) = round_trip {
+            self.round_trip.push(rt);
+        }
+        if let Some(s) = stats {
+            self.has_stats = true;
+            self.wall.push(s.wall_seconds);
+            self.cpu.push(s.cpu_seconds);
+            self.peak_rss.push(s.peak_rss_bytes as f64);
+            self.io_read.push(s.io_read_bytes as f64);
+            self.io_write.push(s.io_write_bytes as f64);
+            self.trend.push(s.wall_seconds * 1e3);
+            // GPU figures join only where measured: NaN / 0 is "none"
+            if !s.gpu_util_pct.is_nan() {
+                self.gpu_util.push(f64::from(s.gpu_util_pct));
+            }
+            if !s.gpu_util_pct.is_nan() || s.gpu_mem_bytes > 0 {
+                self.gpu_mem.push(s.gpu_mem_bytes as f64);
+            }
+            if let Some(rt) = round_trip {
+                self.overhead.push(rt - s.wall_seconds);
+            }
+        }
+    }
+
+    /// The block section of the report.
+    pub fn summary(&self, state: &TaskState) -> BlockSummary {
+        BlockSummary {
+            count: state.completed_count,
+            skipped: state.skipped_count,
+            failures: state.failed_attempts,
+            has_stats: self.has_stats,
+            round_trip: self.round_trip.summary(),
+            wall: self.wall.summary(),
+            cpu: self.cpu.summary(),
+            peak_rss: self.peak_rss.summary(),
+            io_read: self.io_read.summary(),
+            io_write: self.io_write.summary(),
+            overhead: self.overhead.summary(),
+            gpu_util: self.gpu_util.summary(),
+            gpu_mem: self.gpu_mem.summary(),
+            trend_slope_ms: self.trend.slope(),
+            peak_rss_source: if self.has_stats {
+                crate::block_profile::peak_rss_source().to_string()
+            } else {
+                String::new()
+            },
+        }
+    }
+}
+
+/// What a run accounts as it goes: per-task aggregates, every failed
+/// attempt and every abandoned task. The server and the serial runner both
+/// keep one, so a block completes, fails and is reported the same way in
+/// both.
+#[derive(Clone, Debug)]
+pub struct RunLedger {
+    started_at: f64,
+    aggregates: Vec<BlockAggregates>,
+    /// The first [`MAX_FAILURE_NOTES`] failed attempts.
+    pub(super) failures: Vec<FailureNote>,
+    /// Failed attempts past those: counted, not noted.
+    failures_unnoted: u64,
+    /// The latest [`RECENT_FAILURE_NOTES`] failed attempts (the live view
+    /// lists them), each with whether it is among `failures` too.
+    recent: std::collections::VecDeque<(FailureNote, bool)>,
+    abandoned: Vec<(TaskIndex, String)>,
+    /// Blocks whose first failure text is kept whole.
+    described: std::collections::HashSet<BlockKey>,
+    /// Bytes of failure text kept so far.
+    failure_text: usize,
+    /// Per task: why its blocks failed.
+    causes: Vec<FailureCauses>,
+    /// Per task: first dispatch and last return, wall clock.
+    spans: Vec<(Option<f64>, Option<f64>)>,
+    /// Per task: its notices (see [`TaskReport::notices`]).
+    pub(super) notices: Vec<Vec<String>>,
+}
+
+/// Failure texts a run keeps whole, in all: a run whose blocks all fail
+/// with long tracebacks must not grow the driver without bound (2000
+/// attempts of 60 KB each took a driver to 254 MiB). Past it, and for every
+/// attempt but a block's first, only the text's last line is kept.
+pub const FAILURE_TEXT_BUDGET: usize = 4 << 20;
+
+/// Failed attempts a run notes one by one (block, worker, text: what
+/// `Server.failures` and the summary's failed blocks come from). Past it,
+/// attempts are still counted everywhere (task states, failure causes, the
+/// report) but not noted: a run whose blocks all fail kept 2.5 KB per
+/// attempt in the driver (50 MB for 20,000 attempts measured, so 2.5 GB
+/// for 10^6), and no one reads ten thousand failure notes.
+pub const MAX_FAILURE_NOTES: usize = 10_000;
+
+/// The latest failed attempts kept for the live view, noted or not.
+pub const RECENT_FAILURE_NOTES: usize = 16;
+
+impl RunLedger {
+    /// A ledger for a pipeline of `tasks` tasks, starting now.
+    pub fn new(tasks: usize) -> Self {
+        // the run's stamps count from the wall clock now, monotonically
+        crate::clock::anchor();
+        Self {
+            started_at: wall_clock(),
+            aggregates: vec![BlockAggregates::default(); tasks],
+            failures: Vec::new(),
+            failures_unnoted: 0,
+            recent: std::collections::VecDeque::new(),
+            abandoned: Vec::new(),
+            described: std::collections::HashSet::new(),
+            failure_text: 0,
+            causes: vec![FailureCauses::default(); tasks],
+            spans: vec![(None, None); tasks],
+            notices: vec![Vec::new(); tasks],
+        }
+    }
+
+    /// Something to say once in `task`'s report (a worker's note): kept
+    /// unless already said or [`MAX_NOTES`] are kept; cut to
+    /// [`MAX_NOTE_BYTES`].
+    pub fn note(&mut self, task: TaskIndex, text: &str) {
+        let Some(notes) = self.notices.get_mut(task as usize) else {
+            return;
+        };
+        let mut end = text.len().min(MAX_NOTE_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let text = text[..end].trim();
+        if notes.len() < MAX_NOTES && !text.is_empty() && !notes.iter().any(|n| n == text) {
+            notes.push(text.to_string());
+        }
+    }
+
+    /// A block of `task` was handed out at `at` (wall clock): the task's
+    /// span starts at its first.
+    pub fn sent(&mut self, task: TaskIndex, at: f64) {
+        if let Some(span) = self.spans.get_mut(task as usize) {
+            span.0.get_or_insert(at);
+        }
+    }
+
+    /// A block of `task` came back now: the task's span ends at its last.
+    fn returned(&mut self, task: TaskIndex) {
+        if let Some(span) = self.spans.get_mut(task as usize) {
+            span.1 = Some(wall_clock());
+        }
+    }
+
+    /// A block came back done: its figures join the aggregates and the
+    /// tracking store, and the scheduler marks it completed. `round_trip`
+    /// is the server's dispatch-to-return time (None in a serial run);
+    /// `sent_at` the wall-clock dispatch time.
+    pub fn complete(
+        &mut self,
+        scheduler: &mut Scheduler,
+        block: &Block,
+        round_trip: Option<f64>,
+        worker: Option<u32>,
+        sent_at: f64,
+    ) -> Result<(), DaisyError> {
+        let task = block.key.task;
+        self.returned(task);
+        self.aggregates[task as usize].record_success(round_trip, block.stats.as_ref());
+        if let (Some(stats), Some(tracking)) = (block.stats.as_ref(), scheduler.tracking_mut(task))
+        {
+            tracking.record_stats(block, stats, worker, sent_at, wall_clock());
+        }
+        scheduler
+            .release_block(block.key, BlockStatus::Success)
+            .map(|_| ())
+    }
+
+    /// A failed attempt: counted in the scheduler (which retries or fails
+    /// the block) and noted for the summary, its text bounded (see
+    /// [`FAILURE_TEXT_BUDGET`]), and counted as a worker error. Nothing is
+    /// counted for a task already abandoned.
+    pub fn fail(
+        &mut self,
+        scheduler: &mut Scheduler,
+        key: BlockKey,
+        worker: Option<u32>,
+        reason: String,
+    ) {
+        self.fail_as(scheduler, key, worker, reason, false);
+    }
+
+    /// A block the timeout reclaimed: a failed attempt like any other, but
+    /// counted in `timeout_reclaim_count` instead of as a worker error (as
+    /// daisy 2.0.0 counts it). True when the block will be retried.
+    pub fn time_out(
+        &mut self,
+        scheduler: &mut Scheduler,
+        key: BlockKey,
+        worker: Option<u32>,
+        reason: String,
+    ) -> bool {
+        self.fail_as(scheduler, key, worker, reason, true)
+    }
+
+    /// Count a failed attempt; true when the scheduler will retry the block.
+    fn fail_as(
+        &mut self,
+        scheduler: &mut Scheduler,
+        key: BlockKey,
+        worker: Option<u32>,
+        reason: String,
+        timed_out: bool,
+    ) -> bool {
+        if scheduler.is_abandoned(key.task) {
+            return false;
+        }
+        let block = scheduler.graph().block(key);
+        let last_attempt = match scheduler.release_block(key, BlockStatus::Failed) {
+            Ok(outcome) => outcome == ReleaseOutcome::Failed,
+            Err(e) => {
+                tracing::warn!("could not record a failure: {e}");
+                return false;
+            }
+        };
+        self.returned(key.task);
+        if let Some(causes) = self.causes.get_mut(key.task as usize) {
+            causes.note(&reason);
+        }
+        let state = scheduler.task_state_mut(key.task);
+        if timed_out {
+            state.timeout_reclaim_count += 1;
+        } else {
+            state.worker_failure_count += 1;
+        }
+        state.note_worker_error(&reason);
+        let noted = self.failures.len() < MAX_FAILURE_NOTES;
+        let whole = noted
+            && self.failure_text + reason.len() <= FAILURE_TEXT_BUDGET
+            && self.described.insert(key);
+        let reason = if whole { reason } else { last_line(&reason) };
+        let note = FailureNote {
+            task: key.task,
+            spatial_id: block.spatial_id,
+            write_roi: block.write_roi,
+            last_attempt,
+            worker_id: worker,
+            reason,
+        };
+        if self.recent.len() == RECENT_FAILURE_NOTES {
+            self.recent.pop_front();
+        }
+        if noted {
+            self.failure_text += note.reason.len();
+            let recent = FailureNote {
+                reason: last_line(&note.reason),
+                ..note
+            };
+            self.failures.push(note);
+            self.recent.push_back((recent, true));
+        } else {
+            self.failures_unnoted += 1;
+            self.recent.push_back((note, false));
+        }
+        !last_attempt
+    }
+
+    /// Failed attempts so far, noted or not.
+    pub fn failures_total(&self) -> u64 {
+        self.failures.len() as u64 + self.failures_unnoted
+    }
+
+    /// The latest failed attempts (at most [`RECENT_FAILURE_NOTES`]), oldest
+    /// first, each with the last line of its text.
+    pub fn recent_failures(&self) -> impl Iterator<Item = &FailureNote> {
+        self.recent.iter().map(|(note, _)| note)
+    }
+
+    /// Worker `worker` has ended, `why` (its exit status): the attempts
+    /// that failed as its connection closed, before its end was known
+    /// ([`CONNECTION_CLOSED`]), say `why` instead, in the report, the
+    /// summary and their tasks' first and last worker errors.
+    pub fn explain_lost(&mut self, scheduler: &mut Scheduler, worker: u32, why: &str) {
+        let lost = |n: &FailureNote| n.worker_id == Some(worker) && n.reason == CONNECTION_CLOSED;
+        // each attempt restated once: from `failures` if noted, else from
+        // `recent` (an unnoted one that left `recent` stays as it was)
+        let mut restated: Vec<TaskIndex> = Vec::new();
+        for (note, noted) in self.recent.iter_mut().filter(|(n, _)| lost(n)) {
+            note.reason = last_line(why);
+            if !*noted {
+                restated.push(note.task);
+            }
+        }
+        for note in self.failures.iter_mut().filter(|n| lost(n)) {
+            note.reason = why.to_string();
+            restated.push(note.task);
+        }
+        for &task in &restated {
+            if let Some(causes) = self.causes.get_mut(task as usize) {
+                causes.restate(CONNECTION_CLOSED, why);
+            }
+        }
+        restated.sort_unstable();
+        restated.dedup();
+        for task in restated {
+            let state = scheduler.task_state_mut(task);
+            for text in [&mut state.first_worker_error, &mut state.last_worker_error] {
+                if text.as_deref() == Some(CONNECTION_CLOSED) {
+                    *text = Some(why.to_string());
+                }
+            }
+        }
+    }
+
+    /// Give up `task` (and orphan what depends on it), with the reason;
+    /// every task abandoned through it is noted too.
+    pub fn abandon(&mut self, scheduler: &mut Scheduler, task: TaskIndex, reason: String) {
+        let before: Vec<bool> = (0..scheduler.pipeline().len() as TaskIndex)
+            .map(|t| scheduler.is_abandoned(t))
+            .collect();
+        scheduler.abandon_task(task);
+        scheduler
+            .task_state_mut(task)
+            .abandon_reason
+            .get_or_insert_with(|| reason.clone());
+        self.abandoned.push((task, reason));
+        let up = scheduler.pipeline().spec(task).task_id.clone();
+        for (t, was) in before.iter().enumerate() {
+            if !was && t as TaskIndex != task && scheduler.is_abandoned(t as TaskIndex) {
+                let why = format!("upstream task {up:?} was abandoned");
+                scheduler
+                    .task_state_mut(t as TaskIndex)
+                    .abandon_reason
+                    .get_or_insert_with(|| why.clone());
+                self.abandoned.push((t as TaskIndex, why));
+            }
+        }
+    }
+
+    /// The run's outcome now: every task's report (its workers folded by
+    /// `workers`), with the one outcome rule.
+    pub fn outcome(
+        &self,
+        scheduler: &Scheduler,
+        interrupted: bool,
+        workers: impl Fn(TaskIndex) -> WorkerSummary,
+        unmanaged_clients: u32,
+        workers_started: Vec<u32>,
+    ) -> RunOutcome {
+        let n = scheduler.pipeline().len() as TaskIndex;
+        let finished_at = wall_clock().max(self.started_at);
+        let reports = (0..n)
+            .map(|t| {
+                let state = scheduler.task_state(t);
+                let blocks = self.aggregates[t as usize].summary(state);
+                let workers = workers(t);
+                TaskReport {
+                    task_id: scheduler.pipeline().spec(t).task_id.clone(),
+                    started_at: self.started_at,
+                    finished_at,
+                    tracked: scheduler.tracking(t).is_some(),
+                    outcome: Outcome::of(state, interrupted, scheduler.is_abandoned(t)),
+                    utilisation: utilisation(&blocks, &workers),
+                    blocks,
+                    workers,
+                    first_block_at: self.spans[t as usize].0,
+                    last_block_at: self.spans[t as usize].1,
+                    failure_causes: self.causes[t as usize].clone(),
+                    notices: self.notices[t as usize].clone(),
+                }
+            })
+            .collect();
+        RunOutcome {
+            reports,
+            states: (0..n).map(|t| scheduler.task_state(t).clone()).collect(),
+            failures: self.failures.clone(),
+            failures_unnoted: self.failures_unnoted,
+            abandoned: self.abandoned.clone(),
+            unmanaged_clients,
+            workers_started,
+            stopped: None,
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The report's types: what one `runs.jsonl` line holds, defined once.
+//! serde writes them and [`report_schema`] publishes their JSON Schema
+//! (`python/daisy/report_schema.json`), which Python's report classes and
+//! history readers are checked against. The limits on what a line keeps
+//! (notices, failure causes) live here, beside the keys they bound.
+
+use super::*;
+use crate::run_stats::StatSummary;
+use crate::worker_timeline::WorkerSummary;
+use serde::{Deserialize, Serialize};
+
+/// The block section of a task's report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct BlockSummary {
+    /// Blocks completed in this run, skipped ones included.
+    pub count: u64,
+    /// Blocks this run skipped (done markers, skip mask, check function).
+    pub skipped: u64,
+    /// Failed attempts in this run.
+    pub failures: u64,
+    /// Whether the worker-side figures below were measured.
+    pub has_stats: bool,
+    /// Dispatch to return, measured by the server (distributed runs).
+    pub round_trip: StatSummary,
+    /// The block's own wall time.
+    pub wall: StatSummary,
+    /// CPU seconds of the worker process during the block.
+    pub cpu: StatSummary,
+    /// Peak RSS of the worker process during the block, bytes.
+    pub peak_rss: StatSummary,
+    /// Bytes read through syscalls.
+    pub io_read: StatSummary,
+    /// Bytes written through syscalls.
+    pub io_write: StatSummary,
+    /// Round trip minus wall: daisy's own cost per block.
+    pub overhead: StatSummary,
+    /// Mean GPU utilisation of the worker process per block, percent, over
+    /// the blocks that have the figure (GPU tracking; empty otherwise).
+    #[serde(default)]
+    pub gpu_util: StatSummary,
+    /// Peak GPU memory of the worker process per block, bytes, over the
+    /// blocks that have the figure.
+    #[serde(default)]
+    pub gpu_mem: StatSummary,
+    /// Least-squares slope of wall time (ms) in completion order.
+    pub trend_slope_ms: f64,
+    /// Where `peak_rss` comes from (see
+    /// [`crate::block_profile::peak_rss_source`]); empty without stats.
+    #[serde(default)]
+    pub peak_rss_source: String,
+}
+
+/// One task's report of one run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TaskReport {
+    /// The task.
+    pub task_id: String,
+    /// Run start, seconds since the UNIX epoch.
+    pub started_at: f64,
+    /// Report time, seconds since the UNIX epoch.
+    pub finished_at: f64,
+    /// Whether the task has a tracking store.
+    pub tracked: bool,
+    /// How the run ended for this task.
+    pub outcome: Outcome,
+    /// Per-block figures.
+    pub blocks: BlockSummary,
+    /// Per-worker figures.
+    pub workers: WorkerSummary,
+    /// How much of the workers' lives went into blocks (see
+    /// [`utilisation`]); None without workers (a serial run, or only
+    /// unmanaged clients). Absent from lines written before daisy 2.1.
+    #[serde(default)]
+    pub utilisation: Option<f64>,
+    /// When this task's first block was handed out in this run (seconds
+    /// since the UNIX epoch); None when none was. With `last_block_at`, the
+    /// task's own span inside a run of several tasks.
+    #[serde(default)]
+    pub first_block_at: Option<f64>,
+    /// When this task's last block came back (done or failed); None when
+    /// none did.
+    #[serde(default)]
+    pub last_block_at: Option<f64>,
+    /// Why blocks failed in this run: distinct messages with their counts
+    /// and the first whole failure text, bounded (see [`FailureCauses`]).
+    #[serde(default)]
+    pub failure_causes: FailureCauses,
+    /// What the run has to say once about this task, e.g. `"no GPU
+    /// figures: NVML not found"`: distinct texts in the order they came,
+    /// at most [`MAX_NOTES`], each at most [`MAX_NOTE_BYTES`].
+    #[serde(default)]
+    pub notices: Vec<String>,
+}
+
+/// The JSON Schema of one report line (one [`TaskReport`]), generated from
+/// these very types: the report's schema has one definition, and what is
+/// published (`python/daisy/report_schema.json`, which readers check lines
+/// against) is this. A key with a serde default is not required: lines
+/// written before it was added still read.
+pub fn report_schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(TaskReport)).unwrap_or_default()
+}
+
+/// Distinct notices kept per task: a peer cannot grow the report without
+/// bound by sending different ones.
+pub const MAX_NOTES: usize = 8;
+
+/// A notice is one line of a report: longer texts are cut to this many
+/// bytes (on a character boundary).
+pub const MAX_NOTE_BYTES: usize = 512;
+
+/// Distinct failure messages a report line keeps per task: enough to tell
+/// a handful of causes apart, few enough that a run whose every block fails
+/// differently (a block id in each message) keeps its line short.
+pub const MAX_CAUSES: usize = 20;
+
+/// The longest first failure text a report line keeps (its end, where a
+/// Python traceback names the exception): a deep traceback fits, a
+/// runaway one does not grow `runs.jsonl` by megabytes per run.
+pub const FIRST_TRACEBACK_BYTES: usize = 16 << 10;
+
+/// One distinct failure message and how many failed attempts gave it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CauseCount {
+    /// The failure text's last line (for a Python traceback: the
+    /// exception), at most [`FAILURE_LINE_BYTES`].
+    pub message: String,
+    /// Failed attempts with this message.
+    pub count: u64,
+}
+
+/// Why a task's blocks failed in one run, kept in its report line so the
+/// next morning says what went wrong, not only how often.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FailureCauses {
+    /// Distinct messages in order of first appearance, at most
+    /// [`MAX_CAUSES`].
+    pub messages: Vec<CauseCount>,
+    /// Failed attempts whose message came after [`MAX_CAUSES`] others.
+    pub other: u64,
+    /// The first failure's whole text (a traceback), its last
+    /// [`FIRST_TRACEBACK_BYTES`] where longer.
+    pub first_traceback: Option<String>,
+}

@@ -1,0 +1,312 @@
+//! Unit tests of the run report: aggregates, causes, outcomes, the ledger
+//! and the published schema.
+
+use super::*;
+
+use crate::block_profile::BlockStats;
+use crate::error::DaisyError;
+use crate::geometry::Roi;
+use crate::run_stats::StatSummary;
+use crate::scheduler::Scheduler;
+use crate::task_state::TaskState;
+use crate::tracking_store::RUNS_FILE;
+use crate::worker_timeline::WorkerSummary;
+
+/// The schema shipped in the Python package is the one these types
+/// generate: a key added to the report is published with it, or this
+/// fails (`DAISY_WRITE_SCHEMA=1 cargo test report_schema` rewrites it).
+#[test]
+fn the_published_report_schema_is_the_generated_one() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/daisy/report_schema.json");
+    let generated = serde_json::to_string_pretty(&report_schema()).unwrap() + "\n";
+    if std::env::var_os("DAISY_WRITE_SCHEMA").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let shipped = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        shipped == generated,
+        "{} is not the schema the report types generate; rerun with \
+         DAISY_WRITE_SCHEMA=1 cargo test report_schema",
+        path.display()
+    );
+}
+
+#[test]
+fn notices_are_kept_once_bounded_and_cut() {
+    let mut ledger = RunLedger::new(2);
+    for _ in 0..3 {
+        ledger.note(1, "no GPU figures: NVML not found");
+    }
+    ledger.note(7, "a task that does not exist is ignored");
+    ledger.note(1, "   ");
+    for i in 0..(MAX_NOTES + 4) {
+        ledger.note(1, &format!("note {i}"));
+    }
+    ledger.note(0, &"é".repeat(MAX_NOTE_BYTES));
+    assert_eq!(ledger.notices[1].len(), MAX_NOTES);
+    assert_eq!(
+        ledger.notices[1][0], "no GPU figures: NVML not found",
+        "once, first"
+    );
+    assert_eq!(
+        ledger.notices[0][0].len(),
+        MAX_NOTE_BYTES,
+        "cut on a char boundary"
+    );
+}
+
+#[test]
+fn gpu_figures_join_the_aggregates_only_where_measured() {
+    let mut agg = BlockAggregates::default();
+    let stats = |util: f32, mem: u64| BlockStats {
+        wall_seconds: 1.0,
+        cpu_seconds: 1.0,
+        peak_rss_bytes: 1,
+        io_read_bytes: 0,
+        io_write_bytes: 0,
+        gpu_util_pct: util,
+        gpu_mem_bytes: mem,
+    };
+    agg.record_success(None, Some(&stats(f32::NAN, 0)));
+    agg.record_success(None, Some(&stats(90.0, 2 << 30)));
+    agg.record_success(None, Some(&stats(10.0, 1 << 30)));
+    let s = agg.summary(&TaskState::default());
+    assert_eq!(s.gpu_util.n, 2, "the unmeasured block is not a 0 %");
+    assert_eq!(s.gpu_util.mean, 50.0);
+    assert_eq!(s.gpu_mem.n, 2);
+    assert_eq!(s.gpu_mem.max, (2u64 << 30) as f64);
+    assert_eq!(s.wall.n, 3);
+}
+
+#[test]
+fn failure_causes_count_distinct_last_lines_and_keep_the_first_text() {
+    let mut causes = FailureCauses::default();
+    let trace = "Traceback (most recent call last):\n  File \"x.py\", line 3\nValueError: corrupt";
+    for _ in 0..3 {
+        causes.note(trace);
+    }
+    causes.note("worker 2 died while processing the block\n");
+    for i in 0..(MAX_CAUSES + 5) {
+        causes.note(&format!("KeyError: {i}"));
+    }
+    assert_eq!(causes.first_traceback.as_deref(), Some(trace));
+    assert_eq!(causes.messages.len(), MAX_CAUSES);
+    assert_eq!(causes.messages[0].message, "ValueError: corrupt");
+    assert_eq!(causes.messages[0].count, 3);
+    assert_eq!(
+        causes.messages[1].message,
+        "worker 2 died while processing the block"
+    );
+    // 18 KeyErrors fit beside the first two messages; 7 more do not
+    assert_eq!(causes.other, 7);
+    let total: u64 = causes.messages.iter().map(|c| c.count).sum::<u64>() + causes.other;
+    assert_eq!(total, 3 + 1 + MAX_CAUSES as u64 + 5);
+}
+
+#[test]
+fn failed_blocks_group_attempts_in_order_of_first_failure() {
+    let note = |spatial_id: u64, last_attempt: bool, reason: &str| FailureNote {
+        task: 0,
+        spatial_id,
+        write_roi: Roi::from_slices(&[spatial_id as i64 * 10], &[10]).unwrap(),
+        last_attempt,
+        worker_id: Some(1),
+        reason: reason.into(),
+    };
+    let outcome = RunOutcome {
+        states: vec![],
+        failures: vec![
+            note(7, false, "Traceback ...\nValueError: first"),
+            note(3, false, "KeyError: 'x'"),
+            note(7, true, "Traceback ...\nValueError: second"),
+        ],
+        failures_unnoted: 0,
+        abandoned: vec![],
+        unmanaged_clients: 0,
+        workers_started: vec![],
+        reports: vec![],
+        stopped: None,
+    };
+    let blocks = outcome.failed_blocks();
+    assert_eq!(blocks.len(), 2);
+    assert_eq!(
+        (blocks[0].spatial_id, blocks[0].attempts, blocks[0].failed),
+        (7, 2, true)
+    );
+    assert_eq!(blocks[0].message, "ValueError: second");
+    assert_eq!(blocks[0].write_roi.slices(), "[70:80]");
+    assert_eq!(
+        (blocks[1].spatial_id, blocks[1].attempts, blocks[1].failed),
+        (3, 1, false)
+    );
+}
+
+#[test]
+fn a_long_first_failure_keeps_its_end() {
+    let mut causes = FailureCauses::default();
+    let long = format!("{}\nRuntimeError: the end", "é frame\n".repeat(10_000));
+    causes.note(&long);
+    let kept = causes.first_traceback.unwrap();
+    assert!(kept.len() <= FIRST_TRACEBACK_BYTES + "…".len());
+    assert!(kept.starts_with('…'));
+    assert!(kept.ends_with("RuntimeError: the end"));
+}
+
+#[test]
+fn report_is_one_json_line_with_the_spec_keys() {
+    let mut agg = BlockAggregates::default();
+    let stats = BlockStats {
+        wall_seconds: 0.05,
+        cpu_seconds: 0.001,
+        peak_rss_bytes: 1 << 20,
+        io_read_bytes: 10,
+        io_write_bytes: 0,
+        gpu_util_pct: f32::NAN,
+        gpu_mem_bytes: 0,
+    };
+    for _ in 0..12 {
+        agg.record_success(Some(0.0505), Some(&stats));
+    }
+    let state = TaskState {
+        total_block_count: 12,
+        completed_count: 12,
+        ..TaskState::default()
+    };
+    let report = TaskReport {
+        task_id: "seg".into(),
+        started_at: 1.0,
+        finished_at: 2.0,
+        tracked: true,
+        outcome: Outcome::Completed,
+        blocks: agg.summary(&state),
+        workers: WorkerSummary::default(),
+        utilisation: None,
+        ..TaskReport::default()
+    };
+    assert_eq!(report.blocks.count, 12);
+    assert!((report.blocks.overhead.mean - 0.0005).abs() < 1e-9);
+    let dir = std::env::temp_dir().join(format!("daisy-report-{}", std::process::id()));
+    let line = serde_json::to_string(&report).unwrap();
+    for _ in 0..2 {
+        crate::tracking_store::append_runs_line(&dir.join(RUNS_FILE), &line).unwrap();
+    }
+    let text = std::fs::read_to_string(dir.join(RUNS_FILE)).unwrap();
+    assert_eq!(text.lines().count(), 2);
+    let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    for key in [
+        "task_id",
+        "started_at",
+        "finished_at",
+        "tracked",
+        "blocks",
+        "workers",
+        "outcome",
+        "utilisation",
+        "first_block_at",
+        "last_block_at",
+        "failure_causes",
+    ] {
+        assert!(v.get(key).is_some(), "{key}");
+    }
+    assert_eq!(v["blocks"]["round_trip"]["n"], 12);
+    assert!(v["blocks"]["wall"]["sum"].as_f64().unwrap() > 0.5);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn failure_texts_are_bounded_but_every_failure_is_counted() {
+    use crate::geometry::Roi;
+    use crate::pipeline::Pipeline;
+    use crate::task_spec::{Fit, TaskSpec};
+    let r = |s| Roi::from_slices(&[0], &[s]).unwrap();
+    let spec = TaskSpec::new("t", r(2000), r(1), r(1), Fit::Valid, false, 2, vec![]).unwrap();
+    let mut scheduler = Scheduler::new(Pipeline::new(vec![spec]).unwrap());
+    let mut ledger = RunLedger::new(1);
+    let traceback = |i: usize| format!("{}\nValueError: block {i} broke", "x".repeat(60_000));
+    let mut failed = 0;
+    while let Some(b) = scheduler
+        .acquire_block(0, |_| Ok::<_, DaisyError>(false))
+        .unwrap()
+    {
+        ledger.fail(
+            &mut scheduler,
+            b.key,
+            None,
+            traceback(b.spatial_id as usize),
+        );
+        failed += 1;
+    }
+    assert_eq!(failed, 3 * 2000, "three attempts of every block");
+    assert_eq!(ledger.failures.len(), failed, "every attempt is counted");
+    let kept: usize = ledger.failures.iter().map(|f| f.reason.len()).sum();
+    assert!(
+        kept <= FAILURE_TEXT_BUDGET + failed * FAILURE_LINE_BYTES,
+        "{kept}"
+    );
+    let first = &ledger.failures[0];
+    assert!(
+        first.reason.len() > 60_000,
+        "a block's first failure is kept whole"
+    );
+    let short = ledger.failures.last().unwrap();
+    assert!(
+        short.reason.starts_with("ValueError: block"),
+        "{}",
+        short.reason
+    );
+}
+
+#[test]
+fn the_last_line_is_cut_on_a_character_boundary() {
+    assert_eq!(
+        last_line("Traceback\n  x\nKeyError: 'a'\n\n"),
+        "KeyError: 'a'"
+    );
+    let long = "é".repeat(FAILURE_LINE_BYTES);
+    let cut = last_line(&long);
+    assert!(cut.len() <= FAILURE_LINE_BYTES && cut.chars().all(|c| c == 'é'));
+}
+
+#[test]
+fn utilisation_is_block_seconds_over_worker_seconds() {
+    use crate::worker_timeline::{StartKind, WorkerRecord};
+    let record = |startup: f64, idle: f64, compute: f64, teardown: f64| WorkerRecord {
+        worker_id: 0,
+        startup: Some(startup),
+        blocks_ok: 1,
+        blocks_failed: 0,
+        idle: StatSummary {
+            n: 1,
+            sum: idle,
+            ..StatSummary::default()
+        },
+        compute: StatSummary {
+            n: 1,
+            sum: compute,
+            ..StatSummary::default()
+        },
+        final_wait: Some(0.0),
+        teardown: Some(teardown),
+        exit: None,
+        start: StartKind::Cold,
+    };
+    let workers = WorkerSummary {
+        count: 2,
+        compute: StatSummary {
+            n: 2,
+            sum: 6.0,
+            ..StatSummary::default()
+        },
+        by_id: vec![record(1.0, 0.5, 3.0, 0.5), record(1.0, 0.5, 3.0, 0.5)],
+        ..WorkerSummary::default()
+    };
+    let mut blocks = BlockSummary::default();
+    let u = utilisation(&blocks, &workers).unwrap();
+    assert!((u - 6.0 / 10.0).abs() < 1e-12, "round trips: {u}");
+    blocks.has_stats = true;
+    blocks.wall.sum = 5.0;
+    let u = utilisation(&blocks, &workers).unwrap();
+    assert!((u - 5.0 / 10.0).abs() < 1e-12, "the workers' own wall: {u}");
+    assert_eq!(utilisation(&blocks, &WorkerSummary::default()), None);
+}

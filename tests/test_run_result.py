@@ -1,0 +1,65 @@
+"""The run's typed boundary: both runners hand Python a
+``daisy._daisy.RunResult`` (states, failures, report, and the exception
+that stopped the run), not a dict unpacked by position and not ad-hoc
+attributes on an exception. What users see is unchanged: a stopped run
+raises its own exception with ``daisy_run_report`` on it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import line_task
+
+import daisy
+from daisy._daisy import RunResult
+from daisy.scheduler import Scheduler
+
+
+def _ok(block):
+    pass
+
+
+def _fails_on_two(block):
+    if block.block_id[1] == 2:
+        raise ValueError("block two is broken")
+
+
+def test_a_serial_run_returns_a_typed_result():
+    task = line_task("typed", 4, process_function=_ok)
+    scheduler = Scheduler([task])
+    result = scheduler._native.run_serial({"typed": _ok})
+    assert isinstance(result, RunResult)
+    assert result.stopped is None
+    assert result.states["typed"].completed_count == 4
+    assert json.loads(result.report_json)["typed"]["blocks"]["count"] == 4
+    assert result.failures == [] and result.abandoned == []
+
+
+@pytest.mark.parametrize("mp", [False, True])
+def test_a_stopped_run_raises_its_own_exception_with_its_partial_report(mp):
+    task = line_task("stops", 4, process_function=_fails_on_two, max_retries=0)
+    if mp:
+        # a worker's exception fails its block; a hook's stops the run
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            daisy.run_blockwise([task], progress=[_Stopper()], summary=False)
+    else:
+        with pytest.raises(ValueError, match="block two is broken") as stopped:
+            daisy.run_blockwise([task], multiprocessing=False, progress=False, summary=False)
+    e = stopped.value
+    assert isinstance(e.daisy_run_report, daisy.RunReport)
+    assert "stops" in e.daisy_run_report.tasks
+    assert e.daisy_run_report["stops"].outcome == "interrupted"
+    # nothing else rides on the exception
+    assert not hasattr(e, "daisy_run_report_json")
+    assert not hasattr(e, "daisy_run_states")
+
+
+class _Stopper:
+    """A progress observer that presses Ctrl-C on the first update."""
+
+    def update(self, task_id, state, workers) -> None:
+        raise KeyboardInterrupt
+
+    def close(self) -> None:
+        pass
