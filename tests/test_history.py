@@ -112,6 +112,9 @@ def test_the_report_line_keeps_why_blocks_failed(tmp_path, capsys):
     assert report is not None
     causes = report.failure_causes
     assert causes.messages == (("ValueError: corrupt section in block 1", 8),)
+    raising_line = corrupt_sections.__code__.co_firstlineno + 2
+    cause = f"ValueError at test_history.py:{raising_line} in corrupt_sections"
+    assert causes.causes == (cause,)
     assert causes.other == 0
     assert causes.first_traceback is not None
     assert "Traceback" in causes.first_traceback
@@ -120,10 +123,11 @@ def test_the_report_line_keeps_why_blocks_failed(tmp_path, capsys):
     # the next morning, from the disk
     code, out = run_cli(capsys, "report", str(tmp_path / "seg"))
     assert "failed because" in out
-    assert "8× ValueError: corrupt section in block 1" in out
+    top = f"8× {cause}, e.g. ValueError: corrupt section in block 1"
+    assert top in out
     assert "first failure:" in out and "Traceback" in out
     code, out = run_cli(capsys, "report", str(tmp_path), "--format", "json")
-    assert json.loads(out)[0]["top_failure"] == "8× ValueError: corrupt section in block 1"
+    assert json.loads(out)[0]["top_failure"] == top
 
 
 def fail_odd_blocks(block):
@@ -140,7 +144,8 @@ def test_a_serial_run_keeps_why_blocks_failed(tmp_path):
 
 
 def every_block_differently(block):
-    raise KeyError(f"key {block.block_id[1]}")
+    # a cause of its own per block: an exception type of its own
+    raise type(f"Error{block.block_id[1]}", (KeyError,), {})(f"key {block.block_id[1]}")
 
 
 def test_failure_messages_are_bounded(tmp_path):

@@ -56,10 +56,15 @@ def test_a_stopped_run_raises_its_own_exception_with_its_partial_report(mp):
 
 
 class _Stopper:
-    """A progress observer that presses Ctrl-C on the first update."""
+    """A progress observer that presses Ctrl-C on its first update."""
+
+    def __init__(self) -> None:
+        self.pressed = False
 
     def update(self, task_id, state, workers) -> None:
-        raise KeyboardInterrupt
+        if not self.pressed:
+            self.pressed = True
+            raise KeyboardInterrupt
 
     def close(self) -> None:
         pass

@@ -71,12 +71,14 @@ def test_a_raising_block_function_leaves_its_errors(ours):
 def test_a_crashing_worker_counts_as_restarted_and_failed(ours):
     got = ours["crash"]
     # block 1 crashed its worker on both attempts: two blocks lost with a
-    # dead worker; the second death may come as the run ends, when nothing
-    # is replaced any more
+    # dead worker. A death is a restart where a replacement starts, which
+    # needs work left for it: whether a death is seen before the other
+    # blocks are done depends on timing (under load both came after, and
+    # nothing was replaced), so the restarts are the replacements started:
+    # two workers at the start, one more per restart
     assert got["worker_failure_count"] == 2
-    assert got["worker_restart_count"] in (1, 2)
-    # two workers at the start; a replacement only if work was left for it
-    assert got["worker_start_count"] >= 2
+    assert got["worker_restart_count"] <= 2
+    assert got["worker_start_count"] == 2 + got["worker_restart_count"]
     assert got["first_worker_error"]
 
 

@@ -38,8 +38,9 @@ pub enum DaisyError {
     /// `daisy.LayoutMismatch`).
     #[error(
         "tracking store {store} does not fit this task: {reason}. Its layout hash is {found}; \
-         this task's is {expected}. Delete it to start fresh: rm -rf {store} (or Task.reset()), \
-         or point tracking_path elsewhere"
+         this task's is {expected}. To start fresh and keep its run history (runs.jsonl, for \
+         daisy compare), call task.reset() once; or point tracking_path elsewhere; rm -rf \
+         {store} deletes the history too"
     )]
     LayoutMismatch {
         /// The store's directory.

@@ -264,6 +264,48 @@ impl TaskSpec {
         Some((read_roi.intersect(&self.total_roi), write))
     }
 
+    /// What of the total write ROI no block writes, when the fit leaves
+    /// some out (`valid` keeps only blocks whose read ROI fits whole, so
+    /// the last partial block of each axis is dropped), with the fix; None
+    /// when the blocks cover it all (or there are none: see
+    /// [`Self::why_no_blocks`]). Warned when the task is made and repeated
+    /// in the summary: a run that silently skips a fifth of the volume
+    /// says "all blocks processed successfully".
+    pub fn coverage_note(&self) -> Option<String> {
+        if self.fit != Fit::Valid {
+            return None;
+        }
+        let total_write = self.total_write_roi();
+        let (tw, w) = (total_write.shape(), self.write_roi.shape());
+        let dims = tw.dims();
+        let mut covered = crate::geometry::Coord::splat(0, dims);
+        for d in 0..dims {
+            if tw[d] <= 0 || w[d] <= 0 {
+                return None;
+            }
+            covered[d] = (tw[d] / w[d]) * w[d];
+            if covered[d] == 0 {
+                return None; // no block at all
+            }
+        }
+        if covered == tw {
+            return None;
+        }
+        let share: f64 = (0..dims)
+            .map(|d| covered[d] as f64 / tw[d] as f64)
+            .product();
+        let left = tw.sub(&covered);
+        Some(format!(
+            "task {:?}: its blocks cover {covered} of its total write ROI {tw}: {:.1}% of it \
+             is never processed (the last {left} on each axis; fit='valid' keeps only blocks \
+             whose read ROI fits inside total_roi). Use fit='shrink' (edge blocks cut to the \
+             volume) or fit='overhang' (edge blocks reaching past it) to process all of it, \
+             or a total_roi whose write region is a whole number of write_roi blocks",
+            self.task_id,
+            (1.0 - share) * 100.0
+        ))
+    }
+
     /// Why this task has no blocks, in words, with the fix (its warning).
     pub fn why_no_blocks(&self) -> String {
         let (total, read) = (self.total_roi.shape(), self.read_roi.shape());
@@ -292,6 +334,47 @@ mod tests {
 
     fn roi(o: &[i64], s: &[i64]) -> Roi {
         Roi::from_slices(o, s).unwrap()
+    }
+
+    #[test]
+    fn a_valid_fit_that_leaves_part_of_the_volume_out_says_how_much() {
+        // 256^3 with 8 voxels of context and 32^3 write blocks: the write
+        // region 240^3 is tiled by 7^3 blocks covering 224^3
+        let spec = TaskSpec::new(
+            "smooth",
+            roi(&[0, 0, 0], &[256, 256, 256]),
+            roi(&[-8, -8, -8], &[48, 48, 48]),
+            roi(&[0, 0, 0], &[32, 32, 32]),
+            Fit::Valid,
+            true,
+            0,
+            vec![],
+        )
+        .unwrap();
+        let note = spec.coverage_note().unwrap();
+        assert!(note.contains("cover (224, 224, 224) of its total write ROI (240, 240, 240)"));
+        assert!(note.contains("18.7% of it is never processed"), "{note}");
+        assert!(note.contains("fit='shrink'") && note.contains("fit='overhang'"));
+        for fit in [Fit::Shrink, Fit::Overhang] {
+            let other = TaskSpec {
+                fit,
+                ..spec.clone()
+            };
+            assert_eq!(other.coverage_note(), None);
+        }
+        // a write region of whole blocks is covered
+        let whole = TaskSpec::new(
+            "whole",
+            roi(&[0, 0, 0], &[240, 240, 240]),
+            roi(&[-8, -8, -8], &[48, 48, 48]),
+            roi(&[0, 0, 0], &[32, 32, 32]),
+            Fit::Valid,
+            true,
+            0,
+            vec![],
+        )
+        .unwrap();
+        assert_eq!(whole.coverage_note(), None);
     }
 
     #[test]

@@ -118,6 +118,12 @@ impl PyTaskSpec {
             .transpose()
     }
 
+    /// What of the total write ROI no block writes (a `valid` fit that
+    /// drops the last partial blocks), with the fix; None when covered.
+    fn coverage_note(&self) -> Option<String> {
+        self.spec.coverage_note()
+    }
+
     /// Why the task has no blocks, in words, with the fix.
     fn why_no_blocks(&self) -> String {
         self.spec.why_no_blocks()

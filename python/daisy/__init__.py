@@ -9,7 +9,7 @@ done by a Rust core (``daisy._daisy``); this package is its Python face.
 
 from __future__ import annotations
 
-import atexit
+import atexit as _atexit
 from typing import TYPE_CHECKING
 
 from funlib.geometry import Coordinate, Roi
@@ -21,7 +21,7 @@ from daisy._daisy import at_interpreter_exit as _at_interpreter_exit
 # A run in a daemon thread must stop before the interpreter finalises, or
 # its next entry into Python aborts the process: see the bindings'
 # ``interpreter.rs``.
-atexit.register(_at_interpreter_exit)
+_atexit.register(_at_interpreter_exit)
 
 # Every other public name is imported on first use (PEP 562): a worker or
 # a launcher that needs only the client does not pay for the driver's
@@ -247,3 +247,6 @@ __all__ = [
     "worker",
     "worker_pool",
 ]
+
+# the module's own helpers are not daisy's names (neither release has them)
+del annotations, TYPE_CHECKING

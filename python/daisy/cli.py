@@ -95,9 +95,10 @@ def summary_row(report: TaskReport, run: int, store: Path | None) -> dict[str, A
 
 
 def _top_failure(report: TaskReport) -> str | None:
-    """The most frequent failure message of a run, with its count."""
-    ranked = sorted(report.failure_causes.messages, key=lambda mn: -mn[1])
-    return f"{ranked[0][1]}× {ranked[0][0]}" if ranked else None
+    """The most frequent failure cause of a run, with its count and an
+    example message (the panel's first line)."""
+    lines = report.failure_causes.render(indent="", limit=1)
+    return lines[0] if lines and not lines[0].startswith("…") else None
 
 
 class CliError(Exception):

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from daisy import _v1_names
-from daisy.execution_summary import print_execution_summary
+from daisy.execution_summary import format_interrupted, print_execution_summary
 from daisy.pipeline import Pipeline
 from daisy.progress import check_interval
 from daisy.run_report import RunReport
@@ -39,7 +42,7 @@ class RunFailed(RuntimeError):
         bad = {
             tid: (s.failed_count, s.orphaned_count, s.total_block_count - s.completed_count)
             for tid, s in states.items()
-            if s.completed_count != s.total_block_count
+            if not s.all_completed
         }
         parts = [
             f"{tid}: {failed} failed, {orphaned} orphaned, {left} not completed"
@@ -71,6 +74,21 @@ class RunFailed(RuntimeError):
                 ]
             )
         super().__init__(message)
+
+
+@contextlib.contextmanager
+def _says_where_an_interrupted_run_stands(
+    runner: Server | SerialServer, tasks: Any, block_tracking: bool, summary: bool
+) -> Iterator[None]:
+    """On Ctrl-C, print the counts at shutdown and what a rerun resumes
+    from (the summary's place), then let the KeyboardInterrupt go on."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        states = runner.stopped_states
+        if summary and states is not None:
+            print(format_interrupted(states, Pipeline.of(tasks).tasks, block_tracking), flush=True)
+        raise
 
 
 def run_blockwise(
@@ -191,15 +209,16 @@ def run_blockwise(
     failures: list[tuple[str, int, int | None, str]] = []
     if multiprocessing:
         server = Server(host=host, port=port, liveness_timeout=liveness_timeout)
-        states = server.run_blockwise(
-            tasks,
-            progress=progress,
-            resources=resources,
-            metrics_port=metrics_port,
-            dashboard_port=dashboard_port,
-            block_tracking=block_tracking,
-            progress_interval=progress_interval,
-        )
+        with _says_where_an_interrupted_run_stands(server, tasks, block_tracking, summary):
+            states = server.run_blockwise(
+                tasks,
+                progress=progress,
+                resources=resources,
+                metrics_port=metrics_port,
+                dashboard_port=dashboard_port,
+                block_tracking=block_tracking,
+                progress_interval=progress_interval,
+            )
         notes = server.failure_notes()
         failures = list(server.failures)
         report = server.last_report
@@ -215,12 +234,20 @@ def run_blockwise(
                 "multiprocessing=True"
             )
         serial = SerialServer()
-        states = serial.run_blockwise(
-            tasks, scheduler=Scheduler(tasks, block_tracking=block_tracking)
-        )
+        with _says_where_an_interrupted_run_stands(serial, tasks, block_tracking, summary):
+            states = serial.run_blockwise(
+                tasks, scheduler=Scheduler(tasks, block_tracking=block_tracking)
+            )
         notes = {}
         report = serial.last_report
     if summary:
+        # a fit that left part of the volume out is said again where the
+        # run says it processed everything
+        for t in Pipeline.of(tasks).tasks:
+            uncovered = t.coverage_note
+            if uncovered is not None and t.task_id in states:
+                lines = textwrap.wrap(uncovered, 88, subsequent_indent="  ")
+                notes = {**notes, t.task_id: [*notes.get(t.task_id, []), *lines]}
         print_execution_summary(states, notes)
         if report is not None:
             panel = report.render(task_order=list(states))

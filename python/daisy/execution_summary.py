@@ -5,8 +5,8 @@ with a status mark per task (✔ all completed, ✗ failed or orphaned blocks,
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
-from typing import TextIO
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TextIO
 
 from daisy._daisy import TaskState
 
@@ -60,3 +60,35 @@ def print_execution_summary(
 ) -> None:
     """Print `format_execution_summary` to stdout (or ``file``)."""
     print(format_execution_summary(states, failure_notes), file=file or sys.stdout)
+
+
+def format_interrupted(
+    states: Mapping[str, TaskState], tasks: Iterable[Any], block_tracking: bool = True
+) -> str:
+    """What a run stopped early (Ctrl-C) says: the summary at shutdown and,
+    per task, what a rerun finds done. The counts are the core's final
+    ones, the blocks its tracking store records (what a rerun skips)."""
+    by_id = {t.task_id: t for t in tasks}
+    lines = ["", "Run interrupted; counts at shutdown:", format_execution_summary(states), ""]
+    for task_id, s in states.items():
+        task = by_id.get(task_id)
+        done, total = s.completed_count, s.total_block_count
+        store = None if task is None or not block_tracking else task.tracking_path
+        if s.all_completed:
+            lines.append(f"  {task_id}: all {total} blocks were done")
+        elif store is not None:
+            lines.append(
+                f"  {task_id}: {done} of {total} blocks are recorded as done in {store}; "
+                "rerun to resume (they are skipped)"
+            )
+        elif task is not None and getattr(task, "_pre_check", None) is not None:
+            lines.append(
+                f"  {task_id}: {done} of {total} blocks were done; on a rerun its "
+                "check_function says which to skip"
+            )
+        else:
+            lines.append(
+                f"  {task_id}: {done} of {total} blocks were done, but it has no tracking "
+                "store: a rerun processes every block again (give it a tracking_path)"
+            )
+    return "\n".join(lines)

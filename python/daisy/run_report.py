@@ -755,15 +755,21 @@ class BlockRecord:
 @dataclass(frozen=True)
 class FailureCauses:
     """Why a task's blocks failed in one run, as its report line keeps it:
-    the distinct failure messages (each failure text's last line, for a
-    Python traceback the exception) with how many failed attempts gave
-    each, in order of first appearance (at most 20; ``other`` counts the
-    attempts past them), and the first failure's whole text (its last
-    16 KiB)."""
+    the causes of its failed attempts with how many attempts gave each, in
+    order of first appearance (at most 20; ``other`` counts the attempts
+    past them), and the first failure's whole text (its last 16 KiB).
+    Attempts group by cause: for a Python traceback the exception type and
+    the source line that raised it (``causes``, e.g. ``"ValueError at
+    smooth.py:12 in smooth"``), so messages naming a block id still group;
+    for other texts, their last line. ``messages`` holds each cause's
+    first message (an example) with its count."""
 
     messages: tuple[tuple[str, int], ...] = ()
     other: int = 0
     first_traceback: str | None = None
+    #: per entry of ``messages``: its cause ("" where the text was no
+    #: traceback, or the line older than causes)
+    causes: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> FailureCauses:
@@ -774,17 +780,27 @@ class FailureCauses:
         f = _fields(
             d, {"messages": [], "other": 0, "first_traceback": None}, "failure_causes", strict
         )
-        messages = []
+        messages, causes = [], []
         for m in f["messages"]:
-            g = _fields(m, {"message": "", "count": 0}, "a failure message", strict)
+            g = _fields(m, {"message": "", "count": 0, "cause": ""}, "a failure message", strict)
             messages.append((str(g["message"]), int(g["count"])))
+            causes.append(str(g["cause"] or ""))
         first = f["first_traceback"]
-        return cls(tuple(messages), int(f["other"]), None if first is None else str(first))
+        return cls(
+            tuple(messages),
+            int(f["other"]),
+            None if first is None else str(first),
+            tuple(causes),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The report JSON's ``failure_causes``."""
+        causes = self.causes or ("",) * len(self.messages)
         return {
-            "messages": [{"message": m, "count": n} for m, n in self.messages],
+            "messages": [
+                {"message": m, "count": n, "cause": c}
+                for (m, n), c in zip(self.messages, causes, strict=True)
+            ],
             "other": self.other,
             "first_traceback": self.first_traceback,
         }
@@ -793,12 +809,18 @@ class FailureCauses:
         return bool(self.messages) or self.other > 0
 
     def render(self, indent: str = "    ", limit: int = 5) -> list[str]:
-        """The panel's lines: the most frequent messages, one per line."""
-        ranked = sorted(self.messages, key=lambda mn: -mn[1])
-        lines = [f"{indent}{n}× {m}" for m, n in ranked[:limit]]
-        more = sum(n for _, n in ranked[limit:]) + self.other
+        """The panel's lines: the most frequent causes, one per line, each
+        with an example message."""
+        causes = self.causes or ("",) * len(self.messages)
+        ranked = sorted(zip(self.messages, causes, strict=True), key=lambda entry: -entry[0][1])
+        lines = []
+        for (message, n), cause in ranked[:limit]:
+            lines.append(
+                f"{indent}{n}× {cause}, e.g. {message}" if cause else f"{indent}{n}× {message}"
+            )
+        more = sum(n for (_, n), _ in ranked[limit:]) + self.other
         if more:
-            lines.append(f"{indent}… {more} more failed attempt(s) with other messages")
+            lines.append(f"{indent}… {more} more failed attempt(s) with other causes")
         return lines
 
 

@@ -23,6 +23,9 @@ class SerialServer(ServerObservee):
     def __init__(self) -> None:
         super().__init__()
         self.last_report: RunReport | None = None
+        #: the task states when the last run stopped before its end (Ctrl-C,
+        #: an exception), by task id; None after a run that went to its end
+        self.stopped_states: dict[str, TaskState] | None = None
 
     def run_blockwise(
         self, tasks: Any, scheduler: Scheduler | None = None, block_tracking: bool = True
@@ -64,6 +67,7 @@ class SerialServer(ServerObservee):
             # the run stopped on this exception (Ctrl-C, or a block's own
             # error): its partial report rides on it
             stopped.daisy_run_report = self.last_report  # type: ignore[attr-defined]
+            self.stopped_states = dict(result.states)
             raise stopped
         states = scheduler.task_states
         events = StateEvents(self)

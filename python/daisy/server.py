@@ -224,6 +224,9 @@ class Server(ServerObservee):
         self.failures_unnoted = 0
         #: the `daisy.RunReport` of this server's last run
         self.last_report: RunReport | None = None
+        #: the task states when the last run stopped before its end (Ctrl-C,
+        #: an exception), by task id; None after a run that went to its end
+        self.stopped_states: dict[str, TaskState] | None = None
         self.abandoned: list[tuple[str, str]] = []
         self.unmanaged_clients = 0
         # what failure_notes() explains, from the last run
@@ -461,12 +464,27 @@ class Server(ServerObservee):
             # the run could not start
             if dashboard is not None:
                 dashboard.finish(None, None, "interrupted")
-            raise
-        finally:
             for obs in observers:
                 obs.close()
+            raise
+        finally:
             if metrics is not None:
                 metrics.close()
+        # the last lines and bars show the core's final counts (a stopped
+        # run's "done" is what its store records, not the last tick's)
+        late: BaseException | None = None  # a Ctrl-C as the run ends
+        for obs in observers:
+            for tid in order:
+                state = result.states.get(tid)
+                if state is None or late is not None:
+                    continue
+                try:
+                    obs.update(tid, state, 0)
+                except Exception:
+                    logger.exception("daisy: a progress observer failed on the final counts")
+                except BaseException as e:
+                    late = e  # raised once the run's results are kept
+            obs.close()
         self.last_report = RunReport.from_json(result.report_json)
         self.last_report.attach(list(task_map.values()))
         stopped = result.stopped
@@ -474,6 +492,7 @@ class Server(ServerObservee):
             # the run stopped on this exception (Ctrl-C, SIGTERM, a hook's
             # error, a broken rule): its partial report rides on it
             stopped.daisy_run_report = self.last_report  # type: ignore[attr-defined]
+            self.stopped_states = dict(result.states)
             if dashboard is not None:
                 dashboard.finish(result.states, self.last_report, "interrupted")
             if isinstance(stopped, _StopRequested):
@@ -481,6 +500,10 @@ class Server(ServerObservee):
                 logger.info("daisy: the run stopped: its stop_event was set")
                 return dict(result.states)
             raise stopped
+        if late is not None:
+            late.daisy_run_report = self.last_report  # type: ignore[attr-defined]
+            self.stopped_states = dict(result.states)
+            raise late
         self.failures = list(result.failures)
         self.failures_unnoted = result.failures_unnoted
         self._failed_blocks = list(result.failed_blocks)

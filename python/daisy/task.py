@@ -360,6 +360,10 @@ class Task(Composable):
         self._last_report: TaskReport | None = None
         if self.num_blocks == 0:
             logger.warning("daisy: task %r has no blocks: %s", task_id, self._why_no_blocks())
+        else:
+            uncovered = self.coverage_note
+            if uncovered is not None:
+                logger.warning("daisy: %s", uncovered)
 
     @property
     def gpu_tracking(self) -> bool:
@@ -369,6 +373,15 @@ class Task(Composable):
         if self._gpu_tracking is not None:
             return self._gpu_tracking
         return self.resource_tracking and "gpu" in self.required_resources
+
+    @property
+    def coverage_note(self) -> str | None:
+        """What of the volume no block of this task writes, with the fix
+        (the default ``fit="valid"`` drops the last partial block of every
+        axis), or None when its blocks cover the whole total write ROI.
+        Warned when the task is made, and repeated in the Execution
+        Summary."""
+        return self._spec.coverage_note()
 
     def _why_no_blocks(self) -> str:
         """Why a task has no blocks, in words (the core's)."""

@@ -16,7 +16,12 @@ impl FailureCauses {
         if self.first_traceback.as_deref() == Some(old) {
             self.first_traceback = Some(tail(new.trim_end(), FIRST_TRACEBACK_BYTES));
         }
-        if let Some(i) = self.messages.iter().position(|c| c.message == old) {
+        let old_cause = cause_of(old);
+        if let Some(i) = self
+            .messages
+            .iter()
+            .position(|c| c.cause == old_cause && (!c.cause.is_empty() || c.message == old))
+        {
             self.messages[i].count -= 1;
             if self.messages[i].count == 0 {
                 self.messages.remove(i);
@@ -37,14 +42,51 @@ impl FailureCauses {
 
     fn note_message(&mut self, text: &str) {
         let message = last_line(text);
-        if let Some(c) = self.messages.iter_mut().find(|c| c.message == message) {
+        let cause = cause_of(text);
+        let same =
+            |c: &&mut CauseCount| c.cause == cause && (!cause.is_empty() || c.message == message);
+        if let Some(c) = self.messages.iter_mut().find(same) {
             c.count += 1;
         } else if self.messages.len() < MAX_CAUSES {
-            self.messages.push(CauseCount { message, count: 1 });
+            self.messages.push(CauseCount {
+                message,
+                count: 1,
+                cause,
+            });
         } else {
             self.other += 1;
         }
     }
+}
+
+/// The cause of a failure text that is a Python traceback: its exception
+/// type and the innermost frame (the line that raised), as `"ValueError at
+/// smooth.py:12 in smooth"`; empty for any other text. The file is named
+/// by its last path part: the same function fails the same way wherever
+/// the worker unpacked it.
+pub fn cause_of(text: &str) -> String {
+    let frame = text.lines().rev().find_map(|l| {
+        let rest = l.trim_start().strip_prefix("File \"")?;
+        let (path, rest) = rest.split_once("\", line ")?;
+        let (line, func) = rest.split_once(", in ")?;
+        line.parse::<u64>().ok()?;
+        let file = path.rsplit('/').next().unwrap_or(path);
+        Some(format!("{file}:{line} in {}", func.trim()))
+    });
+    let Some(frame) = frame else {
+        return String::new();
+    };
+    let last = last_line(text);
+    let kind = last.split(':').next().unwrap_or("").trim();
+    let is_name = !kind.is_empty()
+        && kind.len() <= 200
+        && kind
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '.');
+    if !is_name {
+        return String::new();
+    }
+    format!("{kind} at {frame}")
 }
 
 /// The last `max` bytes of `text` (on a character boundary), marked with a

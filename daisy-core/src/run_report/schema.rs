@@ -119,14 +119,23 @@ pub const MAX_CAUSES: usize = 20;
 /// runaway one does not grow `runs.jsonl` by megabytes per run.
 pub const FIRST_TRACEBACK_BYTES: usize = 16 << 10;
 
-/// One distinct failure message and how many failed attempts gave it.
+/// One cause of failed attempts and how many gave it. Attempts group by
+/// their cause: for a Python traceback, the exception type and the source
+/// line that raised it (so messages that name a block id or a ROI still
+/// group); for any other text, its last line.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CauseCount {
-    /// The failure text's last line (for a Python traceback: the
-    /// exception), at most [`FAILURE_LINE_BYTES`].
+    /// The first failure text's last line with this cause (for a Python
+    /// traceback: the exception), at most [`FAILURE_LINE_BYTES`]: an
+    /// example.
     pub message: String,
-    /// Failed attempts with this message.
+    /// Failed attempts with this cause.
     pub count: u64,
+    /// The cause: `"ValueError at smooth.py:12 in smooth"` for a Python
+    /// traceback; empty where the text is none (then the message is the
+    /// cause), and in lines written before daisy grouped by cause.
+    #[serde(default)]
+    pub cause: String,
 }
 
 /// Why a task's blocks failed in one run, kept in its report line so the

@@ -310,3 +310,34 @@ fn utilisation_is_block_seconds_over_worker_seconds() {
     assert!((u - 5.0 / 10.0).abs() < 1e-12, "the workers' own wall: {u}");
     assert_eq!(utilisation(&blocks, &WorkerSummary::default()), None);
 }
+
+fn traceback(block: u64) -> String {
+    format!(
+        "Traceback (most recent call last):\n  File \"/w/daisy/_worker.py\", line 90, in run\n    \
+         f(block)\n  File \"/home/u/pipeline/smooth.py\", line 12, in smooth\n    raise \
+         ValueError(f\"block {{block.block_id}} has NaN\")\nValueError: block ('smooth', {block}) \
+         has NaN\n"
+    )
+}
+
+#[test]
+fn failures_group_by_exception_type_and_raising_line_not_by_message() {
+    let mut causes = FailureCauses::default();
+    for block in 0..30 {
+        causes.note(&traceback(block));
+    }
+    causes.note("\n  File \"/x/other.py\", line 3, in load\nOSError: disk full\n");
+    causes.note("the worker died (signal: 9 (SIGKILL))");
+    causes.note("the worker died (signal: 9 (SIGKILL))");
+    assert_eq!(causes.messages.len(), 3, "{:?}", causes.messages);
+    let first = &causes.messages[0];
+    assert_eq!(first.count, 30);
+    assert_eq!(first.cause, "ValueError at smooth.py:12 in smooth");
+    assert_eq!(first.message, "ValueError: block ('smooth', 0) has NaN");
+    assert_eq!(causes.messages[1].cause, "OSError at other.py:3 in load");
+    // a text that is no traceback groups by its last line, as before
+    assert_eq!(causes.messages[2].cause, "");
+    assert_eq!(causes.messages[2].count, 2);
+    assert_eq!(causes.other, 0);
+    assert_eq!(cause_of("ValueError: no frame here"), "");
+}

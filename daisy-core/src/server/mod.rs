@@ -324,9 +324,11 @@ fn abandon_crashing_tasks<H>(st: &mut State<H>) {
         if st.scheduler.is_task_finished(t) || rt.worker.is_none() {
             continue; // done, or served by external clients
         }
-        if let Some(reason) =
-            policy::restart_limit(st.worker_deaths[t as usize], rt.max_worker_restarts)
-        {
+        if let Some(reason) = policy::restart_limit(
+            st.worker_deaths[t as usize],
+            rt.max_worker_restarts,
+            st.empty_exits[t as usize],
+        ) {
             st.abandon(t, reason);
         }
     }
@@ -620,6 +622,9 @@ fn on_worker_exit<H>(st: &mut State<H>, id: u32, status: Option<ExitStatus>) {
         // counted as daisy 2.0.0 counts: every such exit is a worker
         // failure (a block it held counted already, as lost), and a
         // restart only where a replacement starts
+        if verdict.took_nothing {
+            st.empty_exits[task as usize] += 1;
+        }
         let deaths = &mut st.worker_deaths[task as usize];
         *deaths += 1;
         let replaced = *deaths <= st.config.tasks[task as usize].max_worker_restarts;

@@ -135,12 +135,28 @@ pub fn spawn_error_is_transient(e: &std::io::Error) -> bool {
 
 /// Why a task is abandoned after its workers stopped unexpectedly
 /// `restarts` times, or None while that is within `max_worker_restarts`.
-pub fn restart_limit(restarts: u32, max_worker_restarts: u32) -> Option<String> {
+/// `empty_exits` of those left cleanly without taking a block: when all
+/// did, the logs hold nothing (the function returned), so the reason says
+/// what happened instead: a worker function that never asked for a block,
+/// most often a block function whose `block` parameter was forgotten.
+pub fn restart_limit(restarts: u32, max_worker_restarts: u32, empty_exits: u32) -> Option<String> {
     (restarts > max_worker_restarts).then(|| {
-        format!(
-            "its workers stopped unexpectedly {restarts} times \
-             (max_worker_restarts={max_worker_restarts}); see the worker logs"
-        )
+        if empty_exits >= restarts {
+            format!(
+                "its workers exited {restarts} times without taking a block \
+                 (max_worker_restarts={max_worker_restarts}): its process_function takes no \
+                 argument, so it runs as a worker function, and it returned without calling \
+                 daisy.Client().acquire_block(). A block function takes the block: \
+                 `def process(block): ...`; a worker function asks for blocks until there are \
+                 none: `client = daisy.Client()` and `while (block := \
+                 client.acquire_block()) is not None: ...`"
+            )
+        } else {
+            format!(
+                "its workers stopped unexpectedly {restarts} times \
+                 (max_worker_restarts={max_worker_restarts}); see the worker logs"
+            )
+        }
     })
 }
 
@@ -151,6 +167,9 @@ pub struct ExitVerdict {
     pub exit: WorkerExit,
     /// Why the exit was unexpected (it counts as a restart), or None.
     pub unexpected: Option<String>,
+    /// It exited cleanly, unasked, having taken no block while its task had
+    /// work (a worker function that returned at once).
+    pub took_nothing: bool,
 }
 
 /// Classify a worker's exit. `expected` is set when the server killed or
@@ -169,6 +188,12 @@ pub fn classify_exit(
     flags: &WorkerFlags,
     task_finished: bool,
 ) -> ExitVerdict {
+    let took_nothing = expected.is_none()
+        && success == Some(true)
+        && !flags.lost_block
+        && !flags.dismissed
+        && flags.blocks_taken == 0
+        && !task_finished;
     let unexpected = match expected {
         Some(_) => None,
         None if success != Some(true) => Some(format!("died ({status_text})")),
@@ -185,7 +210,11 @@ pub fn classify_exit(
         (None, Some(_)) => WorkerExit::Error,
         (None, None) => WorkerExit::Clean,
     };
-    ExitVerdict { exit, unexpected }
+    ExitVerdict {
+        exit,
+        unexpected,
+        took_nothing,
+    }
 }
 
 /// What a block a worker sent back counts as.
@@ -353,10 +382,19 @@ mod tests {
 
     #[test]
     fn a_task_is_abandoned_only_past_its_restart_cap() {
-        assert_eq!(restart_limit(10, 10), None);
-        let why = restart_limit(11, 10).unwrap();
+        assert_eq!(restart_limit(10, 10, 0), None);
+        let why = restart_limit(11, 10, 0).unwrap();
         assert!(why.contains("11 times") && why.contains("max_worker_restarts=10"));
-        assert!(restart_limit(1, 0).is_some());
+        assert!(restart_limit(1, 0, 0).is_some());
+        // workers that only ever returned at once: say what that means
+        let empty = restart_limit(4, 3, 4).unwrap();
+        assert!(empty.contains("without taking a block"), "{empty}");
+        assert!(empty.contains("def process(block)"), "{empty}");
+        assert!(
+            !restart_limit(4, 3, 2)
+                .unwrap()
+                .contains("def process(block)")
+        );
     }
 
     #[test]
@@ -400,7 +438,10 @@ mod tests {
         let w = worker(0);
         let v = classify_exit(None, Some(true), "exit status: 0", &w, false);
         assert_eq!(v.exit, WorkerExit::Error);
+        assert!(v.took_nothing);
         assert!(v.unexpected.unwrap().contains("without taking a block"));
+        // a crash is no empty exit
+        assert!(!classify_exit(None, Some(false), "signal: 9", &w, false).took_nothing);
         // dismissed, or did some work, or the task is finished: clean
         let dismissed = WorkerFlags {
             dismissed: true,
@@ -416,7 +457,8 @@ mod tests {
                 v,
                 ExitVerdict {
                     exit: WorkerExit::Clean,
-                    unexpected: None
+                    unexpected: None,
+                    took_nothing: false,
                 }
             );
         }

@@ -177,6 +177,9 @@ pub struct State<H> {
     /// `max_worker_restarts` caps (the task's `worker_restart_count` counts
     /// only those that were replaced, as daisy 2.0.0's does).
     pub worker_deaths: Vec<u32>,
+    /// Per task: of those, the workers that exited cleanly without taking
+    /// a block (see [`super::policy::restart_limit`]).
+    pub empty_exits: Vec<u32>,
     /// Per task: since when its worker starts have been failing.
     pub failing_since: Vec<Option<Instant>>,
     /// Clients that connected without a worker id, in all.
@@ -244,6 +247,7 @@ impl<H> State<H> {
             next_worker_id: 0,
             start_after: vec![None; n],
             worker_deaths: vec![0; n],
+            empty_exits: vec![0; n],
             failing_since: vec![None; n],
             unmanaged_clients: 0,
             unmanaged_per_task: vec![0; n],

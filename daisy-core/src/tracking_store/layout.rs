@@ -98,6 +98,53 @@ impl Layout {
     }
 }
 
+/// What differs between the layout a store was written for (`old`) and
+/// this task's (`new`), in the task's own words: "write_roi shape (16, 16)
+/// -> (32, 32); fit 'valid' -> 'shrink'". Empty when they are equal.
+pub fn changes(old: &Layout, new: &Layout) -> String {
+    let shown = |r: &Roi| format!("{} {}", r.slices(), r.shape());
+    let mut out = Vec::new();
+    if old.total != new.total {
+        out.push(format!(
+            "total_roi {} -> {}",
+            shown(&old.total),
+            shown(&new.total)
+        ));
+    }
+    if old.write.shape() != new.write.shape() {
+        out.push(format!(
+            "write_roi shape {} -> {}",
+            old.write.shape(),
+            new.write.shape()
+        ));
+    }
+    let context = |l: &Layout| {
+        (
+            l.write.offset().sub(&l.read.offset()),
+            l.read.end().sub(&l.write.end()),
+        )
+    };
+    let (old_context, new_context) = (context(old), context(new));
+    if old_context != new_context {
+        out.push(format!(
+            "read context {} before / {} after -> {} / {}",
+            old_context.0, old_context.1, new_context.0, new_context.1
+        ));
+    } else if old.read.offset() != new.read.offset() || old.write.offset() != new.write.offset() {
+        out.push(format!(
+            "block offsets read_roi {} / write_roi {} -> {} / {}",
+            old.read.offset(),
+            old.write.offset(),
+            new.read.offset(),
+            new.write.offset()
+        ));
+    }
+    if old.fit != new.fit {
+        out.push(format!("fit '{}' -> '{}'", old.fit, new.fit));
+    }
+    out.join("; ")
+}
+
 /// A store that belongs to another layout (or to nobody).
 pub fn mismatch(path: &Path, expected: &str, found: &str, reason: &str) -> DaisyError {
     DaisyError::LayoutMismatch {
@@ -124,4 +171,41 @@ pub fn growth_shift(old: &Layout, new: &Layout) -> Option<Coord> {
     (0..delta.dims())
         .all(|d| delta[d] % stride[d] == 0)
         .then(|| delta.div_floor(&stride))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(total: i64, context: i64, write: i64, fit: Fit) -> Layout {
+        let r = |o: i64, s: i64| Roi::from_slices(&[o, o, o], &[s, s, s]).unwrap();
+        Layout {
+            total: r(0, total),
+            read: r(-context, write + 2 * context),
+            write: r(0, write),
+            fit,
+        }
+    }
+
+    #[test]
+    fn changes_name_what_differs_in_the_tasks_words() {
+        let old = layout(256, 8, 16, Fit::Valid);
+        assert_eq!(changes(&old, &old), "");
+        let bigger = layout(256, 8, 32, Fit::Valid);
+        assert_eq!(
+            changes(&old, &bigger),
+            "write_roi shape (16, 16, 16) -> (32, 32, 32)"
+        );
+        let more_context = layout(256, 4, 16, Fit::Shrink);
+        let text = changes(&old, &more_context);
+        assert!(
+            text.contains(
+                "read context (8, 8, 8) before / (8, 8, 8) after -> (4, 4, 4) / (4, 4, 4)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("fit 'valid' -> 'shrink'"), "{text}");
+        let shrunk = layout(128, 8, 16, Fit::Valid);
+        assert!(changes(&old, &shrunk).starts_with("total_roi [0:256, 0:256, 0:256]"));
+    }
 }

@@ -60,12 +60,13 @@ pub fn migrate(
     old_hash: &str,
 ) -> Result<(), DaisyError> {
     let Some(shift) = growth_shift(old, new) else {
-        let reason = if new.total.contains_roi(&old.total) {
+        let why = if new.total.contains_roi(&old.total) {
             "the block shape, read context or fit changed"
         } else {
             "total_roi shrank or moved off the old block grid"
         };
-        return Err(mismatch(path, new_hash, old_hash, reason));
+        let reason = format!("{why} ({})", super::layout::changes(old, new));
+        return Err(mismatch(path, new_hash, old_hash, &reason));
     };
     let spec_of =
         |l: &Layout| TaskSpec::new("migrate", l.total, l.read, l.write, l.fit, true, 0, vec![]);

@@ -1,0 +1,89 @@
+"""Ctrl-C in a terminal: the run says where it stands. The script runs on a
+real pseudo-terminal (its controlling terminal, so Ctrl-C is the terminal's
+SIGINT to the foreground process group, as a user presses it); after the
+interrupt it prints the counts at shutdown and, per task, what a rerun
+resumes from, with the figure the rerun then skips."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import sys
+import textwrap
+import time
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import daisy
+
+    store, marks = sys.argv[1], Path(sys.argv[2])
+
+    def slow(block):
+        time.sleep(0.05)
+        (marks / str(block.block_id[1])).touch()
+
+    task = daisy.Task("smooth", daisy.Roi((0,), (2000,)), daisy.Roi((0,), (10,)),
+                      daisy.Roi((0,), (10,)), process_function=slow, max_workers=2,
+                      tracking_path=store)
+    untracked = daisy.Task("count", daisy.Roi((0,), (1000,)), daisy.Roi((0,), (10,)),
+                           daisy.Roi((0,), (10,)), process_function=slow, max_workers=1)
+    states = daisy.run_blockwise([task, untracked], return_states=True)
+    print("SKIPPED", states["smooth"].skipped_count, flush=True)
+    """
+)
+
+
+def _run_on_a_terminal(args: list[str], interrupt_after_marks: int | None, marks) -> str:
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the terminal is its controlling terminal
+        os.execv(sys.executable, [sys.executable, *args])
+    out = b""
+    deadline = time.monotonic() + 240
+    pressed = False
+    while time.monotonic() < deadline:
+        if (
+            not pressed
+            and interrupt_after_marks is not None
+            and len(list(marks.iterdir())) >= interrupt_after_marks
+        ):
+            os.write(fd, b"\x03")  # Ctrl-C
+            pressed = True
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+    _, status = os.waitpid(pid, 0)
+    text = out.decode("utf-8", "replace")
+    assert interrupt_after_marks is None or pressed, text[-3000:]
+    return text
+
+
+def test_ctrl_c_says_the_counts_and_what_a_rerun_resumes(tmp_path):
+    script = tmp_path / "pipeline.py"
+    script.write_text(SCRIPT)
+    store, marks = tmp_path / "smooth.store", tmp_path / "marks"
+    marks.mkdir()
+    args = [str(script), str(store), str(marks)]
+    text = _run_on_a_terminal(args, interrupt_after_marks=20, marks=marks)
+    assert "Run interrupted; counts at shutdown:" in text, text[-3000:]
+    assert "Execution Summary" in text
+    m = re.search(
+        r"smooth: (\d+) of 200 blocks are recorded as done in (\S+); rerun to resume", text
+    )
+    assert m, text[-3000:]
+    recorded = int(m.group(1))
+    assert 0 < recorded < 200 and m.group(2) == str(store)
+    assert "count: " in text and "no tracking store: a rerun processes every block again" in text
+    assert "KeyboardInterrupt" in text  # the interrupt still ends the script
+    # the rerun skips exactly what the interrupted run said was recorded
+    rerun = _run_on_a_terminal(args, interrupt_after_marks=None, marks=marks)
+    assert f"SKIPPED {recorded}" in rerun, rerun[-3000:]

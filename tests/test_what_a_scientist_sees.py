@@ -1,0 +1,135 @@
+"""What a new user meets (issue 29): a fit that leaves part of the volume
+out says so before and after the run, and a process_function whose
+``block`` parameter was forgotten is explained, not "see the worker
+logs"."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import daisy
+
+
+def _noop(block):
+    pass
+
+
+def _smoothing(fit: str) -> daisy.Task:
+    # 256^3 with 8 voxels of context and 32^3 write blocks: the valid write
+    # region 240^3 is tiled by 7^3 blocks covering 224^3
+    return daisy.Task(
+        f"smooth_{fit}",
+        total_roi=daisy.Roi((0, 0, 0), (256, 256, 256)),
+        read_roi=daisy.Roi((-8, -8, -8), (48, 48, 48)),
+        write_roi=daisy.Roi((0, 0, 0), (32, 32, 32)),
+        process_function=_noop,
+        fit=fit,
+    )
+
+
+def test_a_fit_that_leaves_part_of_the_volume_out_says_how_much_before_and_after(caplog, capsys):
+    with caplog.at_level(logging.WARNING, logger="daisy"):
+        task = _smoothing("valid")
+    warned = [r.getMessage() for r in caplog.records if "never processed" in r.getMessage()]
+    assert len(warned) == 1, caplog.text
+    assert "18.7% of it is never processed" in warned[0]
+    assert "(224, 224, 224)" in warned[0] and "(240, 240, 240)" in warned[0]
+    assert "fit='shrink'" in warned[0] and "fit='overhang'" in warned[0]
+    assert task.coverage_note == warned[0].removeprefix("daisy: ")
+
+    assert daisy.run_blockwise([task], multiprocessing=False, progress=False)
+    out = capsys.readouterr().out
+    summary = out[out.index("Task smooth_valid") :]
+    assert "all blocks processed successfully" in summary
+    assert "18.7% of it is never processed" in " ".join(summary.split())
+
+
+@pytest.mark.parametrize("fit", ["shrink", "overhang"])
+def test_a_fit_that_covers_the_volume_says_nothing(fit, caplog):
+    with caplog.at_level(logging.WARNING, logger="daisy"):
+        task = _smoothing(fit)
+    assert task.coverage_note is None
+    assert "never processed" not in caplog.text
+
+
+def test_a_forgotten_block_parameter_is_explained(capsys):
+    task = daisy.Task(
+        "forgot",
+        total_roi=daisy.Roi((0,), (40,)),
+        read_roi=daisy.Roi((0,), (10,)),
+        write_roi=daisy.Roi((0,), (10,)),
+        process_function=lambda: None,  # the user meant lambda block: ...
+        max_workers=1,
+        max_worker_restarts=2,
+    )
+    with pytest.raises(daisy.RunFailed) as failed:
+        daisy.run_blockwise([task], progress=False)
+    out = capsys.readouterr().out
+    text = out + str(failed.value)
+    assert "without taking a block" in text, text
+    assert "daisy.Client().acquire_block()" in text, text
+    assert "def process(block)" in text, text
+    assert "see the worker logs" not in text, text
+
+
+def test_the_package_namespace_holds_no_helpers_of_its_own_module():
+    # neither 1.2.2 nor 2.0.0 has them (tests/fixtures/surface)
+    for helper in ("annotations", "TYPE_CHECKING", "atexit"):
+        assert helper not in dir(daisy), helper
+        assert not hasattr(daisy, helper), helper
+
+
+def _blocks_of(shape: int, store) -> daisy.Task:
+    return daisy.Task(
+        "seg",
+        total_roi=daisy.Roi((0, 0, 0), (64, 64, 64)),
+        read_roi=daisy.Roi((0, 0, 0), (shape,) * 3),
+        write_roi=daisy.Roi((0, 0, 0), (shape,) * 3),
+        process_function=_noop,
+        tracking_path=store,
+    )
+
+
+def test_a_layout_mismatch_says_what_changed_and_how_to_keep_the_history(tmp_path):
+    store = tmp_path / "seg.store"
+    assert daisy.run_blockwise([_blocks_of(16, store)], multiprocessing=False, summary=False)
+    changed = _blocks_of(32, store)
+    with pytest.raises(daisy.LayoutMismatch) as mismatch:
+        daisy.run_blockwise([changed], multiprocessing=False, summary=False)
+    message = str(mismatch.value)
+    assert "write_roi shape (16, 16, 16) -> (32, 32, 32)" in message, message
+    assert "task.reset()" in message and "rm -rf" in message
+    assert "deletes the history too" in message
+    # the advice works: reset keeps the history, and the run goes ahead
+    changed.reset()
+    assert daisy.run_blockwise([changed], multiprocessing=False, summary=False)
+    runs = daisy.run_report.read_runs(store / "runs.jsonl")
+    assert [r.blocks.count for r in runs] == [64, 8]
+    assert runs[-1].after_reset
+
+
+def _fails_naming_its_block(block):
+    raise ValueError(f"block {block.block_id} has NaN")
+
+
+def test_failures_that_name_their_block_still_group(tmp_path):
+    task = daisy.Task(
+        "nan",
+        total_roi=daisy.Roi((0,), (120,)),
+        read_roi=daisy.Roi((0,), (10,)),
+        write_roi=daisy.Roi((0,), (10,)),
+        process_function=_fails_naming_its_block,
+        max_retries=0,
+        tracking_path=tmp_path / "nan.store",
+    )
+    assert not daisy.run_blockwise([task], progress=False, summary=False)
+    causes = daisy.last_report()["nan"].failure_causes
+    assert len(causes.messages) == 1, causes
+    assert causes.messages[0][1] == 12 and causes.other == 0
+    assert causes.causes[0].startswith("ValueError at test_what_a_scientist_sees.py:")
+    assert causes.causes[0].endswith(" in _fails_naming_its_block")
+    (line,) = causes.render()
+    assert line.strip().startswith("12× ValueError at test_what_a_scientist_sees.py:")
+    assert "e.g. ValueError: block ('nan', " in line
