@@ -398,7 +398,12 @@ def test_the_page_updates_in_headless_chromium_and_ends_with_the_final_state(tmp
                 break
             time.sleep(0.05)
         assert final and final["last"]["finished"], "the page learned that the run ended"
-        assert "finished" in final["state"]
+        assert "finished (failed)" in final["state"]
+        # a run that failed is not shown in green (#1a7f37) but red (#b42318)
+        colour = driver.execute_script(
+            "return getComputedStyle(document.getElementById('run-state')).color"
+        )
+        assert colour == "rgb(180, 35, 24)", colour
         counts = shown_counts(final)[0]
         assert counts == {"done": 2999, "failed": 1, "orphaned": 0, "pending": 0}
         assert final["last"]["summary"] is not None

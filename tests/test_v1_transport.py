@@ -631,3 +631,30 @@ def test_connecting_where_nothing_listens_raises() -> None:
             TCPClient("127.0.0.1", port)
     finally:
         sock.close()
+
+
+def test_a_basic_exchange_in_one_process_as_1_2_2_does_it() -> None:
+    """The 1.x tutorial exchange: a server and a client in one process,
+    send, get, reply through the message's stream, a zero timeout, then
+    after disconnect both ends of the client say NotConnected (1.2.2's
+    error; ours said StreamClosedError on send)."""
+    from daisy.tcp.exceptions import NotConnected
+
+    srv = TCPServer()
+    client = TCPClient(*srv.address)
+    try:
+        client.send_message(Message("hi"))
+        got = srv.get_message()
+        assert got is not None and got.payload == "hi"
+        got.stream.send_message(Message("reply"))
+        reply = client.get_message()
+        assert reply is not None and reply.payload == "reply"
+        assert client.get_message(timeout=0) is None
+        client.disconnect()
+        with pytest.raises(NotConnected):
+            client.send_message(Message("after"))
+        with pytest.raises(NotConnected):
+            client.get_message()
+    finally:
+        client.disconnect()
+        srv.disconnect()

@@ -133,3 +133,41 @@ def test_failures_that_name_their_block_still_group(tmp_path):
     (line,) = causes.render()
     assert line.strip().startswith("12× ValueError at test_what_a_scientist_sees.py:")
     assert "e.g. ValueError: block ('nan', " in line
+
+
+_WARM = {"done": False}
+
+
+def _slow_first_block_per_worker(block):
+    import time
+
+    if not _WARM["done"]:  # per worker process: its first block warms up
+        _WARM["done"] = True
+        time.sleep(0.5)
+    time.sleep(0.01)
+
+
+def test_the_panel_says_where_the_time_went(tmp_path, capsys):
+    task = daisy.Task(
+        "warm",
+        total_roi=daisy.Roi((0,), (400,)),
+        read_roi=daisy.Roi((0,), (10,)),
+        write_roi=daisy.Roi((0,), (10,)),
+        process_function=_slow_first_block_per_worker,
+        max_workers=2,
+        resource_tracking=True,
+        tracking_path=tmp_path / "warm.store",
+    )
+    assert daisy.run_blockwise([task], progress=False)
+    out = capsys.readouterr().out
+    panel = out[out.index("Resource Utilization") :]
+    blocks = daisy.last_report()["warm"].blocks
+    assert blocks.first_on_worker.n == 2
+    assert blocks.warmup_ratio is not None and blocks.warmup_ratio > 10
+    assert "warm-up: each worker's first block took" in panel, panel
+    assert "slowest blocks" in panel and len(blocks.slowest) == 5
+    # the two slowest are the workers' first blocks
+    assert all(t > 0.4 for _, t in blocks.slowest[:2]), blocks.slowest
+    # sleeping blocks use little CPU per wall second
+    assert blocks.cpu_per_wall is not None and blocks.cpu_per_wall < 0.3
+    assert "cpu per block-second" in panel and "mostly waiting" in panel

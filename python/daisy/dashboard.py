@@ -748,6 +748,8 @@ h1 { font-size: 1.3em; margin: 0 0 0.3em 0; }
 h2 { font-size: 1.05em; margin: 1.2em 0 0.3em 0; }
 #run-state { font-weight: 600; }
 #run-state.finished { color: #1a7f37; } #run-state.lost { color: #b42318; }
+#run-state.finished.failed, #run-state.finished.abandoned { color: #b42318; }
+#run-state.finished.interrupted { color: #b54708; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 th, td { padding: 2px 10px; border-bottom: 1px solid #ddd; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
@@ -804,7 +806,8 @@ _SCRIPT = """
     const updated = new Date(st.now * 1000).toLocaleTimeString();
     if (st.finished) {
       state.textContent = `finished (${st.summary.outcome}) at ${updated}`;
-      state.className = "finished";
+      // coloured by how it ended: only a completed run is green
+      state.className = "finished " + st.summary.outcome;
     } else {
       state.textContent = `running \\u2014 updated ${updated}`;
       state.className = "";

@@ -482,6 +482,17 @@ class BlockSummary:
     #: reset at each block's start), "process_peak" (no reset possible on
     #: that system: the process's peak so far), "" without stats
     peak_rss_source: str = ""
+    #: the time of each worker's first block (wall where measured, else
+    #: round trip): the workers' warm-up is in it
+    first_on_worker: Stat = field(default_factory=Stat)
+    #: those first blocks' mean over the other blocks' mean (the core's);
+    #: None without both
+    warmup_ratio: float | None = None
+    #: the run's slowest blocks, slowest first: ``(spatial id, seconds)``
+    slowest: tuple[tuple[int, float], ...] = ()
+    #: CPU seconds per wall second of the blocks: about 1 CPU-bound on one
+    #: core, well below waiting (IO, locks), above several threads
+    cpu_per_wall: float | None = None
 
     _STATS = (
         "round_trip",
@@ -493,6 +504,7 @@ class BlockSummary:
         "overhead",
         "gpu_util",
         "gpu_mem",
+        "first_on_worker",
     )
     #: the stats that count bytes or percent (the others count seconds)
     _UNITS = {"peak_rss": "B", "io_read": "B", "io_write": "B", "gpu_mem": "B", "gpu_util": "%"}
@@ -502,9 +514,17 @@ class BlockSummary:
         """From the report JSON. ``strict``: every key must be there."""
         defaults: dict[str, Any] = {"count": 0, "skipped": 0, "failures": 0}
         defaults.update(has_stats=False, trend_slope_ms=0.0, peak_rss_source="")
+        defaults.update(warmup_ratio=None, slowest=[], cpu_per_wall=None)
         defaults.update(dict.fromkeys(cls._STATS))
         f = _fields({} if d is None and not strict else d, defaults, "blocks", strict)
+        slowest = []
+        for b in f["slowest"] or ():
+            g = _fields(b, {"spatial_id": 0, "seconds": 0.0}, "a slow block", strict)
+            slowest.append((int(g["spatial_id"]), float(g["seconds"])))
         return cls(
+            warmup_ratio=_opt_float(f["warmup_ratio"]),
+            slowest=tuple(slowest),
+            cpu_per_wall=_opt_float(f["cpu_per_wall"]),
             count=int(f["count"]),
             skipped=int(f["skipped"]),
             failures=int(f["failures"]),
@@ -549,6 +569,9 @@ class BlockSummary:
         out.update({k: getattr(self, k).to_dict() for k in self._STATS})
         out["trend_slope_ms"] = self.trend_slope_ms
         out["peak_rss_source"] = self.peak_rss_source
+        out["warmup_ratio"] = self.warmup_ratio
+        out["slowest"] = [{"spatial_id": i, "seconds": t} for i, t in self.slowest]
+        out["cpu_per_wall"] = self.cpu_per_wall
         return out
 
 
@@ -977,7 +1000,14 @@ class TaskReport:
             head += f" ({b.skipped} skipped)"
         if w.count:
             head += f", {w.count} worker{'' if w.count == 1 else 's'}"
-        if self.elapsed > 0:
+        span = self.span
+        if span is not None and span > 0:
+            # the task's own span; the run's whole wall where it is longer
+            # (a pipeline: the task waited for others, or they for it)
+            head += f", {format_seconds(span)} wall"
+            if self.elapsed > span * 1.05:
+                head += f" (the run: {format_seconds(self.elapsed)})"
+        elif self.elapsed > 0:
             head += f", {format_seconds(self.elapsed)} wall"
         lines = [head]
         label = "    blocks  "
@@ -1008,7 +1038,22 @@ class TaskReport:
                     f"{' ' * len(label)} (peak RSS is each worker's peak so far: this system "
                     "cannot reset it per block)"
                 )
-        lines.extend(f"{' ' * len(label)} {n}" for n in self.notices)
+        pad = " " * len(label)
+        if b.cpu_per_wall is not None:
+            lines.append(
+                f"{pad} cpu per block-second {b.cpu_per_wall:.2f} ({_cpu_words(b.cpu_per_wall)})"
+            )
+        if b.warmup_ratio is not None and b.warmup_ratio >= WARMUP_SHOWN:
+            first = format_seconds(b.first_on_worker.mean)
+            lines.append(
+                f"{pad} warm-up: each worker's first block took {first}, "
+                f"{b.warmup_ratio:.0f}x the others' mean (imports, caches, first touch;"
+                " move one-off set-up out of the block function)"
+            )
+        if b.slowest and b.count - b.skipped > len(b.slowest):
+            shown = ", ".join(f"{i} ({format_seconds(t)})" for i, t in b.slowest)
+            lines.append(f"{pad} slowest blocks {shown}")
+        lines.extend(f"{pad} {n}" for n in self.notices)
         if b.failures:
             lines.append(f"{' ' * len(label)} {b.failures} failed attempt(s)")
         if self.failure_causes:
@@ -1068,6 +1113,22 @@ class TaskReport:
 
 #: the report of this process's last run (see `last_report`)
 _last_run: RunReport | None = None
+
+
+#: the warm-up ratio (a worker's first block over the others) from which
+#: the panel calls it out: below it, first blocks are ordinary noise
+WARMUP_SHOWN = 3.0
+
+
+def _cpu_words(ratio: float) -> str:
+    """What a CPU-per-wall ratio says about a block function, in words."""
+    if ratio > 1.2:
+        return "more than one core: threads"
+    if ratio >= 0.8:
+        return "CPU-bound"
+    if ratio >= 0.3:
+        return "part CPU, part waiting"
+    return "mostly waiting: IO, locks or sleep"
 
 
 def last_report() -> RunReport | None:

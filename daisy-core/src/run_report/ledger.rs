@@ -27,14 +27,46 @@ pub struct BlockAggregates {
     gpu_mem: Welford,
     trend: Trend,
     has_stats: bool,
+    /// The time of each worker's first block (wall, else round trip).
+    first_on_worker: Welford,
+    /// The time of every block (the same measure), to set the first
+    /// blocks against the rest.
+    timed: Welford,
+    /// The slowest blocks so far, slowest first: `(seconds, spatial id)`.
+    slowest: Vec<(f64, u64)>,
 }
+
+/// Slowest blocks a report lists: enough to find the outliers, few enough
+/// for one line.
+pub const SLOWEST_BLOCKS: usize = 5;
 
 impl BlockAggregates {
     /// A completed block: the server's round trip (distributed runs) and
-    /// the worker's own measurement (resource tracking).
-    pub fn record_success(&mut self, round_trip: Option<f64>, stats: Option<&BlockStats>) {
+    /// the worker's own measurement (resource tracking). `first_on_worker`
+    /// says it is the first block its worker completed in this run (its
+    /// cost includes the worker's warm-up: imports, caches, first touch).
+    pub fn record_success(
+        &mut self,
+        round_trip: Option<f64>,
+        stats: Option<&BlockStats>,
+        first_on_worker: bool,
+        spatial_id: u64,
+    ) {
         if let Some(rt) = round_trip {
             self.round_trip.push(rt);
+        }
+        if let Some(t) = stats.map(|s| s.wall_seconds).or(round_trip)
+            && t.is_finite()
+        {
+            self.timed.push(t);
+            if first_on_worker {
+                self.first_on_worker.push(t);
+            }
+            if self.slowest.len() < SLOWEST_BLOCKS || t > self.slowest[SLOWEST_BLOCKS - 1].0 {
+                let at = self.slowest.partition_point(|&(s, _)| s >= t);
+                self.slowest.insert(at, (t, spatial_id));
+                self.slowest.truncate(SLOWEST_BLOCKS);
+            }
         }
         if let Some(s) = stats {
             self.has_stats = true;
@@ -79,7 +111,28 @@ impl BlockAggregates {
             } else {
                 String::new()
             },
+            first_on_worker: self.first_on_worker.summary(),
+            warmup_ratio: self.warmup_ratio(),
+            slowest: self
+                .slowest
+                .iter()
+                .map(|&(seconds, spatial_id)| SlowBlock {
+                    spatial_id,
+                    seconds,
+                })
+                .collect(),
+            cpu_per_wall: (self.has_stats && self.wall.summary().sum > 0.0)
+                .then(|| self.cpu.summary().sum / self.wall.summary().sum),
         }
+    }
+
+    /// Each worker's first block against the mean of the other blocks:
+    /// None without both.
+    fn warmup_ratio(&self) -> Option<f64> {
+        let (first, all) = (self.first_on_worker.summary(), self.timed.summary());
+        let others = all.n.checked_sub(first.n).filter(|&n| n > 0)?;
+        let others_mean = (all.sum - first.sum) / others as f64;
+        (first.n > 0 && others_mean > 0.0).then(|| first.mean / others_mean)
     }
 }
 
@@ -107,6 +160,9 @@ pub struct RunLedger {
     causes: Vec<FailureCauses>,
     /// Per task: first dispatch and last return, wall clock.
     spans: Vec<(Option<f64>, Option<f64>)>,
+    /// The workers that completed a block of a task in this run (None: the
+    /// serial runner), so a worker's first block is known.
+    workers_seen: std::collections::HashSet<(TaskIndex, Option<u32>)>,
     /// Per task: its notices (see [`TaskReport::notices`]).
     pub(super) notices: Vec<Vec<String>>,
 }
@@ -144,6 +200,7 @@ impl RunLedger {
             failure_text: 0,
             causes: vec![FailureCauses::default(); tasks],
             spans: vec![(None, None); tasks],
+            workers_seen: std::collections::HashSet::new(),
             notices: vec![Vec::new(); tasks],
         }
     }
@@ -194,7 +251,13 @@ impl RunLedger {
     ) -> Result<(), DaisyError> {
         let task = block.key.task;
         self.returned(task);
-        self.aggregates[task as usize].record_success(round_trip, block.stats.as_ref());
+        let first_on_worker = self.workers_seen.insert((task, worker));
+        self.aggregates[task as usize].record_success(
+            round_trip,
+            block.stats.as_ref(),
+            first_on_worker,
+            block.spatial_id,
+        );
         if let (Some(stats), Some(tracking)) = (block.stats.as_ref(), scheduler.tracking_mut(task))
         {
             tracking.record_stats(block, stats, worker, sent_at, wall_clock());

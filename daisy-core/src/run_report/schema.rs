@@ -48,6 +48,34 @@ pub struct BlockSummary {
     /// [`crate::block_profile::peak_rss_source`]); empty without stats.
     #[serde(default)]
     pub peak_rss_source: String,
+    /// The time of each worker's first block in this run (its wall where
+    /// measured, else its round trip): its warm-up (imports, caches, first
+    /// touch) is in it.
+    #[serde(default)]
+    pub first_on_worker: StatSummary,
+    /// The mean of those first blocks over the mean of the others; None
+    /// without both. A ratio far above 1 is a warm-up worth removing.
+    #[serde(default)]
+    pub warmup_ratio: Option<f64>,
+    /// The slowest blocks of this run (by the same time), slowest first,
+    /// at most [`super::SLOWEST_BLOCKS`].
+    #[serde(default)]
+    pub slowest: Vec<SlowBlock>,
+    /// CPU seconds per wall second of the blocks (`cpu.sum / wall.sum`):
+    /// about 1 for a CPU-bound block function on one core, well below for
+    /// one that waits (IO, locks), above for several threads. None without
+    /// measurements.
+    #[serde(default)]
+    pub cpu_per_wall: Option<f64>,
+}
+
+/// One of a run's slowest blocks.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SlowBlock {
+    /// Its spatial id (`block.block_id[1]`).
+    pub spatial_id: u64,
+    /// Its time, seconds.
+    pub seconds: f64,
 }
 
 /// One task's report of one run.

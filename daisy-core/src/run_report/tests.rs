@@ -68,9 +68,9 @@ fn gpu_figures_join_the_aggregates_only_where_measured() {
         gpu_util_pct: util,
         gpu_mem_bytes: mem,
     };
-    agg.record_success(None, Some(&stats(f32::NAN, 0)));
-    agg.record_success(None, Some(&stats(90.0, 2 << 30)));
-    agg.record_success(None, Some(&stats(10.0, 1 << 30)));
+    agg.record_success(None, Some(&stats(f32::NAN, 0)), true, 0);
+    agg.record_success(None, Some(&stats(90.0, 2 << 30)), false, 1);
+    agg.record_success(None, Some(&stats(10.0, 1 << 30)), false, 2);
     let s = agg.summary(&TaskState::default());
     assert_eq!(s.gpu_util.n, 2, "the unmeasured block is not a 0 %");
     assert_eq!(s.gpu_util.mean, 50.0);
@@ -166,7 +166,7 @@ fn report_is_one_json_line_with_the_spec_keys() {
         gpu_mem_bytes: 0,
     };
     for _ in 0..12 {
-        agg.record_success(Some(0.0505), Some(&stats));
+        agg.record_success(Some(0.0505), Some(&stats), false, 0);
     }
     let state = TaskState {
         total_block_count: 12,
@@ -340,4 +340,49 @@ fn failures_group_by_exception_type_and_raising_line_not_by_message() {
     assert_eq!(causes.messages[2].count, 2);
     assert_eq!(causes.other, 0);
     assert_eq!(cause_of("ValueError: no frame here"), "");
+}
+
+#[test]
+fn the_first_block_of_each_worker_and_the_slowest_blocks_are_kept() {
+    let mut agg = BlockAggregates::default();
+    let timed = |wall: f64, cpu: f64| BlockStats {
+        wall_seconds: wall,
+        cpu_seconds: cpu,
+        peak_rss_bytes: 0,
+        io_read_bytes: 0,
+        io_write_bytes: 0,
+        gpu_util_pct: f32::NAN,
+        gpu_mem_bytes: 0,
+    };
+    // two workers: each starts with a 0.8 s block, then 0.02 s ones
+    for (id, first) in [(0, true), (1, true)] {
+        agg.record_success(None, Some(&timed(0.8, 0.4)), first, id);
+    }
+    for id in 2..12 {
+        agg.record_success(
+            None,
+            Some(&timed(0.02 + id as f64 * 1e-4, 0.005)),
+            false,
+            id,
+        );
+    }
+    let s = agg.summary(&TaskState::default());
+    assert_eq!(s.first_on_worker.n, 2);
+    assert!((s.first_on_worker.mean - 0.8).abs() < 1e-12);
+    let ratio = s.warmup_ratio.unwrap();
+    assert!(ratio > 30.0 && ratio < 40.0, "{ratio}");
+    assert_eq!(s.slowest.len(), SLOWEST_BLOCKS);
+    assert_eq!(
+        s.slowest.iter().map(|b| b.spatial_id).collect::<Vec<_>>(),
+        vec![0, 1, 11, 10, 9]
+    );
+    let cpu = s.cpu_per_wall.unwrap();
+    assert!(
+        (cpu - (0.8 + 0.05) / (1.6 + 0.2 + 0.0065)).abs() < 1e-9,
+        "{cpu}"
+    );
+    // nothing measured, nothing said
+    let none = BlockAggregates::default().summary(&TaskState::default());
+    assert_eq!((none.warmup_ratio, none.cpu_per_wall), (None, None));
+    assert!(none.slowest.is_empty());
 }

@@ -96,9 +96,15 @@ class TCPClient(IOLooper):
 
     def send_message(self, message: TCPMessage) -> None:
         """Send ``message`` to the server. Raises
-        :class:`~daisy.tcp.StreamClosedError` when not connected."""
+        :class:`~daisy.tcp.exceptions.NotConnected` after `disconnect` (as
+        1.2.2 does), and :class:`~daisy.tcp.StreamClosedError` when the
+        server closed the connection."""
         stream = self.stream
-        if stream is None or stream.closed():
+        if stream is None:
+            raise NotConnected(
+                f"TCPClient is not connected to {self.host}:{self.port}; call connect() first"
+            )
+        if stream.closed():
             raise StreamClosedError(self.host, self.port)
         stream.send_message(message)
 
