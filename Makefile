@@ -25,7 +25,14 @@ install: venv
 	$(BIN)/pip install --quiet "$$(ls $(WHEEL_DIR)/daisy-*.whl)[test,demo]"
 	$(BIN)/pip install --quiet --force-reinstall --no-deps $(WHEEL_DIR)/daisy-*.whl
 
-demo: install
+# The demo needs only daisy and what its tasks read and write (zarr,
+# funlib.persistence): not the test extra. Its output stays in daisy_demo/.
+demo: venv
+	@echo "make demo: building daisy (Rust, release; a few minutes the first time) ..."
+	rm -rf $(WHEEL_DIR)
+	$(BIN)/maturin build --release --out $(WHEEL_DIR) --quiet
+	$(BIN)/pip install --quiet "$$(ls $(WHEEL_DIR)/daisy-*.whl)[demo]"
+	$(BIN)/pip install --quiet --force-reinstall --no-deps $(WHEEL_DIR)/daisy-*.whl
 	$(BIN)/python examples/demo.py
 
 test: install downstream-deps system-deps rust-test pytest stubtest bench-check

@@ -17,13 +17,15 @@ against the same filter applied to the whole volume at once. Running it
 again on the same output directory resumes: every block is already done,
 and the result still checks.
 
-Run: ``python examples/demo.py [output directory]``.
+Run: ``python examples/demo.py [output directory]`` (default:
+``daisy_demo`` in the current directory). The output stays there: the
+zarr volumes, the worker logs and each task's tracking store with its run
+history, which ``daisy report <output directory>`` reads.
 """
 
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -107,10 +109,16 @@ def main(workdir: Path) -> bool:
     return ok
 
 
+#: where the demo writes when given no directory
+DEFAULT_OUTPUT = Path("daisy_demo")
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        out = Path(sys.argv[1])
-        out.mkdir(parents=True, exist_ok=True)
-        sys.exit(0 if main(out) else 1)
-    with tempfile.TemporaryDirectory() as d:
-        sys.exit(0 if main(Path(d)) else 1)
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_OUTPUT
+    out.mkdir(parents=True, exist_ok=True)
+    ok = main(out)
+    print(
+        f"\nThe output is in {out}/ (run the demo again to see it resume).\n"
+        f"Where the time went: daisy report {out / 'tracking'}\n"
+        f"A page with the timelines: daisy report {out / 'tracking'} --html report.html"
+    )
+    sys.exit(0 if ok else 1)

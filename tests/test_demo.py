@@ -32,3 +32,31 @@ def test_the_demo_runs_and_a_second_run_on_its_directory_resumes(tmp_path):
     assert "checked: blockwise output equals the whole-volume computation" in second.stdout
     # the second run found every block done
     assert "64 skipped" in second.stdout or "skipped: 64" in second.stdout.lower(), second.stdout
+
+
+def test_the_demo_leaves_its_output_where_daisy_report_finds_it(tmp_path):
+    # run as the README says, with no directory: it writes daisy_demo/ here
+    run = subprocess.run(
+        [sys.executable, str(DEMO)], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr
+    out = tmp_path / "daisy_demo"
+    assert (out / "demo.zarr").is_dir()
+    assert "The output is in daisy_demo/" in run.stdout
+    assert "daisy report daisy_demo/tracking" in run.stdout
+    report = subprocess.run(
+        [sys.executable, "-m", "daisy", "report", "daisy_demo/tracking"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert report.returncode == 0, report.stderr
+    assert "smooth" in report.stdout and "threshold" in report.stdout
+
+
+def test_make_demo_installs_only_what_the_demo_needs():
+    makefile = (DEMO.parent.parent / "Makefile").read_text()
+    recipe = makefile[makefile.index("\ndemo:") + 1 :].split("\n\n")[0]
+    assert "[demo]" in recipe and "[test" not in recipe, recipe
+    assert "install" not in recipe.splitlines()[0].split(":", 1)[1], "demo must not need install"

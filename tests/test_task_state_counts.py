@@ -73,14 +73,15 @@ def test_a_raising_block_function_leaves_its_errors(ours):
 def test_a_crashing_worker_counts_as_restarted_and_failed(ours):
     got = ours["crash"]
     # block 1 crashed its worker on both attempts: two blocks lost with a
-    # dead worker. A death is a restart where a replacement starts, which
-    # needs work left for it: whether a death is seen before the other
-    # blocks are done depends on timing (under load both came after, and
-    # nothing was replaced), so the restarts are the replacements started:
-    # two workers at the start, one more per restart
+    # dead worker. A death within max_worker_restarts counts as a restart
+    # unless the run is already ending; whether a replacement then starts
+    # depends on work being left for it. Seen: 1 restart and 3 starts, 2
+    # and 3, and (under load, both deaths seen as the run ended) 0 and 2.
+    # What always holds: no more restarts than deaths, and no replacement
+    # started without a restart counted
     assert got["worker_failure_count"] == 2
     assert got["worker_restart_count"] <= 2
-    assert got["worker_start_count"] == 2 + got["worker_restart_count"]
+    assert 2 <= got["worker_start_count"] <= 2 + got["worker_restart_count"]
     assert got["first_worker_error"]
 
 

@@ -1000,16 +1000,18 @@ class TaskReport:
             head += f" ({b.skipped} skipped)"
         if w.count:
             head += f", {w.count} worker{'' if w.count == 1 else 's'}"
-        span = self.span
-        if span is not None and span > 0:
-            # the task's own span; the run's whole wall where it is longer
-            # (a pipeline: the task waited for others, or they for it)
-            head += f", {format_seconds(span)} wall"
-            if self.elapsed > span * 1.05:
-                head += f" (the run: {format_seconds(self.elapsed)})"
-        elif self.elapsed > 0:
+        if self.elapsed > 0:
             head += f", {format_seconds(self.elapsed)} wall"
         lines = [head]
+        span = self.span
+        if span is not None and span > 0 and self.elapsed > span * 1.05:
+            # the task's own share of the run's wall: in a pipeline it left
+            # out the waits for other tasks; the rest went to worker start
+            # and teardown
+            lines.append(
+                f"    span     {format_seconds(span)} of its own "
+                "(its first block out to its last back)"
+            )
         label = "    blocks  "
         if b.round_trip:
             lines.append(f"{label} round trip {b.round_trip.format()}")
