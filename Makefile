@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 WHEEL_DIR := dist
 
-.PHONY: venv install downstream-deps system-deps demo test pytest stubtest bench-check lint lint-rust lint-python \
+.PHONY: venv install downstream-deps gunpowder-venv system-deps demo test pytest stubtest bench-check lint lint-rust lint-python \
 	lint-mypy msrv format rust-test bench clean
 
 $(BIN)/python:
@@ -46,6 +46,19 @@ downstream-deps: venv
 	@$(BIN)/pip install --quiet -r tests/downstream-requirements.txt \
 	  && $(BIN)/pip install --quiet --no-deps "$(VOLARA)" \
 	  || echo "make downstream-deps: could not install $(VOLARA) (package index unreachable?)"
+	@$(MAKE) --no-print-directory gunpowder-venv
+
+# gunpowder 1.4.4, a real client of daisy 1.x, for
+# tests/test_downstream_gunpowder.py: it needs zarr 2 and funlib.persistence
+# 0.6, so it gets an environment of its own with gunpowder and this
+# package's wheel (built by `install`).
+GUNPOWDER := gunpowder==1.4.4
+GP_VENV := .venv-gunpowder
+gunpowder-venv:
+	@test -x $(GP_VENV)/bin/python || $(PYTHON) -m venv $(GP_VENV)
+	@$(GP_VENV)/bin/pip install --quiet "$(GUNPOWDER)" \
+	  && $(GP_VENV)/bin/pip install --quiet --force-reinstall "$$(ls $(WHEEL_DIR)/daisy-*.whl)" \
+	  || echo "make downstream-deps: could not install $(GUNPOWDER) (package index unreachable?)"
 
 # Tests use Debian packages: a headless browser for the HTML report
 # (chromium, chromium-driver), a single-node SLURM cluster for the

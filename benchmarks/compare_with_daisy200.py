@@ -1,5 +1,6 @@
 """Run ``benchmarks/test_core_bench.py``, ``test_runtime_bench.py``,
-``test_tracking_bench.py``, ``test_graph_bench.py`` and ``test_pipeline_bench.py``
+``test_tracking_bench.py``, ``test_graph_bench.py``, ``test_pipeline_bench.py`` and
+``test_planning_bench.py``
 (which needs funlib.persistence and zarr in both) under this package and under the
 published daisy 2.0.0, one after the other, and print a markdown table of
 the median times.
@@ -47,6 +48,7 @@ BENCH_FILES = [
     HERE / "test_tracking_bench.py",
     HERE / "test_graph_bench.py",
     HERE / "test_pipeline_bench.py",
+    HERE / "test_planning_bench.py",
 ]
 DEFAULT_OURS = REPO / ".venv" / "bin" / "python"
 DEFAULT_THEIRS = Path("/work/venvs/daisy200/bin/python")
