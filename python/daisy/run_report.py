@@ -23,7 +23,6 @@ In the process that ran the pipeline or any later one::
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import logging
@@ -377,6 +376,10 @@ def _fields(d: Any, defaults: dict[str, Any], what: str, strict: bool) -> dict[s
     return out
 
 
+#: a statistic's keys in the report JSON, with the values of an empty one
+_ZERO_STAT = {"n": 0, "mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0, "sum": 0.0}
+
+
 @dataclass(frozen=True)
 class Stat:
     """A distribution: sample count, mean, sample standard deviation, min,
@@ -393,20 +396,21 @@ class Stat:
     unit: str = field(default="s", compare=False)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> Stat:
+    def from_dict(cls, d: dict[str, Any] | None, strict: bool = False, unit: str = "s") -> Stat:
         """From the report JSON (``sum`` is the total); None (nothing
-        measured) is the empty Stat. ``strict``: every key must be there."""
+        measured) is the empty Stat. ``strict``: every key must be there.
+        ``unit`` is what the samples count (see ``unit``)."""
         if d is None:
-            return cls()
-        zero = {"n": 0, "mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0, "sum": 0.0}
-        f = _fields(d, zero, "a statistic", strict)
+            return cls(unit=unit)
+        f = _fields(d, _ZERO_STAT, "a statistic", strict)
         return cls(
-            n=int(f["n"]),
-            mean=float(f["mean"]),
-            std=float(f["std"]),
-            min=float(f["min"]),
-            max=float(f["max"]),
-            total=float(f["sum"]),
+            int(f["n"]),
+            float(f["mean"]),
+            float(f["std"]),
+            float(f["min"]),
+            float(f["max"]),
+            float(f["sum"]),
+            unit,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -531,10 +535,7 @@ class BlockSummary:
             has_stats=bool(f["has_stats"]),
             trend_slope_ms=float(f["trend_slope_ms"]),
             peak_rss_source=str(f["peak_rss_source"]),
-            **{
-                k: dataclasses.replace(Stat.from_dict(f[k], strict), unit=cls._UNITS.get(k, "s"))
-                for k in cls._STATS
-            },
+            **{k: Stat.from_dict(f[k], strict, cls._UNITS.get(k, "s")) for k in cls._STATS},
         )
 
     def __repr__(self) -> str:
