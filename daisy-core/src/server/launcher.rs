@@ -612,6 +612,63 @@ mod tests {
         }
     }
 
+    /// The launcher's deadline in tokio's paused time: a launcher that
+    /// says it is ready and then answers a fork request with nothing is
+    /// given up once `FORK_REPLY_TIMEOUT` has passed, without the test
+    /// waiting it out (it took 10 s of real time in the Python suite).
+    #[test]
+    fn a_launcher_that_answers_nothing_is_given_up_at_the_deadline() {
+        use std::io::Write;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async {
+            let state = super::super::state::test_support::state();
+            let shared: Shared<()> =
+                std::rc::Rc::new((std::cell::RefCell::new(state), tokio::sync::Notify::new()));
+            let (exit_tx, _exits) = mpsc::unbounded_channel();
+            let session = Session {
+                shared,
+                task: 0,
+                exit_tx,
+                started: Instant::now(),
+            };
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+            (&theirs).write_all(b"{\"event\":\"ready\"}\n").unwrap();
+            let null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+            let (requests, mut incoming) = mpsc::unbounded_channel();
+            requests
+                .send(ForkRequest {
+                    worker_id: 7,
+                    context: "{}".into(),
+                    outputs: (null(), null()),
+                })
+                .unwrap();
+            let begun = tokio::time::Instant::now();
+            // an hour of virtual time: a broken deadline fails here at once
+            let waited = std::time::Duration::from_secs(3600);
+            let ended = tokio::time::timeout(waited, session.converse(ours, &mut incoming)).await;
+            let Ok(Err((reason, ledger))) = ended else {
+                panic!("the silent launcher was not given up");
+            };
+            assert!(reason.contains("answered nothing for 10 s"), "{reason}");
+            assert!(ledger.sent.contains_key(&7), "the request is still owed");
+            assert!(tokio::time::Instant::now() - begun >= FORK_REPLY_TIMEOUT);
+            // the launcher got the request: its line is in the socket
+            let mut got = [0u8; 256];
+            let n = std::io::Read::read(&mut &theirs, &mut got).unwrap();
+            assert!(
+                std::str::from_utf8(&got[..n])
+                    .unwrap()
+                    .contains("\"worker_id\":7")
+            );
+            drop(requests);
+        });
+    }
+
     #[test]
     fn descriptors_travel_with_the_first_byte() {
         use std::io::Read;
