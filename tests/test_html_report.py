@@ -77,6 +77,12 @@ def test_the_report_opens_offline_with_one_bar_per_block(tmp_path):
     assert out.stat().st_size < 20 * 2**20
     for words in ("Utilisation", "worker phases", "failed attempts over the block grid"):
         assert words in page
+    # the run's outcome is the first thing on the page: it completed, after
+    # one failed attempt of task a
+    assert (
+        'class=\\"daisy-outcome completed\\"' in page or 'class="daisy-outcome completed"' in page
+    )
+    assert "a: completed, 1 failed attempt(s), 12 blocks done" in page
     driver = chrome()
     try:
         load(driver, out)
@@ -154,6 +160,8 @@ def test_run_blockwise_writes_the_report_and_the_cli_too(tmp_path, capsys):
     html = tmp_path / "run.html"
     assert daisy.run_blockwise([task], multiprocessing=False, summary=False, report_html=html)
     assert html.is_file() and "timeline" in html.read_text()
+    # it says where it wrote the report
+    assert f"daisy: the HTML report is at {html.absolute()}" in capsys.readouterr().out
     from daisy.cli import main
 
     assert main(["report", str(tmp_path / "tracking"), "--html", str(tmp_path / "cli.html")]) == 0
@@ -163,3 +171,18 @@ def test_run_blockwise_writes_the_report_and_the_cli_too(tmp_path, capsys):
 def test_no_runs_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="runs.jsonl"):
         write_html_report(tmp_path, tmp_path / "x.html")
+
+
+def test_a_failed_run_says_so_at_the_top_of_the_page(tmp_path):
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+
+    def fails_two(block):
+        if block.block_id[1] in (1, 3):
+            block.status = daisy.BlockStatus.FAILED
+
+    task = line_task("seg", 6, process_function=fails_two, max_retries=0)
+    assert not daisy.run_blockwise([task], multiprocessing=False, summary=False)
+    page = write_html_report(tmp_path / "tracking", tmp_path / "failed.html").read_text()
+    assert "daisy-outcome failed" in page
+    assert "seg: failed, 2 failed attempt(s), 4 blocks done" in page
+    assert page.index("daisy-outcome") < page.index("Utilisation")

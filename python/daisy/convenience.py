@@ -259,7 +259,8 @@ def run_blockwise(
 
         pipeline = Pipeline.of(tasks)
         files = [f for f in (runs_file_for(t) for t in pipeline.tasks) if f is not None]
-        write_html_report(files, Path(report_html))
+        written = write_html_report(files, Path(report_html))
+        print(f"daisy: the HTML report is at {written.absolute()}", flush=True)
     ok = all(s.all_completed for s in states.values())
     abandoned = any(s.abandoned for s in states.values())
     if (raise_on_failure and not ok) or abandoned:

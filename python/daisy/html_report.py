@@ -260,7 +260,9 @@ def _failures(bk: Any, arrays: dict[str, np.ndarray]) -> Any:
     failures, shape = arrays.get("failures"), arrays.get("shape")
     if failures is None or shape is None or not failures.any():
         return bk.models.Div(text="<p>No failed attempts recorded in the store.</p>")
-    fig = bk.plotting.figure(title="failed attempts over the block grid", height=260, width=330)
+    fig = bk.plotting.figure(
+        title="failed attempts over the block grid (earlier axes summed)", height=260, width=330
+    )
     grid = failures.reshape(tuple(int(s) for s in shape)).astype(np.float64)
     while grid.ndim > 2:
         grid = grid.sum(axis=0)  # project onto the last two axes
@@ -270,8 +272,45 @@ def _failures(bk: Any, arrays: dict[str, np.ndarray]) -> Any:
     mapper.palette = list(reversed(mapper.palette))
     fig.image(image=[grid], x=0, y=0, dw=grid.shape[1], dh=grid.shape[0], color_mapper=mapper)
     fig.xaxis.axis_label = "last axis"
-    fig.yaxis.axis_label = "second to last axis (earlier axes summed)"
+    fig.yaxis.axis_label = "second to last axis"
     return fig
+
+
+#: outcomes from the best to the worst; the banner shows the worst
+_OUTCOMES = ("completed", "failed", "interrupted", "abandoned")
+_BANNER_COLOURS = {
+    "completed": "#1a7f37",
+    "failed": "#b42318",
+    "interrupted": "#b54708",
+    "abandoned": "#b42318",
+}
+
+
+def _outcome_banner(bk: Any, reports: Sequence[TaskReport]) -> Any:
+    """The run's outcome at the top of the page: the worst of its tasks',
+    and per task what went wrong."""
+    rank = {o: i for i, o in enumerate(_OUTCOMES)}
+    worst = max((r.outcome for r in reports), key=lambda o: rank.get(o, len(_OUTCOMES)))
+    lines = []
+    for r in reports:
+        if r.outcome == "completed" and not r.blocks.failures:
+            continue
+        what = f"{r.blocks.failures} failed attempt(s)" if r.blocks.failures else ""
+        lines.append(
+            f"{html.escape(r.task_id)}: {html.escape(r.outcome)}"
+            + (f", {what}" if what else "")
+            + f", {r.blocks.count} blocks done"
+        )
+    detail = "; ".join(lines) if lines else f"{len(reports)} task(s), every block done"
+    colour = _BANNER_COLOURS.get(worst, "#444")
+    return bk.models.Div(
+        text=(
+            f'<div class="daisy-outcome {html.escape(worst)}" style="background:{colour};'
+            'color:white;padding:0.6em 1em;border-radius:4px;font-size:1.1em">'
+            f"<b>{html.escape(worst)}</b>: {detail}</div>"
+        ),
+        sizing_mode="stretch_width",
+    )
 
 
 def _task_section(bk: Any, report: TaskReport, store: Path | None) -> list[Any]:
@@ -337,12 +376,16 @@ def write_html_report(paths: Sequence[Path] | Path, out: Path, run: int | None =
             sizing_mode="stretch_width",
         )
     ]
+    shown: list[tuple[TaskReport, Path | None]] = []
     for f in files:
         runs = read_runs(f)
         if not runs:
             continue
-        report = runs[-1] if run is None else runs[run]
-        parts += _task_section(bk, report, store_of(f))
+        shown.append((runs[-1] if run is None else runs[run], store_of(f)))
+    if shown:
+        parts.append(_outcome_banner(bk, [r for r, _ in shown]))
+    for report, store in shown:
+        parts += _task_section(bk, report, store)
     layout = bk.layouts.column(*parts, sizing_mode="stretch_width")
     page = bk.embed.file_html(layout, resources=bk.resources.INLINE, title="daisy run report")
     out = Path(out)
