@@ -570,18 +570,11 @@ fn release<H>(
     if let Some(why) = violation(&own, &block) {
         return Err(why);
     }
-    let Some(out) = st.outstanding.remove(&key) else {
-        return Ok(ServerMessage::Error {
-            message: "block is not out".into(),
-        });
-    };
     let mut block = Block {
         status: block.status,
         stats: block.stats,
         ..own
     };
-    let now = Instant::now();
-    let round_trip = now.saturating_duration_since(out.sent).as_secs_f64();
     let resource_tracking = st.config.tasks[task as usize].resource_tracking;
     if !resource_tracking {
         block.stats = None; // only tasks with resource tracking report figures
@@ -589,22 +582,19 @@ fn release<H>(
     let failed = block.status == BlockStatus::Failed;
     let reported_ok = error.is_none() && !failed;
     let verdict = policy::returned(error, failed, resource_tracking, block.stats.is_some());
-    if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
-        w.flags.busy = false;
-    }
-    if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {
-        tl.on_return(now, reported_ok);
-    }
     let done = matches!(verdict, Returned::Done);
-    st.note_bar(
-        key,
-        &out,
-        if done {
-            BarOutcome::Done
-        } else {
-            BarOutcome::Failed
-        },
-    );
+    let bar = if done {
+        BarOutcome::Done
+    } else {
+        BarOutcome::Failed
+    };
+    let now = Instant::now();
+    let Some(out) = st.take_back(key, bar, worker_id.map(|id| (id, reported_ok)), now) else {
+        return Ok(ServerMessage::Error {
+            message: "block is not out".into(),
+        });
+    };
+    let round_trip = now.saturating_duration_since(out.sent).as_secs_f64();
     if let (true, Some(id), Some(stats)) = (done, worker_id, block.stats.as_ref()) {
         st.live.peak_rss(id, stats.peak_rss_bytes);
     }

@@ -270,10 +270,16 @@ fn sweep_timeouts<H>(st: &mut State<H>) {
         Instant::now(),
     );
     for key in expired {
-        let Some(out) = st.outstanding.remove(&key) else {
+        // a failed block of its worker, as a failure the worker reports is
+        let returned_by = st
+            .outstanding
+            .get(&key)
+            .and_then(|o| o.worker)
+            .map(|id| (id, false));
+        let taken = st.take_back(key, live::BarOutcome::TimedOut, returned_by, Instant::now());
+        let Some(out) = taken else {
             continue;
         };
-        st.note_bar(key, &out, live::BarOutcome::TimedOut);
         let spatial_id = st.scheduler.graph().block(key).spatial_id;
         let retried = st.ledger.time_out(
             &mut st.scheduler,
@@ -304,13 +310,8 @@ fn sweep_timeouts<H>(st: &mut State<H>) {
                 "it has no retries left and failed"
             }
         );
-        // a failed block of its worker, as a failure the worker reports is
-        if let Some(tl) = out.worker.and_then(|id| st.timelines.get_mut(&id)) {
-            tl.on_return(Instant::now(), false);
-        }
         if let Some(w) = out.worker.and_then(|id| st.workers.get_mut(&id)) {
             w.expected_exit = Some(WorkerExit::Timeout);
-            w.flags.busy = false;
             w.kill();
         }
     }

@@ -324,9 +324,7 @@ impl<H> State<H> {
             w.flags.lost_block = true;
         }
         for key in keys {
-            if let Some(out) = self.outstanding.remove(&key) {
-                self.note_bar(key, &out, BarOutcome::Lost);
-            }
+            self.take_back(key, BarOutcome::Lost, None, Instant::now());
             if !self.interrupted {
                 self.ledger
                     .fail(&mut self.scheduler, key, worker, why.to_string());
@@ -334,9 +332,37 @@ impl<H> State<H> {
         }
     }
 
+    /// Take block `key` back from whoever has it out: the one place a
+    /// block leaves `outstanding` (returned, timed out or lost), its bar on
+    /// the live timeline stamped with `outcome` and, where `returned_by`
+    /// names the worker that gave it back (with whether it reported it
+    /// done), the return on that worker's timeline. The caller accounts it
+    /// in the ledger. `now` is the moment it came back: the worker's
+    /// compute phase and the block's round trip end at the same instant.
+    /// None when the block was not out.
+    pub fn take_back(
+        &mut self,
+        key: BlockKey,
+        outcome: BarOutcome,
+        returned_by: Option<(u32, bool)>,
+        now: Instant,
+    ) -> Option<Outstanding> {
+        let out = self.outstanding.remove(&key)?;
+        if let Some((id, ok)) = returned_by {
+            if let Some(w) = self.workers.get_mut(&id) {
+                w.flags.busy = false;
+            }
+            if let Some(tl) = self.timelines.get_mut(&id) {
+                tl.on_return(now, ok);
+            }
+        }
+        self.note_bar(key, &out, outcome);
+        Some(out)
+    }
+
     /// Block `key`, just removed from `outstanding` as `out`, left its
     /// worker now: one bar of the live timeline.
-    pub fn note_bar(&mut self, key: BlockKey, out: &Outstanding, outcome: BarOutcome) {
+    fn note_bar(&mut self, key: BlockKey, out: &Outstanding, outcome: BarOutcome) {
         let spatial_id = self.scheduler.graph().block(key).spatial_id;
         self.live.bar(BlockBar {
             task: key.task,
@@ -607,6 +633,23 @@ mod tests {
             out.states[0].ready_count, 3,
             "the lost block is ready again"
         );
+    }
+
+    #[test]
+    fn a_block_is_taken_back_once_with_its_bar() {
+        let mut st = state();
+        let key = hand_out(&mut st, 0, 1);
+        let out = st.take_back(key, BarOutcome::TimedOut, None, Instant::now());
+        assert!(out.is_some() && !st.outstanding.contains_key(&key));
+        assert_eq!(
+            st.take_back(key, BarOutcome::Done, None, Instant::now())
+                .map(|o| o.conn),
+            None,
+            "a block not out is not taken back twice"
+        );
+        let (bars, dropped) = st.live.take_bars();
+        assert_eq!((bars.len(), dropped), (1, 0));
+        assert_eq!(bars[0].outcome, BarOutcome::TimedOut);
     }
 
     #[test]
