@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -225,3 +228,16 @@ def proc_state(pid: int) -> str | None:
             return f.read().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
         return None
+
+
+def package_index_reachable(requirement: str) -> bool:
+    """Whether pip can fetch ``requirement`` from the package index: the
+    downstream tests skip only when it cannot (no network), never when
+    ``make downstream-deps`` merely was not run."""
+    with tempfile.TemporaryDirectory() as d:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", d, requirement],
+            capture_output=True,
+            timeout=120,
+        )
+    return proc.returncode == 0

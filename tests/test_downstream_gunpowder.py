@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import package_index_reachable
 
 GUNPOWDER = "gunpowder==1.4.4"
 REPO = Path(__file__).resolve().parent.parent
@@ -25,20 +24,10 @@ PYTHON = Path(os.environ.get("DAISY_GUNPOWDER_PYTHON", REPO / ".venv-gunpowder/b
 SCRIPT = Path(__file__).resolve().parent / "gunpowder_pipeline.py"
 
 
-def index_reachable() -> bool:
-    with tempfile.TemporaryDirectory() as d:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", d, GUNPOWDER],
-            capture_output=True,
-            timeout=120,
-        )
-    return proc.returncode == 0
-
-
 @pytest.fixture(scope="module")
 def gunpowder_python() -> Path:
     if not PYTHON.exists():
-        if not index_reachable():
+        if not package_index_reachable(GUNPOWDER):
             pytest.skip("gunpowder's environment is missing and the package index is unreachable")
         pytest.fail(f"{PYTHON} is missing: `make downstream-deps` makes it")
     probe = subprocess.run(

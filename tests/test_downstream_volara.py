@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import package_index_reachable
 
 VOLARA = "volara==1.0.5"
 
@@ -59,22 +59,12 @@ print("DAISY", daisy.__version__)
 """
 
 
-def index_reachable() -> bool:
-    with tempfile.TemporaryDirectory() as d:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", d, VOLARA],
-            capture_output=True,
-            timeout=120,
-        )
-    return proc.returncode == 0
-
-
 @pytest.fixture(scope="module")
 def volara() -> None:
     try:
         import volara.blockwise  # noqa: F401
     except ImportError as e:
-        if not index_reachable():
+        if not package_index_reachable(VOLARA):
             pytest.skip(f"volara is not installed and the package index is unreachable ({e})")
         pytest.fail(f"volara is not installed ({e}): `make downstream-deps` installs it")
 

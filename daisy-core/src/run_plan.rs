@@ -7,7 +7,8 @@
 //! A task's run history (`runs.jsonl`, one report line per run) lives in
 //! its tracking store when it has one, else next to its worker logs under
 //! the run's log directory (`<log dir>/<task id>/runs.jsonl`, when worker
-//! output goes to files), else nowhere: [`history_file`] says which, for
+//! output goes to files), else nowhere: [`crate::tracking_store::history_file`]
+//! says which, for
 //! the writer (the run's end, [`crate::run_report::RunOutcome::append_history`])
 //! and for readers alike. A task id is path-safe by
 //! [`crate::task_spec::check_task_id`], so joining it is safe.
@@ -19,7 +20,6 @@ use crate::serial::Measure;
 use crate::server::LogMode;
 use crate::task_spec::TaskSpec;
 use crate::tracking_store::TrackingStore;
-pub use crate::tracking_store::history_file;
 use std::path::{Path, PathBuf};
 
 /// One task of a run: its spec and what it keeps, skips and measures.
@@ -43,7 +43,7 @@ pub struct RunPlan {
     /// The tasks, in any order (the pipeline orders them).
     pub tasks: Vec<TaskPlan>,
     /// The run's log directory when worker output goes to files: the base
-    /// of untracked tasks' histories (see [`history_file`]).
+    /// of untracked tasks' histories (see [`crate::tracking_store::history_file`]).
     pub history_base: Option<PathBuf>,
 }
 
@@ -98,6 +98,7 @@ impl RunPlan {
 mod tests {
     use super::*;
     use crate::geometry::{Coord, Roi};
+    use crate::tracking_store::history_file;
 
     fn roi(offset: i64, shape: i64) -> Roi {
         Roi::new(

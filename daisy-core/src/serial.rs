@@ -83,6 +83,18 @@ pub enum Measure {
     WithGpu,
 }
 
+impl Measure {
+    /// The measure of a task's `resource_tracking` and `gpu_tracking`
+    /// (GPU figures only with resource tracking).
+    pub fn of(resource_tracking: bool, gpu_tracking: bool) -> Self {
+        match (resource_tracking, gpu_tracking) {
+            (false, _) => Self::Off,
+            (true, false) => Self::Host,
+            (true, true) => Self::WithGpu,
+        }
+    }
+}
+
 /// The serial run's profilers: one without GPU figures, and one with them
 /// where a task asks (NVML loaded once per run; a failure to load it is
 /// noted once in each asking task's report).

@@ -39,17 +39,6 @@ pub struct TaskStoreOptions {
     pub measure: Measure,
 }
 
-impl TaskStoreOptions {
-    /// The measure of `resource_tracking` / `gpu_tracking`.
-    pub fn measure_of(resource_tracking: bool, gpu_tracking: bool) -> Measure {
-        match (resource_tracking, gpu_tracking) {
-            (false, _) => Measure::Off,
-            (true, false) => Measure::Host,
-            (true, true) => Measure::WithGpu,
-        }
-    }
-}
-
 /// The value of `tid` in an optional dict, None for a missing key or None.
 fn entry<'py>(d: Option<&Bound<'py, PyDict>>, tid: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
     Ok(d.map(|d| d.get_item(tid))
@@ -244,10 +233,7 @@ impl PyScheduler {
             stores.push(TaskStoreOptions {
                 tracking_path: entry(tracking, tid)?.map(|p| p.extract()).transpose()?,
                 skip_mask: entry(skip_masks, tid)?.map(|m| m.extract()).transpose()?,
-                measure: TaskStoreOptions::measure_of(
-                    resource_tracking.contains(tid),
-                    gpu_tracking.contains(tid),
-                ),
+                measure: Measure::of(resource_tracking.contains(tid), gpu_tracking.contains(tid)),
             });
         }
         let plan = run_plan(&specs, &stores, log_dir.as_deref(), log_mode.parse().py()?);

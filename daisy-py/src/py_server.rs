@@ -87,7 +87,7 @@ impl PyTaskConfig {
             store: TaskStoreOptions {
                 tracking_path,
                 skip_mask,
-                measure: TaskStoreOptions::measure_of(resource_tracking, gpu_tracking),
+                measure: daisy_core::serial::Measure::of(resource_tracking, gpu_tracking),
             },
             runtime: TaskRuntime {
                 max_workers,

@@ -127,7 +127,7 @@ pub fn history_file(
 ) -> PyResult<Option<PathBuf>> {
     let mode: daisy_core::server::LogMode = log_mode.parse().py()?;
     let base = daisy_core::run_plan::RunPlan::history_base_for(log_dir.as_deref(), mode);
-    Ok(daisy_core::run_plan::history_file(
+    Ok(daisy_core::tracking_store::history_file(
         task_id,
         tracking_path.as_deref(),
         base.as_deref(),
