@@ -163,7 +163,9 @@ def test_rust_modules_use_each_other_without_circles(src: Path) -> None:
 
 def test_the_server_splits_into_decisions_and_actions() -> None:
     graph = rust_import_graph(CORE)
-    assert graph["server::policy"] <= {"block", "worker_timeline"}, "policy decides on data alone"
+    assert graph["server::policy"] <= {"block", "error", "worker_timeline"}, (
+        "policy decides on data alone"
+    )
     assert "server::policy" not in graph["server::supervision"]
     assert "server::state" not in graph["server::supervision"]
 
@@ -174,8 +176,29 @@ def test_the_bindings_only_convert() -> None:
         "accounting": r"Welford|BlockAggregates|RunLedger|record_success|\.push\(\s*round_trip",
         "the outcome rule": r"Outcome::of|\"completed\"|\"interrupted\"",
         "the profiler's measurement": r"BlockProfiler::stop\b|\.stop\(\)",
+        "a value rule": r"must be (at least|at most|positive|a positive)|is_zero\(\)",
+        "a task's started rule": r"started\s*\[|started:\s*&|started:\s*Vec",
+        "which errors stop a run": r"is_instance_of::<PyException>",
     }
+    # the one place that tells the core what kind of error user code raised
+    allowed = {"which errors stop a run": {"errors.rs"}}
     for path in BINDINGS.rglob("*.rs"):
         code = strip_rust(path.read_text())
         for what, pattern in forbidden.items():
+            if path.name in allowed.get(what, set()):
+                continue
             assert not re.search(pattern, code), f"{path.name} does {what} ({pattern})"
+
+
+def test_the_task_holds_no_value_rule() -> None:
+    """``Task.__init__`` coerces types, warns and words messages; every
+    rule on a value (counts, timeouts, resources, GPU options, geometry) is
+    the core's (``daisy._daisy.TaskOptions``, ``TaskSpec``)."""
+    code = (PY / "task.py").read_text()
+    for pattern in (
+        r"must be (at least|at most|positive|a positive)",
+        r"isfinite|MAX_TIMEOUT|MAX_COUNT",
+        r"asks for GPU figures",
+        r"[<>]=?\s*0\b",
+    ):
+        assert not re.search(pattern, code), f"task.py holds a value rule ({pattern})"

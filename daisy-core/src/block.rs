@@ -7,6 +7,7 @@
 //! flight.
 
 use crate::block_profile::BlockStats;
+use crate::error::DaisyError;
 use crate::geometry::{Coord, Roi};
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +83,34 @@ pub struct Block {
     pub stats: Option<BlockStats>,
 }
 
+impl Block {
+    /// The rule for the ROIs of a block made by hand (daisy 1.x's
+    /// `Block(total_roi, read_roi, write_roi)`): one number of dimensions,
+    /// and each covers something (see [`Roi::check_covers`]).
+    pub fn check_rois(total: &Roi, read: &Roi, write: &Roi) -> Result<(), DaisyError> {
+        if total.dims() != write.dims() || read.dims() != write.dims() {
+            return Err(DaisyError::invalid(
+                "write_roi",
+                format!(
+                    "Block: total_roi has {} dimensions, read_roi {} and write_roi {}; give all \
+                     three the same number of dimensions",
+                    total.dims(),
+                    read.dims(),
+                    write.dims()
+                ),
+            ));
+        }
+        for (param, roi) in [
+            ("total_roi", total),
+            ("read_roi", read),
+            ("write_roi", write),
+        ] {
+            roi.check_covers(param, "the block")?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +123,19 @@ mod tests {
         }
         assert_eq!(BlockStatus::from_code(4), None);
         assert_eq!(BlockStatus::from_code(-1), None);
+    }
+
+    #[test]
+    fn a_hand_made_block_needs_rois_of_one_dimension_that_cover_something() {
+        let roi = |o: &[i64], s: &[i64]| Roi::from_slices(o, s).unwrap();
+        let (total, read) = (roi(&[0], &[100]), roi(&[0], &[10]));
+        assert!(Block::check_rois(&total, &read, &read).is_ok());
+        let e = Block::check_rois(&total, &read, &roi(&[0], &[0])).unwrap_err();
+        assert!(
+            e.to_string().starts_with("write_roi: the block: write_roi"),
+            "{e}"
+        );
+        let e = Block::check_rois(&roi(&[0, 0], &[9, 9]), &read, &read).unwrap_err();
+        assert!(e.to_string().contains("same number of dimensions"), "{e}");
     }
 }

@@ -472,3 +472,252 @@ impl Client {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The client's side of the conversation against a scripted server on
+    //! loopback TCP (no time is waited out: every step is a message).
+    use super::*;
+    use crate::block::{BlockKey, BlockStatus};
+    use crate::geometry::{Coord, Roi};
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    /// The scripted server's end of one connection.
+    struct Wire<'a> {
+        rt: &'a tokio::runtime::Runtime,
+        conn: Framed<tokio::net::TcpStream, LengthDelimitedCodec>,
+    }
+
+    /// What the scripted server heard, message by message, in order.
+    struct Heard(mpsc::Receiver<ClientMessage>);
+
+    impl Heard {
+        fn all(self) -> Vec<ClientMessage> {
+            self.0.iter().collect()
+        }
+    }
+
+    /// A server on loopback that accepts `connections` connections in turn
+    /// and runs `script` on each (its index, the wire, a way to note what
+    /// it heard).
+    fn scripted(
+        connections: usize,
+        script: impl Fn(usize, &mut Wire<'_>, &dyn Fn(ClientMessage) -> ClientMessage) + Send + 'static,
+    ) -> (u16, Heard, std::thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = mpsc::channel();
+        let server = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            for i in 0..connections {
+                let (stream, _) = listener.accept().unwrap();
+                stream.set_nonblocking(true).unwrap();
+                let conn = {
+                    let _guard = rt.enter();
+                    Framed::new(
+                        tokio::net::TcpStream::from_std(stream).unwrap(),
+                        protocol::codec(),
+                    )
+                };
+                let mut wire = Wire { rt: &rt, conn };
+                let note = |m: ClientMessage| {
+                    let _ = tx.send(m.clone());
+                    m
+                };
+                script(i, &mut wire, &note);
+            }
+        });
+        (port, Heard(rx), server)
+    }
+
+    fn read(wire: &mut Wire<'_>) -> ClientMessage {
+        let frame = wire.rt.block_on(wire.conn.next()).unwrap().unwrap();
+        protocol::decode(&frame).unwrap()
+    }
+
+    fn write(wire: &mut Wire<'_>, msg: &ServerMessage) {
+        let bytes = protocol::encode(msg).unwrap();
+        wire.rt
+            .block_on(SinkExt::<tokio_util::bytes::Bytes>::send(
+                &mut wire.conn,
+                bytes.into(),
+            ))
+            .unwrap();
+    }
+
+    fn welcome() -> ServerMessage {
+        ServerMessage::Welcome {
+            resource_tracking: false,
+            gpu_tracking: false,
+            block_timeout_ms: None,
+            server_pid: 0,
+        }
+    }
+
+    fn block(spatial_id: u64) -> Block {
+        let roi = Roi::from_slices(&[0], &[10]).unwrap();
+        Block {
+            key: BlockKey {
+                task: 0,
+                index: spatial_id,
+            },
+            spatial_id,
+            position: Coord::new(&[0]).unwrap(),
+            read_roi: roi,
+            write_roi: roi,
+            requested_write_roi: roi,
+            status: BlockStatus::Created,
+            stats: None,
+        }
+    }
+
+    fn connect(port: u16) -> Result<Client, DaisyError> {
+        // a token no local socket is named after: the client goes by TCP
+        Client::connect(
+            "127.0.0.1",
+            port,
+            &protocol::new_token().unwrap(),
+            "a",
+            None,
+        )
+    }
+
+    #[test]
+    fn a_release_rides_with_the_next_request_and_its_ack_is_read_with_the_reply() {
+        let (port, heard, server) = scripted(1, |_, wire, note| {
+            note(read(wire)); // hello
+            write(wire, &welcome());
+            note(read(wire)); // acquire
+            write(wire, &ServerMessage::SendBlock { block: block(3) });
+            // the release and the next acquire come before any answer
+            note(read(wire));
+            note(read(wire));
+            write(wire, &ServerMessage::ReleaseAck);
+            write(wire, &ServerMessage::NoMoreBlocks);
+            note(read(wire)); // goodbye
+        });
+        let mut client = connect(port).unwrap();
+        let first = client.acquire_block().unwrap().unwrap();
+        assert_eq!(first.spatial_id, 3);
+        assert_eq!(client.release_and_acquire(first, None).unwrap(), None);
+        assert_eq!(client.pending_acks, 0, "the ack was read with the reply");
+        client.disconnect();
+        server.join().unwrap();
+        let heard = heard.all();
+        assert!(matches!(
+            heard[0],
+            ClientMessage::Hello {
+                worker_id: None,
+                ..
+            }
+        ));
+        assert!(matches!(heard[1], ClientMessage::AcquireBlock));
+        assert!(
+            matches!(&heard[2], ClientMessage::ReleaseBlock { block } if block.spatial_id == 3)
+        );
+        assert!(matches!(heard[3], ClientMessage::AcquireBlock));
+        assert!(matches!(heard[4], ClientMessage::Disconnect));
+    }
+
+    #[test]
+    fn a_refused_release_is_logged_and_the_worker_goes_on_and_acks_drain_at_goodbye() {
+        let (port, heard, server) = scripted(1, |_, wire, note| {
+            note(read(wire));
+            write(wire, &welcome());
+            note(read(wire)); // a failure report, sent at once
+            note(read(wire)); // the next acquire
+            write(
+                wire,
+                &ServerMessage::Error {
+                    message: "block 1 is not out (it was reclaimed after its timeout)".into(),
+                },
+            );
+            write(wire, &ServerMessage::SendBlock { block: block(2) });
+            note(read(wire)); // the release of block 2
+            write(wire, &ServerMessage::ReleaseAck);
+            note(read(wire)); // goodbye, only after the ack was read
+        });
+        let mut client = connect(port).unwrap();
+        client
+            .block_failed(block(1), "ValueError: bad".into())
+            .unwrap();
+        assert_eq!(client.pending_acks, 1, "acknowledged with the next request");
+        let next = client.acquire_block().unwrap().unwrap();
+        assert_eq!(next.spatial_id, 2, "the refusal did not end the worker");
+        client.release_block(next).unwrap();
+        client.disconnect();
+        server.join().unwrap();
+        let heard = heard.all();
+        assert!(
+            matches!(&heard[1], ClientMessage::BlockFailed { error, .. } if error == "ValueError: bad")
+        );
+        assert!(matches!(heard[3], ClientMessage::ReleaseBlock { .. }));
+        assert!(matches!(heard[4], ClientMessage::Disconnect));
+    }
+
+    #[test]
+    fn a_busy_server_is_tried_again_and_any_other_refusal_is_final() {
+        // busy twice, then a welcome: the third connection is the client's
+        let (port, heard, server) = scripted(3, |i, wire, note| {
+            note(read(wire));
+            if i < 2 {
+                write(
+                    wire,
+                    &ServerMessage::Error {
+                        message: protocol::BUSY.into(),
+                    },
+                );
+            } else {
+                write(wire, &welcome());
+                note(read(wire));
+            }
+        });
+        let client = connect(port).unwrap();
+        client.disconnect();
+        server.join().unwrap();
+        let hellos = heard
+            .all()
+            .iter()
+            .filter(|m| matches!(m, ClientMessage::Hello { .. }))
+            .count();
+        assert_eq!(hellos, 3);
+
+        // an unknown task: refused once, not tried again
+        let (port, heard, server) = scripted(1, |_, wire, note| {
+            note(read(wire));
+            write(
+                wire,
+                &ServerMessage::Error {
+                    message: "unknown task id \"a\"".into(),
+                },
+            );
+        });
+        match connect(port) {
+            Err(DaisyError::Refused(why)) => assert!(why.contains("unknown task"), "{why}"),
+            Err(other) => panic!("expected a refusal, got {other}"),
+            Ok(_) => panic!("expected a refusal, got a connection"),
+        }
+        server.join().unwrap();
+        assert_eq!(heard.all().len(), 1);
+    }
+
+    #[test]
+    fn a_server_that_closes_mid_conversation_is_a_connection_error_not_a_hang() {
+        let (port, _heard, server) = scripted(1, |_, wire, note| {
+            note(read(wire));
+            write(wire, &welcome());
+            note(read(wire)); // the acquire, never answered: the server goes
+        });
+        let mut client = connect(port).unwrap();
+        let lost = client.acquire_block();
+        server.join().unwrap();
+        match lost {
+            Err(DaisyError::Connection(why)) => assert!(why.contains("closed"), "{why}"),
+            other => panic!("expected a lost connection, got {other:?}"),
+        }
+    }
+}

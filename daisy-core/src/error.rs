@@ -106,6 +106,16 @@ pub enum DaisyError {
     /// stop. Python: `RuntimeError`, if it ever surfaced on its own.
     #[error("the run was stopped by its caller")]
     Stopped,
+    /// The user's code called by a hook (a check or block function, a
+    /// progress observer) raised an ordinary error (Python: an
+    /// `Exception`, as opposed to an interruption, which is
+    /// [`DaisyError::Stopped`]). The embedding program only says which of
+    /// the two it was; what the run does about it is the core's rule
+    /// (`server::policy::after_check_error`, `serial`). The hook keeps the
+    /// error itself for its caller. Python: `RuntimeError`, if it ever
+    /// surfaced on its own.
+    #[error("{0}")]
+    UserCode(String),
     /// Another run holds the tracking store (Python: `RuntimeError`).
     #[error("{0}")]
     StoreInUse(String),

@@ -282,6 +282,24 @@ impl Roi {
         self.shape.as_slice().iter().any(|&s| s <= 0)
     }
 
+    /// The rule for a ROI that is or places a block (a task's three ROIs,
+    /// the ROIs of a block made or changed by hand, a region blocks are
+    /// looked up in): it covers something, every axis of its shape
+    /// positive. `param` names it in the error, `whose` says whose it is
+    /// (`task "t"`, `the block`).
+    pub fn check_covers(&self, param: &str, whose: &str) -> Result<(), DaisyError> {
+        if self.is_empty() {
+            return Err(DaisyError::invalid(
+                param,
+                format!(
+                    "{whose}: {param} {self} has a zero extent; every axis of its shape must \
+                     be positive"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The ROI as numpy slices, `[begin:end, ...]` per axis, as a user
     /// would index an array with it (`[128:196, 192:256]`).
     pub fn slices(&self) -> String {

@@ -28,6 +28,7 @@ pub mod run_stats;
 pub mod scheduler;
 pub mod serial;
 pub mod server;
+pub mod task_options;
 pub mod task_spec;
 pub mod task_state;
 pub mod tracking_store;

@@ -38,16 +38,60 @@ pub struct TaskPlan {
 }
 
 /// A whole run's tasks and where untracked tasks' histories go.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RunPlan {
     /// The tasks, in any order (the pipeline orders them).
     pub tasks: Vec<TaskPlan>,
     /// The run's log directory when worker output goes to files: the base
     /// of untracked tasks' histories (see [`crate::tracking_store::history_file`]).
     pub history_base: Option<PathBuf>,
+    /// Whether the run uses the tasks' tracking stores (daisy 2.0.0's
+    /// `block_tracking`; False: no block is skipped for a mark, none is
+    /// marked, and every history goes next to the logs).
+    pub block_tracking: bool,
+}
+
+impl Default for RunPlan {
+    fn default() -> Self {
+        Self {
+            tasks: Vec::new(),
+            history_base: None,
+            block_tracking: true,
+        }
+    }
 }
 
 impl RunPlan {
+    /// The rules of a run's stores: a task that measures its blocks
+    /// records the figures in its tracking store, so it needs one, and the
+    /// run must use it (`block_tracking`).
+    pub fn check(&self) -> Result<(), DaisyError> {
+        for plan in self.tasks.iter().filter(|t| t.measure != Measure::Off) {
+            let id = &plan.spec.task_id;
+            if !self.block_tracking {
+                return Err(DaisyError::invalid(
+                    "block_tracking",
+                    format!(
+                        "False runs without tracking stores, but task {id:?} has \
+                         resource_tracking=True, which records its figures in its store; drop \
+                         one of the two"
+                    ),
+                ));
+            }
+            if plan.tracking_path.is_none() {
+                return Err(DaisyError::invalid(
+                    "resource_tracking",
+                    format!(
+                        "task {id:?} measures its blocks but has no tracking store to record \
+                         them in; give it tracking_path=... or call \
+                         daisy.set_tracking_basedir(...) before the run"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The history base of a run that logs to `log_dir` in `mode`: the
     /// directory itself, unless output stays on the console.
     pub fn history_base_for(log_dir: Option<&Path>, mode: LogMode) -> Option<PathBuf> {
@@ -57,16 +101,18 @@ impl RunPlan {
         }
     }
 
-    /// The scheduler of this plan: the pipeline checked (cycles, duplicate
-    /// ids), each task's tracking store opened (a store of another layout
+    /// The scheduler of this plan: its rules checked ([`Self::check`]),
+    /// the pipeline checked (cycles, duplicate ids), each task's tracking
+    /// store opened (unless the run does without: `block_tracking`) (a store of another layout
     /// or task is refused) and its skip mask set, and the history base
     /// kept for the run's end.
     pub fn scheduler(&self) -> Result<Scheduler, DaisyError> {
+        self.check()?;
         let pipeline = Pipeline::new(self.tasks.iter().map(|t| t.spec.clone()).collect())?;
         let mut scheduler = Scheduler::new(pipeline);
         for plan in &self.tasks {
             let t = scheduler.pipeline().index_of(&plan.spec.task_id)?;
-            if let Some(path) = &plan.tracking_path {
+            if let Some(path) = plan.tracking_path.as_ref().filter(|_| self.block_tracking) {
                 let tracking = TrackingStore::open(path, &plan.spec, plan.measure != Measure::Off)?;
                 scheduler.set_tracking(t, tracking);
             }
@@ -169,6 +215,7 @@ mod tests {
                 },
             ],
             history_base: Some(dir.as_path().join("logs")),
+            block_tracking: true,
         };
         let scheduler = run.scheduler().unwrap();
         let a = scheduler.pipeline().index_of("a").unwrap();
@@ -193,8 +240,45 @@ mod tests {
                 ..plan("c")
             }],
             history_base: None,
+            block_tracking: true,
         };
         assert!(bad.scheduler().is_err());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_measuring_task_needs_a_store_and_a_run_that_uses_it() {
+        let measured = TaskPlan {
+            measure: Measure::Host,
+            ..plan("m")
+        };
+        let run = |tracking_path: Option<PathBuf>, block_tracking| RunPlan {
+            tasks: vec![TaskPlan {
+                tracking_path,
+                ..measured.clone()
+            }],
+            history_base: None,
+            block_tracking,
+        };
+        let e = run(None, true).check().unwrap_err().to_string();
+        assert!(
+            e.starts_with("resource_tracking: task \"m\" measures its blocks"),
+            "{e}"
+        );
+        let store = Some(PathBuf::from("/nowhere/m"));
+        let e = run(store.clone(), false).check().unwrap_err().to_string();
+        assert!(
+            e.starts_with("block_tracking: False runs without tracking stores"),
+            "{e}"
+        );
+        assert!(run(store, true).check().is_ok());
+        // an unmeasured task needs neither
+        let plain = RunPlan {
+            tasks: vec![plan("p")],
+            history_base: None,
+            block_tracking: false,
+        };
+        assert!(plain.check().is_ok());
+        assert!(plain.scheduler().is_ok());
     }
 }

@@ -301,6 +301,15 @@ impl Scheduler {
         self.tasks[task as usize].ready.pop_front()
     }
 
+    /// A run begins: every task of the pipeline counts as started from now
+    /// (what the states a run reports say, as daisy 1.x's and 2.0.0's
+    /// runs report them), whether or not a block of it is handed out.
+    pub fn begin_run(&mut self) {
+        for run in &mut self.tasks {
+            run.state.started = true;
+        }
+    }
+
     /// Hand out the next ready block of `task`, asking `already_done` first
     /// whether it can be skipped. `None` if the task has no ready block now
     /// (it may have later, or be finished: see [`TaskState::is_done`]).
@@ -347,6 +356,7 @@ impl Scheduler {
                 run.vetted = None;
             }
             run.state.ready_count -= 1;
+            run.state.started = true;
             if marked || masked || checked {
                 run.state.skipped_count += 1;
                 // a block the check function found done is marked, so the

@@ -52,6 +52,7 @@ pub fn run_serial(
 ) -> RunOutcome {
     let n = scheduler.pipeline().len();
     let mut ledger = RunLedger::new(n);
+    scheduler.begin_run();
     let stopped = sweep(scheduler, measure, hooks, &mut ledger)
         .err()
         // a mark the disk had no room for ends the run as an error

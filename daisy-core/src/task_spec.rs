@@ -189,15 +189,7 @@ impl TaskSpec {
             ("read_roi", &read_roi),
             ("write_roi", &write_roi),
         ] {
-            if roi.is_empty() {
-                return Err(DaisyError::invalid(
-                    name,
-                    format!(
-                        "task {task_id:?}: {name} {roi} has a zero or negative extent; \
-                         every axis of its shape must be positive"
-                    ),
-                ));
-            }
+            roi.check_covers(name, &format!("task {task_id:?}"))?;
         }
         if !read_roi.contains_roi(&write_roi) {
             return Err(DaisyError::invalid(

@@ -48,6 +48,10 @@ pub struct TaskState {
     pub timeout: Option<std::time::Duration>,
     /// Why the task was given up, once it was.
     pub abandon_reason: Option<String>,
+    /// Whether work on the task has begun: a block of it was handed out
+    /// or found done, or a run (which begins every task of its pipeline)
+    /// started (daisy 1.x's `started`; see `Scheduler::begin_run`).
+    pub started: bool,
     /// The first worker error's text (for a Python failure, its traceback;
     /// its last [`WORKER_ERROR_BYTES`]).
     pub first_worker_error: Option<String>,

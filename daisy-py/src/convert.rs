@@ -3,12 +3,16 @@
 //! [`Coord`].
 //!
 //! Inputs are checked here, once, with errors that name the parameter:
-//! unbounded axes (`None`), non-integers, and wrong structure. Python ROIs
+//! unbounded axes (`None`), non-integers, and wrong structure; a ROI's own
+//! rules (dimensions agree, no negative extent) are the core's `Roi::new`,
+//! and whether one may be empty is the rule of what it belongs to (a task,
+//! a block: `Roi::check_covers`). Python ROIs
 //! are built only when user code asks for one (see `py_block`), because
 //! creating a funlib `Roi` costs microseconds and most blocks handed
 //! through the scheduler never need it on the Rust side.
 
-use daisy_core::{Coord, Roi};
+use crate::errors::to_pyerr;
+use daisy_core::{Coord, DaisyError, Roi};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -85,20 +89,14 @@ pub fn roi_from_py(obj: &Bound<'_, PyAny>, param: &str) -> PyResult<Roi> {
     }
     let offset = coord_from_py(&offset, param, "offset")?;
     let shape = coord_from_py(&shape, param, "shape")?;
-    if offset.dims() != shape.dims() {
-        return Err(PyValueError::new_err(format!(
-            "{param}: offset {offset} has {} dimensions but shape {shape} has {}",
-            offset.dims(),
-            shape.dims()
-        )));
-    }
-    if shape.as_slice().iter().any(|&s| s <= 0) {
-        return Err(PyValueError::new_err(format!(
-            "{param}: shape {shape} must be positive on every axis (got a zero or negative \
-             extent)"
-        )));
-    }
-    Roi::new(offset, shape).map_err(|e| PyValueError::new_err(format!("{param}: {e}")))
+    // the structure (dimensions agree, no negative extent, in range) is the
+    // core's Roi's; whether it may be empty is the caller's rule
+    Roi::new(offset, shape).map_err(|e| match e {
+        DaisyError::InvalidArgument { message, .. } => {
+            PyValueError::new_err(format!("{param}: {message}"))
+        }
+        other => to_pyerr(other),
+    })
 }
 
 /// The two items of a tuple or list of length two.

@@ -6,8 +6,8 @@
 
 use daisy_core::DaisyError;
 use pyo3::exceptions::{
-    PyConnectionError, PyConnectionRefusedError, PyKeyError, PyOSError, PyPermissionError,
-    PyRuntimeError, PyValueError,
+    PyConnectionError, PyConnectionRefusedError, PyException, PyKeyError, PyOSError,
+    PyPermissionError, PyRuntimeError, PyValueError,
 };
 use pyo3::prelude::*;
 
@@ -38,6 +38,7 @@ pub fn to_pyerr(e: DaisyError) -> PyErr {
         | DaisyError::Refused(_)
         | DaisyError::RunBroken(_)
         | DaisyError::Stopped
+        | DaisyError::UserCode(_)
         | DaisyError::StoreInUse(_) => PyRuntimeError::new_err(e.to_string()),
     }
 }
@@ -54,30 +55,63 @@ impl<T> IntoPyResult<T> for Result<T, DaisyError> {
     }
 }
 
-/// Where a hook of a run keeps the Python exception that stopped it (Ctrl-C
-/// in a tick, an exception in a block function), so the run's caller
-/// raises that very exception, with its type and traceback, instead of the
-/// core's [`DaisyError::Stopped`]. Shared between the hooks (moved into the
+/// Where a hook of a run keeps the Python exception its user code raised
+/// (Ctrl-C in a tick, an exception in a check or block function), so the
+/// run's caller raises that very exception, with its type and traceback,
+/// instead of the core's error. Shared between the hooks (moved into the
 /// core, on another thread's stack) and the binding that raises.
+///
+/// The hooks only say what kind of failure it was ([`StopCause::raised`]:
+/// an `Exception` is [`DaisyError::UserCode`], anything else an
+/// interruption, [`DaisyError::Stopped`]); whether the run goes on is the
+/// core's rule.
 #[derive(Clone, Default)]
-pub struct StopCause(std::sync::Arc<std::sync::Mutex<Option<PyErr>>>);
+pub struct StopCause(std::sync::Arc<std::sync::Mutex<Kept>>);
+
+#[derive(Default)]
+struct Kept {
+    /// The first interruption: it stops the run.
+    stopped: Option<PyErr>,
+    /// The latest ordinary error (the one a run stopped on, when the core
+    /// stops for it: it stops at once).
+    user_code: Option<PyErr>,
+}
 
 impl StopCause {
     /// Keep `e` (the first one wins) and tell the core to stop.
     pub fn stop(&self, e: PyErr) -> DaisyError {
         if let Ok(mut kept) = self.0.lock() {
-            kept.get_or_insert(e);
+            kept.stopped.get_or_insert(e);
         }
         DaisyError::Stopped
     }
 
-    /// The Python exception for a run's `stopped` error: the hook's own
-    /// exception when the hook stopped it, else the core error mapped.
+    /// Keep `e`, which the user's code raised, and tell the core what kind
+    /// of failure it is: an `Exception` ([`DaisyError::UserCode`], with its
+    /// text) or an interruption (`KeyboardInterrupt`, `SystemExit`:
+    /// [`DaisyError::Stopped`]).
+    pub fn raised(&self, py: Python<'_>, e: PyErr) -> DaisyError {
+        if !e.is_instance_of::<PyException>(py) {
+            return self.stop(e);
+        }
+        let text = e.to_string();
+        if let Ok(mut kept) = self.0.lock() {
+            kept.user_code = Some(e);
+        }
+        DaisyError::UserCode(text)
+    }
+
+    /// The Python exception for a run's `stopped` error: the user code's
+    /// own exception when the run stopped for it, else the core error
+    /// mapped.
     pub fn into_pyerr(self, stopped: DaisyError) -> PyErr {
-        let kept = self.0.lock().ok().and_then(|mut k| k.take());
-        match (stopped, kept) {
-            (DaisyError::Stopped, Some(e)) => e,
-            (other, _) => to_pyerr(other),
+        let mut kept = match self.0.lock() {
+            Ok(mut k) => std::mem::take(&mut *k),
+            Err(_) => Kept::default(),
+        };
+        match (stopped, kept.stopped.take(), kept.user_code.take()) {
+            (DaisyError::Stopped, Some(e), _) | (DaisyError::UserCode(_), _, Some(e)) => e,
+            (other, _, _) => to_pyerr(other),
         }
     }
 }

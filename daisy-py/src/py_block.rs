@@ -11,6 +11,7 @@
 //! this boundary.
 
 use crate::convert::{roi_from_py, roi_to_py};
+use crate::errors::IntoPyResult;
 use crate::py_block_stats::PyBlockStats;
 use daisy_core::block_id::cantor_number_signed;
 use daisy_core::block_profile::BlockStats;
@@ -150,15 +151,7 @@ impl PyBlock {
         let total = roi_from_py(total_roi, "total_roi")?;
         let read = roi_from_py(read_roi, "read_roi")?;
         let write = roi_from_py(write_roi, "write_roi")?;
-        if total.dims() != write.dims() || read.dims() != write.dims() {
-            return Err(PyValueError::new_err(format!(
-                "Block: total_roi has {} dimensions, read_roi {} and write_roi {}; give all three \
-                 the same number of dimensions",
-                total.dims(),
-                read.dims(),
-                write.dims()
-            )));
-        }
+        Block::check_rois(&total, &read, &write).py()?;
         let spatial_id = match block_id {
             Some(b) if !b.is_none() => b
                 .extract::<i64>()
@@ -206,7 +199,9 @@ impl PyBlock {
 
     #[setter]
     fn set_read_roi(&mut self, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.read = roi_from_py(value, "read_roi")?;
+        let read = roi_from_py(value, "read_roi")?;
+        read.check_covers("read_roi", "the block").py()?;
+        self.read = read;
         self.read_py = Some(value.clone().unbind());
         Ok(())
     }
@@ -224,7 +219,9 @@ impl PyBlock {
 
     #[setter]
     fn set_write_roi(&mut self, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.write = roi_from_py(value, "write_roi")?;
+        let write = roi_from_py(value, "write_roi")?;
+        write.check_covers("write_roi", "the block").py()?;
+        self.write = write;
         self.write_py = Some(value.clone().unbind());
         Ok(())
     }

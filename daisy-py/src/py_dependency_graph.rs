@@ -191,6 +191,8 @@ impl PyDependencyGraph {
     ) -> PyResult<Py<PyList>> {
         let t = self.graph.pipeline().index_of(task_id).py()?;
         let roi = roi_from_py(roi, "roi")?;
+        roi.check_covers("roi", "the region blocks are looked up in")
+            .py()?;
         if roi.dims() != self.graph.grid(t).grid_shape().dims() {
             return Err(PyValueError::new_err(format!(
                 "roi: has {} dimensions, the task's blocks have {}",

@@ -44,7 +44,7 @@ impl PyRunResult {
         let name = |t: daisy_core::TaskIndex| task_ids[t as usize].clone();
         let states = PyDict::new(py);
         for (tid, s) in task_ids.iter().zip(&outcome.states) {
-            states.set_item(tid, PyTaskState::from_core(s, true))?;
+            states.set_item(tid, PyTaskState::from_core(s))?;
         }
         let workers_started = PyDict::new(py);
         for (tid, n) in task_ids.iter().zip(&outcome.workers_started) {

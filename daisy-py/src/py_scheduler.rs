@@ -55,6 +55,7 @@ pub fn run_plan(
     stores: &[TaskStoreOptions],
     log_dir: Option<&std::path::Path>,
     log_mode: LogMode,
+    block_tracking: bool,
 ) -> RunPlan {
     RunPlan {
         tasks: specs
@@ -68,6 +69,7 @@ pub fn run_plan(
             })
             .collect(),
         history_base: RunPlan::history_base_for(log_dir, log_mode),
+        block_tracking,
     }
 }
 
@@ -119,7 +121,6 @@ struct PySerialHooks<'a, 'py> {
     checks: &'a [Option<Py<PyAny>>],
     funcs: Vec<Option<Py<PyAny>>>,
     posts: Vec<Option<Py<PyAny>>>,
-    started: &'a mut [bool],
     stop: StopCause,
 }
 
@@ -145,13 +146,12 @@ impl SerialHooks for PySerialHooks<'_, '_> {
     fn already_done(&mut self, block: &Block) -> Result<bool, DaisyError> {
         self.still_running()?;
         PyScheduler::call_check(self.py, self.checks, self.task_ids, block)
-            .map_err(|e| self.stop.stop(e))
+            .map_err(|e| self.stop.raised(self.py, e))
     }
 
     fn process(&mut self, block: &mut Block) -> Result<BlockStatus, DaisyError> {
         self.still_running()?;
         let t = block.key.task as usize;
-        self.started[t] = true;
         let called = (|| {
             let b = self.py_block(block)?;
             if let Some(f) = &self.funcs[t] {
@@ -160,7 +160,7 @@ impl SerialHooks for PySerialHooks<'_, '_> {
             let b = b.borrow(self.py);
             Ok::<_, PyErr>((b.status, b.stats))
         })();
-        let (status, stats) = called.map_err(|e| self.stop.stop(e))?;
+        let (status, stats) = called.map_err(|e| self.stop.raised(self.py, e))?;
         block.stats = stats;
         Ok(status)
     }
@@ -171,7 +171,7 @@ impl SerialHooks for PySerialHooks<'_, '_> {
         };
         self.py_block(block)
             .and_then(|b| post.call1(self.py, (b,))?.bind(self.py).is_truthy())
-            .map_err(|e| self.stop.stop(e))
+            .map_err(|e| self.stop.raised(self.py, e))
     }
 }
 
@@ -181,7 +181,6 @@ pub struct PyScheduler {
     inner: Scheduler,
     task_ids: Vec<String>,
     checks: Vec<Option<Py<PyAny>>>,
-    started: Vec<bool>,
     /// Per task: how its blocks are measured.
     measure: Vec<Measure>,
 }
@@ -213,9 +212,10 @@ impl PyScheduler {
     /// return True for blocks already done, `tracking` task ids to tracking
     /// store directories, `skip_masks` task ids to one byte per block;
     /// `resource_tracking` and `gpu_tracking` name the tasks that measure
-    /// their blocks, and those that add GPU figures.
+    /// their blocks, and those that add GPU figures; `block_tracking=False`
+    /// runs without the stores (daisy 2.0.0's option).
     #[new]
-    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None, resource_tracking=Vec::new(), gpu_tracking=Vec::new(), log_dir=None, log_mode="file"))]
+    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None, resource_tracking=Vec::new(), gpu_tracking=Vec::new(), log_dir=None, log_mode="file", block_tracking=true))]
     #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         specs: Vec<PyRef<'_, PyTaskSpec>>,
@@ -226,6 +226,7 @@ impl PyScheduler {
         gpu_tracking: Vec<String>,
         log_dir: Option<std::path::PathBuf>,
         log_mode: &str,
+        block_tracking: bool,
     ) -> PyResult<Self> {
         let mut stores = Vec::with_capacity(specs.len());
         for spec in &specs {
@@ -236,7 +237,13 @@ impl PyScheduler {
                 measure: Measure::of(resource_tracking.contains(tid), gpu_tracking.contains(tid)),
             });
         }
-        let plan = run_plan(&specs, &stores, log_dir.as_deref(), log_mode.parse().py()?);
+        let plan = run_plan(
+            &specs,
+            &stores,
+            log_dir.as_deref(),
+            log_mode.parse().py()?,
+            block_tracking,
+        );
         let inner = plan.scheduler().py()?;
         let checks = callables_by_task(inner.pipeline(), check_functions)?;
         let task_ids = inner
@@ -245,14 +252,12 @@ impl PyScheduler {
             .iter()
             .map(|s| s.task_id.clone())
             .collect();
-        let n = inner.pipeline().len();
         let measure = plan.measures(inner.pipeline());
         Ok(Self {
             measure,
             inner,
             task_ids,
             checks,
-            started: vec![false; n],
         })
     }
 
@@ -269,9 +274,6 @@ impl PyScheduler {
         let block = self
             .inner
             .acquire_block(task, |b| Self::call_check(py, checks, task_ids, b))?;
-        if block.is_some() || self.inner.task_state(task).skipped_count > 0 {
-            self.started[task as usize] = true;
-        }
         Ok(block.map(|b| PyBlock::from_core(&b, task_id)))
     }
 
@@ -290,10 +292,7 @@ impl PyScheduler {
     /// A snapshot of one task's counts.
     fn task_state(&self, task_id: &str) -> PyResult<PyTaskState> {
         let t = self.inner.pipeline().index_of(task_id).py()?;
-        Ok(PyTaskState::from_core(
-            self.inner.task_state(t),
-            self.started[t as usize],
-        ))
+        Ok(PyTaskState::from_core(self.inner.task_state(t)))
     }
 
     /// Ids of the tasks that have a block ready now.
@@ -339,14 +338,10 @@ impl PyScheduler {
             checks: &self.checks,
             funcs,
             posts,
-            started: &mut self.started,
             stop: StopCause::default(),
         };
         let outcome = daisy_core::serial::run_serial(&mut self.inner, &self.measure, &mut hooks);
         let stop = hooks.stop;
-        for (t, s) in self.started.iter_mut().enumerate() {
-            *s |= self.inner.task_state(t as TaskIndex).skipped_count > 0;
-        }
         PyRunResult::new(py, &self.task_ids, &outcome, stop)
     }
 }

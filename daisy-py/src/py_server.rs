@@ -13,20 +13,20 @@ use crate::py_block::PyBlock;
 use crate::py_live::PyLiveDetail;
 use crate::py_run_result::PyRunResult;
 use crate::py_scheduler::{TaskStoreOptions, run_plan};
+use crate::py_task_options::PyTaskOptions;
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
+use daisy_core::serial::Measure;
 use daisy_core::server::{
     LogMode, RunHooks, RunSnapshot, ServerConfig, TaskRuntime, WorkerCommand, run_server,
 };
 use daisy_core::{Block, DaisyError};
-use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyList};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// How one task of a distributed run is served: its workers, limits,
 /// resources, stores and check function (`daisy._daisy.TaskConfig`).
@@ -44,56 +44,39 @@ impl PyTaskConfig {
     /// (`daisy.Client`) serve the task. `launcher_args`, where given, are
     /// the arguments of `program` that start the task's launcher (warm
     /// starts: it gets the same `stdin`); None starts every worker cold.
+    /// `options` are the task's run options as the core checked them
+    /// (`daisy._daisy.TaskOptions`).
     #[new]
-    #[pyo3(signature = (task_id, *, max_workers, timeout, max_worker_restarts, requires, program, args, stdin, stop, resource_tracking, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, gpu_tracking=false, payload_sha256=None))]
+    #[pyo3(signature = (task_id, options, *, program, args, stdin, stop, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, payload_sha256=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         task_id: String,
-        max_workers: u32,
-        timeout: Option<f64>,
-        max_worker_restarts: u32,
-        requires: BTreeMap<String, u64>,
+        options: PyRef<'_, PyTaskOptions>,
         program: Option<PathBuf>,
         args: Vec<String>,
         stdin: Vec<u8>,
         stop: Vec<String>,
-        resource_tracking: bool,
         spawner: String,
         check_function: Option<Py<PyAny>>,
         tracking_path: Option<PathBuf>,
         skip_mask: Option<Vec<u8>>,
         launcher_args: Option<Vec<String>>,
-        gpu_tracking: bool,
         payload_sha256: Option<String>,
     ) -> PyResult<Self> {
         // one copy of the payload, shared by every worker and the launcher
         let stdin: Arc<[u8]> = stdin.into();
-        let timeout = timeout
-            .map(|t| {
-                Duration::try_from_secs_f64(t)
-                    .ok()
-                    .filter(|d| !d.is_zero())
-                    .ok_or_else(|| {
-                        to_pyerr(DaisyError::invalid(
-                            "timeout",
-                            format!(
-                                "expected a positive, finite number of seconds or None, got {t}"
-                            ),
-                        ))
-                    })
-            })
-            .transpose()?;
+        let options = &options.options;
         Ok(Self {
             store: TaskStoreOptions {
                 tracking_path,
                 skip_mask,
-                measure: daisy_core::serial::Measure::of(resource_tracking, gpu_tracking),
+                measure: options.measure,
             },
             runtime: TaskRuntime {
-                max_workers,
-                timeout,
-                max_worker_restarts,
-                requires,
+                max_workers: options.max_workers,
+                timeout: options.timeout,
+                max_worker_restarts: options.max_worker_restarts,
+                requires: options.requires.clone(),
                 launcher: program.as_ref().zip(launcher_args).map(|(program, args)| {
                     WorkerCommand {
                         program: program.clone(),
@@ -110,8 +93,8 @@ impl PyTaskConfig {
                     stdin,
                     stop,
                 }),
-                resource_tracking,
-                gpu_tracking: resource_tracking && gpu_tracking,
+                resource_tracking: options.measure != Measure::Off,
+                gpu_tracking: options.measure == Measure::WithGpu,
                 spawner,
                 payload_sha256,
             },
@@ -138,6 +121,7 @@ pub struct PyRunConfig {
     advertise_host: Option<String>,
     stop_all: Vec<String>,
     liveness_timeout: std::time::Duration,
+    block_tracking: bool,
 }
 
 #[pymethods]
@@ -145,24 +129,27 @@ impl PyRunConfig {
     /// `log_mode` is `"console"`, `"file"` or `"both"`; `advertise_host`
     /// the name workers connect to (None: the listen address); `stop_all`
     /// a command run once when the run ends (cancels remote jobs);
-    /// `liveness_timeout` the seconds a silent TCP peer is waited for.
+    /// `liveness_timeout` the seconds a silent TCP peer is waited for;
+    /// `block_tracking=False` runs without the tasks' tracking stores.
     #[new]
-    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), liveness_timeout=None))]
+    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), liveness_timeout=None, block_tracking=true))]
     #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         host: String,
         port: u16,
-        resources: BTreeMap<String, u64>,
+        resources: BTreeMap<String, i128>,
         log_dir: Option<PathBuf>,
         log_mode: &str,
         advertise_host: Option<String>,
         stop_all: Vec<String>,
         liveness_timeout: Option<f64>,
+        block_tracking: bool,
     ) -> PyResult<Self> {
+        let resources: Vec<(String, i128)> = resources.into_iter().collect();
         Ok(Self {
             host,
             port,
-            resources,
+            resources: daisy_core::task_options::amounts("resources", &resources).py()?,
             log_dir,
             log_mode: log_mode.parse().py()?,
             advertise_host,
@@ -171,6 +158,7 @@ impl PyRunConfig {
                 Some(s) => daisy_core::liveness::timeout_from_secs(s).py()?,
                 None => daisy_core::liveness::DEFAULT_TIMEOUT,
             },
+            block_tracking,
         })
     }
 }
@@ -200,7 +188,7 @@ fn in_caller_order<T: Clone>(order: &[usize], per_task: &[T]) -> Vec<T> {
 fn states_list(py: Python<'_>, order: &[usize], snap: &RunSnapshot) -> PyResult<Py<PyList>> {
     let items: Vec<PyTaskState> = in_caller_order(order, &snap.states)
         .iter()
-        .map(|s| PyTaskState::from_core(s, true))
+        .map(PyTaskState::from_core)
         .collect();
     Ok(PyList::new(py, items)?.unbind())
 }
@@ -211,29 +199,37 @@ impl RunHooks for PyHooks {
             return Ok(false);
         };
         interpreter::attach(|py| {
-            let b = Py::new(
+            Py::new(
                 py,
                 PyBlock::from_core(block, &self.task_ids[block.key.task as usize]),
-            )?;
-            check.call1(py, (b,))?.bind(py).is_truthy()
+            )
+            .and_then(|b| check.call1(py, (b,))?.bind(py).is_truthy())
+            .map_err(|e| self.stop.raised(py, e))
         })
-        .ok_or_else(|| self.stop.stop(interpreter::exiting_error()))?
-        .map_err(|e| {
-            // an Exception is the check failing: logged, the block runs; a
-            // BaseException that is not one (KeyboardInterrupt, SystemExit)
-            // stops the run and reaches the caller
-            let failed =
-                interpreter::attach(|py| e.is_instance_of::<PyException>(py)).unwrap_or(false);
-            if failed {
-                DaisyError::invalid("check_function", e.to_string())
-            } else {
-                self.stop.stop(e)
-            }
-        })
+        .unwrap_or_else(|| Err(self.stop.stop(interpreter::exiting_error())))
     }
 
     fn tick(&mut self, snap: &RunSnapshot) -> Result<(), DaisyError> {
+        interpreter::attach(|py| self.tick_in(py, snap).map_err(|e| self.stop.raised(py, e)))
+            .unwrap_or_else(|| Err(self.stop.stop(interpreter::exiting_error())))
+    }
+
+    fn on_listening(&mut self, addr: SocketAddr) -> Result<(), DaisyError> {
         interpreter::attach(|py| {
+            self.on_listening
+                .call1(py, (addr.ip().to_string(), addr.port(), self.token.clone()))
+                .map(|_| ())
+                .map_err(|e| self.stop.raised(py, e))
+        })
+        .unwrap_or_else(|| Err(self.stop.stop(interpreter::exiting_error())))
+    }
+}
+
+impl PyHooks {
+    /// A tick's work in Python: signals (Ctrl-C raises here) and the
+    /// progress observers.
+    fn tick_in(&self, py: Python<'_>, snap: &RunSnapshot) -> PyResult<()> {
+        {
             py.check_signals()?;
             let states = states_list(py, &self.caller_order, snap)?;
             let round_trips: Vec<(String, f64)> = snap
@@ -257,20 +253,52 @@ impl RunHooks for PyHooks {
                     ),
                 )
                 .map(|_| ())
-        })
-        .unwrap_or_else(|| Err(interpreter::exiting_error()))
-        .map_err(|e| self.stop.stop(e))
+        }
     }
+}
 
-    fn on_listening(&mut self, addr: SocketAddr) -> Result<(), DaisyError> {
-        interpreter::attach(|py| {
-            self.on_listening
-                .call1(py, (addr.ip().to_string(), addr.port(), self.token.clone()))
-                .map(|_| ())
-        })
-        .unwrap_or_else(|| Err(interpreter::exiting_error()))
-        .map_err(|e| self.stop.stop(e))
+/// The [`PyTaskConfig`] of task `tid` among `tasks`.
+fn config_of<'a, 'py>(
+    tasks: &'a [PyRef<'py, PyTaskConfig>],
+    tid: &str,
+) -> PyResult<&'a PyRef<'py, PyTaskConfig>> {
+    tasks.iter().find(|t| t.task_id == tid).ok_or_else(|| {
+        to_pyerr(DaisyError::invalid(
+            "tasks",
+            format!("no TaskConfig for task {tid:?}; give one per task of the pipeline"),
+        ))
+    })
+}
+
+/// The core run plan of a distributed run.
+fn distributed_plan(
+    specs: &[PyRef<'_, PyTaskSpec>],
+    tasks: &[PyRef<'_, PyTaskConfig>],
+    run: &PyRunConfig,
+) -> PyResult<daisy_core::run_plan::RunPlan> {
+    let mut stores = Vec::with_capacity(specs.len());
+    for spec in specs {
+        stores.push(config_of(tasks, &spec.spec.task_id)?.store.clone());
     }
+    Ok(run_plan(
+        specs,
+        &stores,
+        run.log_dir.as_deref(),
+        run.log_mode,
+        run.block_tracking,
+    ))
+}
+
+/// `check_run(specs, tasks, run)`: the run plan's rules (a task that
+/// measures its blocks needs a store the run uses), checked before the run
+/// starts anything; `ValueError` names the parameter.
+#[pyfunction]
+pub fn check_run(
+    specs: Vec<PyRef<'_, PyTaskSpec>>,
+    tasks: Vec<PyRef<'_, PyTaskConfig>>,
+    run: PyRef<'_, PyRunConfig>,
+) -> PyResult<()> {
+    distributed_plan(&specs, &tasks, &run)?.check().py()
 }
 
 /// Run `specs` with worker processes, one [`PyTaskConfig`] per task (in
@@ -287,21 +315,8 @@ pub fn run_distributed(
     on_tick: Py<PyAny>,
     on_listening: Py<PyAny>,
 ) -> PyResult<PyRunResult> {
-    let config_of = |tid: &str| {
-        tasks.iter().find(|t| t.task_id == tid).ok_or_else(|| {
-            to_pyerr(DaisyError::invalid(
-                "tasks",
-                format!("no TaskConfig for task {tid:?}; give one per task of the pipeline"),
-            ))
-        })
-    };
-    let mut stores = Vec::with_capacity(specs.len());
-    for spec in &specs {
-        stores.push(config_of(&spec.spec.task_id)?.store.clone());
-    }
-    let scheduler = run_plan(&specs, &stores, run.log_dir.as_deref(), run.log_mode)
-        .scheduler()
-        .py()?;
+    let config_of = |tid: &str| config_of(&tasks, tid);
+    let scheduler = distributed_plan(&specs, &tasks, &run)?.scheduler().py()?;
     let task_ids: Vec<String> = scheduler
         .pipeline()
         .specs()

@@ -10,19 +10,14 @@ use pyo3::prelude::*;
 #[pyclass(name = "TaskState", module = "daisy.task_state")]
 #[derive(Clone, Default)]
 pub struct PyTaskState {
-    /// Whether any block of the task was handed out or skipped.
-    started: bool,
     /// The core's counts.
     inner: TaskState,
 }
 
 impl PyTaskState {
     /// Snapshot of a core state.
-    pub fn from_core(s: &TaskState, started: bool) -> Self {
-        Self {
-            started,
-            inner: s.clone(),
-        }
+    pub fn from_core(s: &TaskState) -> Self {
+        Self { inner: s.clone() }
     }
 }
 
@@ -36,7 +31,7 @@ impl PyTaskState {
     /// Whether any block of the task was handed out or skipped.
     #[getter]
     fn started(&self) -> bool {
-        self.started
+        self.inner.started
     }
 
     /// All blocks of the task.
@@ -184,7 +179,7 @@ impl PyTaskState {
         format!(
             "Started: {}\nTotal Blocks: {}\nReady: {}\nProcessing: {}\nPending: {}\nCompleted: {}\n\
              Skipped: {}\nFailed: {}\nOrphaned: {}\n",
-            if self.started { "True" } else { "False" },
+            if self.inner.started { "True" } else { "False" },
             self.inner.total_block_count,
             self.inner.ready_count,
             self.inner.processing_count,

@@ -12,12 +12,14 @@ __version__: str
 __all__ = [
     "Block",
     "TaskSpec",
+    "TaskOptions",
     "TaskState",
     "Scheduler",
     "DependencyGraph",
     "LevelWalk",
     "Client",
     "run_distributed",
+    "check_run",
     "TaskConfig",
     "RunConfig",
     "LiveDetail",
@@ -191,6 +193,7 @@ class Scheduler:
         gpu_tracking: Sequence[str] = ...,
         log_dir: str | os.PathLike[str] | None = None,
         log_mode: str = "file",
+        block_tracking: bool = True,
     ) -> Scheduler: ...
     def flush(self) -> None: ...
     @property
@@ -257,26 +260,51 @@ class TaskConfig:
     def __new__(
         cls,
         task_id: str,
+        options: TaskOptions,
         *,
-        max_workers: int,
-        timeout: float | None,
-        max_worker_restarts: int,
-        requires: Mapping[str, int],
         program: str | None,
         args: Sequence[str],
         stdin: bytes,
         stop: Sequence[str],
-        resource_tracking: bool,
         spawner: str,
         check_function: Callable[[Block], Any] | None = None,
         tracking_path: str | None = None,
         skip_mask: bytes | None = None,
         launcher_args: Sequence[str] | None = None,
-        gpu_tracking: bool = False,
         payload_sha256: str | None = None,
     ) -> TaskConfig: ...
     @property
     def task_id(self) -> str: ...
+
+@final
+class TaskOptions:
+    def __new__(
+        cls,
+        task_id: str,
+        *,
+        max_workers: int,
+        max_retries: int,
+        max_worker_restarts: int,
+        timeout: float | None,
+        requires: Mapping[str, int],
+        resource_tracking: bool,
+        gpu_tracking: bool | None,
+        max_workers_name: str = "max_workers",
+    ) -> TaskOptions: ...
+    @property
+    def max_workers(self) -> int: ...
+    @property
+    def max_retries(self) -> int: ...
+    @property
+    def max_worker_restarts(self) -> int: ...
+    @property
+    def timeout(self) -> float | None: ...
+    @property
+    def requires(self) -> dict[str, int]: ...
+    @property
+    def resource_tracking(self) -> bool: ...
+    @property
+    def gpu_tracking(self) -> bool: ...
 
 @final
 class RunConfig:
@@ -291,6 +319,7 @@ class RunConfig:
         advertise_host: str | None = None,
         stop_all: Sequence[str] = ...,
         liveness_timeout: float | None = None,
+        block_tracking: bool = True,
     ) -> RunConfig: ...
 
 @final
@@ -325,6 +354,7 @@ def store_wall_percentiles(
 def compare_to_baseline(
     now: float, before: Sequence[float], factor: float, zero_is_normal: bool
 ) -> tuple[float, float | None, bool] | None: ...
+def check_run(specs: Sequence[TaskSpec], tasks: Sequence[TaskConfig], run: RunConfig) -> None: ...
 def run_distributed(
     specs: Sequence[TaskSpec],
     tasks: Sequence[TaskConfig],

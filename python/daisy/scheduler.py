@@ -16,7 +16,6 @@ from daisy.logging import get_log_basedir, get_log_mode
 from daisy.pipeline import Pipeline
 from daisy.tracking_store import (
     TrackedTask,
-    check_block_tracking,
     resource_tracking_task_ids,
     skip_masks,
     tracking_paths,
@@ -42,16 +41,18 @@ class Scheduler:
         self._pipeline = Pipeline.of(tasks)
         log_dir = get_log_basedir()  # untracked tasks' run histories go next to their logs
         self._tasks = {t.task_id: t for t in self._pipeline.tasks}
-        check_block_tracking(self._tasks.values(), block_tracking)
+        if not isinstance(block_tracking, bool):
+            raise TypeError(f"block_tracking: expected True or False, got {block_tracking!r}")
         self._native = _NativeScheduler(
             self._pipeline.specs(),
             {tid: t._pre_check for tid, t in self._tasks.items() if t._pre_check},
-            tracking_paths(self._tasks.values()) if block_tracking else {},
+            tracking_paths(self._tasks.values()),
             skip_masks(self._tasks.values()),
             resource_tracking_task_ids(self._tasks.values()),
             [tid for tid, t in self._tasks.items() if t.gpu_tracking],
             log_dir=None if log_dir is None else Path(log_dir).absolute(),
             log_mode=get_log_mode(),
+            block_tracking=block_tracking,
         )
 
     @property

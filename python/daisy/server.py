@@ -37,6 +37,7 @@ from daisy._daisy import (
     RunConfig,
     TaskConfig,
     TaskState,
+    check_run,
     pipeline_order,
     run_distributed,
     validated_liveness_timeout,
@@ -49,7 +50,7 @@ from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.server_observer import ServerObservee, StateEvents
 from daisy.spawners import advertised_host, warm_starts_enabled
-from daisy.tracking_store import check_block_tracking, log_skips, resource_tracking_task_ids
+from daisy.tracking_store import log_skips
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +265,8 @@ class Server(ServerObservee):
         check_port(dashboard_port, "dashboard_port")
         pipeline = scheduler._pipeline if scheduler is not None else Pipeline.of(tasks)
         task_map = {t.task_id: t for t in pipeline.tasks}
-        check_block_tracking(task_map.values(), block_tracking)
+        if not isinstance(block_tracking, bool):
+            raise TypeError(f"block_tracking: expected True or False, got {block_tracking!r}")
         configs: list[TaskConfig] = []
         run_tag = secrets.token_hex(4)
         log_dir = daisy_logging.get_log_basedir()
@@ -291,23 +293,14 @@ class Server(ServerObservee):
             configs.append(
                 TaskConfig(
                     tid,
-                    max_workers=t.max_workers,
-                    timeout=None if t.timeout is None else float(t.timeout),
-                    max_worker_restarts=t.max_worker_restarts,
-                    requires=dict(t.required_resources),
+                    t._options(),
                     program=cmds.program,
                     args=cmds.args,
                     stdin=cmds.stdin,
                     stop=cmds.stop,
-                    resource_tracking=t.resource_tracking,
-                    gpu_tracking=t.gpu_tracking,
                     spawner=t.spawner.name,
                     check_function=t._pre_check,
-                    tracking_path=(
-                        None
-                        if t.tracking_path is None or not block_tracking
-                        else str(t.tracking_path)
-                    ),
+                    tracking_path=None if t.tracking_path is None else str(t.tracking_path),
                     skip_mask=t._skip_mask,
                     launcher_args=(t.spawner.launcher_args() if warm and t.warm_start else None),
                     payload_sha256=payload_sha256,
@@ -315,12 +308,11 @@ class Server(ServerObservee):
             )
         resources = dict(resources or {})
         for k, v in resources.items():
-            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int):
                 raise ValueError(
                     f"resources: expected resource names mapped to non-negative integers, "
                     f"got {k!r}: {v!r}"
-                )
-        resource_tracking_task_ids(task_map.values())  # a configuration error raises here
+                )  # (the amounts' range is the core's to check)
         # remote workers need an address they can reach
         listen_host, advertise = self.host, None
         if remote and not self._host_given:
@@ -330,11 +322,23 @@ class Server(ServerObservee):
             # can reach, not the wildcard
             advertise = advertised_host()
         stop_all: list[str] = next((c for c in (s.stop_all(run_tag) for s in remote) if c), [])
+        run = RunConfig(
+            host=listen_host,
+            port=self.port,
+            resources=resources,
+            log_dir=None if log_dir is None else str(Path(log_dir).absolute()),
+            log_mode=daisy_logging.get_log_mode(),
+            advertise_host=advertise,
+            stop_all=stop_all,
+            liveness_timeout=self.liveness_timeout,
+            block_tracking=block_tracking,
+        )
         # the core's order (upstream first), which every view lists
         given = pipeline.specs()
         order = pipeline_order(given)
         by_id = {s.task_id: s for s in given}
         specs = [by_id[tid] for tid in order]
+        check_run(specs, configs, run)  # the run plan's rules, before anything starts
         observers: list[ProgressObserver] = default_observers(order, progress, progress_interval)
 
         def on_listening(host: str, port: int, token: str) -> None:
@@ -394,11 +398,7 @@ class Server(ServerObservee):
                 metrics,
                 dashboard,
                 on_listening,
-                listen_host,
-                advertise,
-                resources,
-                log_dir,
-                stop_all,
+                run,
                 block_tracking,
             )
         finally:
@@ -416,11 +416,7 @@ class Server(ServerObservee):
         metrics: Any,
         dashboard: Any,
         on_listening: Any,
-        listen_host: str,
-        advertise: str | None,
-        resources: dict[str, int],
-        log_dir: Any,
-        stop_all: list[str],
+        run: RunConfig,
         block_tracking: bool,
     ) -> dict[str, TaskState]:
 
@@ -449,16 +445,6 @@ class Server(ServerObservee):
 
         try:
             with _sigterm_stops_the_run():
-                run = RunConfig(
-                    host=listen_host,
-                    port=self.port,
-                    resources=resources,
-                    log_dir=None if log_dir is None else str(Path(log_dir).absolute()),
-                    log_mode=daisy_logging.get_log_mode(),
-                    advertise_host=advertise,
-                    stop_all=stop_all,
-                    liveness_timeout=self.liveness_timeout,
-                )
                 result = run_distributed(specs, configs, run, on_tick, on_listening)
         except BaseException:
             # the run could not start

@@ -9,7 +9,6 @@ message that names the parameter.
 from __future__ import annotations
 
 import logging
-import math
 import numbers
 import os
 import warnings
@@ -23,6 +22,7 @@ from daisy import _v1_names
 from daisy._daisy import (
     Block,
     DependencyGraph,
+    TaskOptions,
     TaskSpec,
     TrackingStore,
     adopt_tracking,
@@ -38,23 +38,11 @@ from daisy.tracking_store import resolve_tracking_path
 logger = logging.getLogger(__name__)
 
 
-#: the largest count the core takes (u32) and the largest resource amount (u64)
-MAX_COUNT = 2**32 - 1
-MAX_AMOUNT = 2**64 - 1
-#: the longest block timeout: a year, far beyond any real block and far
-#: inside what a duration holds
-MAX_TIMEOUT = 365 * 24 * 3600.0
-
-
-def _check_int(value: Any, name: str, minimum: int, maximum: int = MAX_COUNT) -> int:
+def _check_int(value: Any, name: str) -> None:
+    """A TypeError naming ``name`` unless ``value`` is an integer; its
+    range is the core's to check."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
-    number = int(value)
-    if number < minimum:
-        raise ValueError(f"{name}: must be at least {minimum}, got {number}")
-    if number > maximum:
-        raise ValueError(f"{name}: must be at most {maximum}, got {number}")
-    return number
 
 
 class Task(Composable):
@@ -235,13 +223,11 @@ class Task(Composable):
                 "num_workers is the daisy 1.x name of max_workers: pass only one"
             )
         workers = max_workers if max_workers is not None else num_workers
-        self.max_workers = _check_int(
-            1 if workers is None else workers,
-            "max_workers" if max_workers is not None else "num_workers",
-            1,
-        )
-        self.max_retries = _check_int(max_retries, "max_retries", 0)
-        self.max_worker_restarts = _check_int(max_worker_restarts, "max_worker_restarts", 0)
+        workers_name = "max_workers" if max_workers is not None else "num_workers"
+        if workers is not None:
+            _check_int(workers, workers_name)
+        _check_int(max_retries, "max_retries")
+        _check_int(max_worker_restarts, "max_worker_restarts")
         if requires is None:
             requires = {}
         if not isinstance(requires, dict):
@@ -252,22 +238,31 @@ class Task(Composable):
         for k, v in requires.items():
             if not isinstance(k, str):
                 raise TypeError(f"requires: resource names must be strings, got {k!r}")
-            _check_int(v, f"requires[{k!r}]", 0, MAX_AMOUNT)
+            _check_int(v, f"requires[{k!r}]")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+        ):
+            raise TypeError(f"timeout: expected seconds as a number, got {timeout!r}")
+        if not isinstance(resource_tracking, bool):
+            raise TypeError(f"resource_tracking: expected True or False, got {resource_tracking!r}")
+        if gpu_tracking is not None and not isinstance(gpu_tracking, bool):
+            raise TypeError(
+                f"gpu_tracking: expected True, False or None (on when requires names a gpu), "
+                f"got {gpu_tracking!r}"
+            )
+        # the values' rules are the core's (daisy._daisy.TaskOptions)
+        self.max_workers = 1 if workers is None else int(workers)
+        self.max_retries = int(max_retries)
+        self.max_worker_restarts = int(max_worker_restarts)
         self.required_resources = {k: int(v) for k, v in requires.items()}
+        self.timeout = timeout
+        self.resource_tracking = resource_tracking
+        self._gpu_tracking = gpu_tracking
+        self._options(workers_name)
 
         if not isinstance(fit, str):
             raise TypeError(f"fit: expected the name of a fit, got {type(fit).__name__}")
         self.fit = fit  # its value is the core's to check, with the spec
-
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-                raise TypeError(f"timeout: expected seconds as a number, got {timeout!r}")
-            if not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT:
-                raise ValueError(
-                    "timeout: must be a positive, finite number of seconds up to "
-                    f"{MAX_TIMEOUT:.0f} (a year), or None; got {timeout}"
-                )
-        self.timeout = timeout
 
         if upstream_tasks:  # (2.0.0 warns for a non-empty list only)
             warnings.warn(
@@ -327,9 +322,6 @@ class Task(Composable):
         self._tracking_path = tracking_path
         self._skip_mask = self._check_skip_mask(skip_mask)
         self.skip_mask = skip_mask
-        if not isinstance(resource_tracking, bool):
-            raise TypeError(f"resource_tracking: expected True or False, got {resource_tracking!r}")
-        self.resource_tracking = resource_tracking
         from daisy.spawners import LocalSpawner, Spawner
 
         if spawner is None:
@@ -346,17 +338,6 @@ class Task(Composable):
                 f"(a fresh interpreter per worker), got {warm_start!r}"
             )
         self.warm_start = warm_start
-        if gpu_tracking is not None and not isinstance(gpu_tracking, bool):
-            raise TypeError(
-                f"gpu_tracking: expected True, False or None (on when requires names a gpu), "
-                f"got {gpu_tracking!r}"
-            )
-        if gpu_tracking and not resource_tracking:
-            raise ValueError(
-                f"gpu_tracking: task {task_id!r} asks for GPU figures, which are part of each "
-                "block's measurements; add resource_tracking=True (and a tracking_path)"
-            )
-        self._gpu_tracking = gpu_tracking
         self._last_report: TaskReport | None = None
         if self.num_blocks == 0:
             logger.warning("daisy: task %r has no blocks: %s", task_id, self._why_no_blocks())
@@ -370,9 +351,22 @@ class Task(Composable):
         """Whether this task's block measurements include GPU figures: as
         given, or (``gpu_tracking=None``) when the task measures its blocks
         and ``requires`` a ``"gpu"`` resource."""
-        if self._gpu_tracking is not None:
-            return self._gpu_tracking
-        return self.resource_tracking and "gpu" in self.required_resources
+        return self._options().gpu_tracking
+
+    def _options(self, workers_name: str = "max_workers") -> TaskOptions:
+        """The task's run options as the core checks them, from its current
+        attributes (``ValueError`` naming the parameter)."""
+        return TaskOptions(
+            self.task_id,
+            max_workers=self.max_workers,
+            max_retries=self.max_retries,
+            max_worker_restarts=self.max_worker_restarts,
+            timeout=None if self.timeout is None else float(self.timeout),
+            requires=self.required_resources,
+            resource_tracking=self.resource_tracking,
+            gpu_tracking=self._gpu_tracking,
+            max_workers_name=workers_name,
+        )
 
     @property
     def coverage_note(self) -> str | None:
@@ -554,7 +548,13 @@ class Task(Composable):
 
     @num_workers.setter
     def num_workers(self, value: int) -> None:
-        self.max_workers = _check_int(value, "num_workers", 1)
+        _check_int(value, "num_workers")
+        previous, self.max_workers = self.max_workers, int(value)
+        try:
+            self._options("num_workers")
+        except ValueError:
+            self.max_workers = previous
+            raise
 
     @property
     def num_blocks(self) -> int:

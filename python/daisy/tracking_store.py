@@ -105,37 +105,10 @@ def tracking_paths(tasks: Iterable[TrackedTask]) -> dict[str, str]:
 
 
 def resource_tracking_task_ids(tasks: Iterable[TrackedTask]) -> list[str]:
-    """Ids of the tasks with ``resource_tracking=True``; such a task without
-    a tracking store is a configuration error, raised here at run start."""
-    out = []
-    for t in tasks:
-        if not t.resource_tracking:
-            continue
-        if t.tracking_path is None:
-            raise ValueError(
-                f"resource_tracking: task {t.task_id!r} measures its blocks but has no tracking "
-                "store to record them in; give it tracking_path=... or call "
-                "daisy.set_tracking_basedir(...) before the run"
-            )
-        out.append(t.task_id)
-    return out
-
-
-def check_block_tracking(tasks: Iterable[TrackedTask], block_tracking: bool) -> None:
-    """``block_tracking=False`` (daisy 2.0.0's run option) runs without
-    tracking stores; a task that records per-block figures in its store
-    cannot run that way, which is an error here at run start."""
-    if not isinstance(block_tracking, bool):
-        raise TypeError(f"block_tracking: expected True or False, got {block_tracking!r}")
-    if block_tracking:
-        return
-    for t in tasks:
-        if t.resource_tracking:
-            raise ValueError(
-                f"block_tracking: False runs without tracking stores, but task {t.task_id!r} "
-                "has resource_tracking=True, which records its figures in its store; drop "
-                "one of the two"
-            )
+    """Ids of the tasks with ``resource_tracking=True`` (that such a task
+    needs a store the run uses is the core's rule, checked when the run is
+    planned)."""
+    return [t.task_id for t in tasks if t.resource_tracking]
 
 
 def skip_masks(tasks: Iterable[TrackedTask]) -> dict[str, bytes]:

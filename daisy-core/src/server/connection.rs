@@ -458,17 +458,11 @@ async fn acquire<H: RunHooks>(
                 return ServerMessage::NoMoreBlocks;
             }
             let hooks = &mut st.hooks;
-            let got = st
-                .scheduler
-                .acquire_block(task, |b| match hooks.already_done(b) {
-                    Ok(done) => Ok(done),
-                    // the embedding program stops the run (Ctrl-C in a check)
-                    Err(DaisyError::Stopped) => Err(DaisyError::Stopped),
-                    Err(e) => {
-                        tracing::warn!("check_function failed for block {}: {e}", b.spatial_id);
-                        Ok(false)
-                    }
-                });
+            let got = st.scheduler.acquire_block(task, |b| {
+                hooks
+                    .already_done(b)
+                    .or_else(|e| policy::after_check_error(e, Some(b.spatial_id)))
+            });
             let got = got.unwrap_or_else(|e| {
                 // the block stays ready; the main loop stops the run
                 st.stop.get_or_insert(e);
@@ -647,7 +641,192 @@ mod tests {
     use crate::server::state::test_support::{hand_out, state};
     use std::cell::RefCell;
     use std::rc::Rc;
+    use tokio::io::{AsyncReadExt, DuplexStream};
     use tokio::sync::Notify;
+
+    fn shared_state(token: &str) -> Shared<()> {
+        let mut st = state();
+        st.config.token = token.into();
+        Rc::new((RefCell::new(st), Notify::new()))
+    }
+
+    /// The peer's end of a connection, speaking the protocol.
+    fn peer(end: DuplexStream) -> Framed<DuplexStream, tokio_util::codec::LengthDelimitedCodec> {
+        Framed::new(end, protocol::codec())
+    }
+
+    async fn say(
+        conn: &mut Framed<DuplexStream, tokio_util::codec::LengthDelimitedCodec>,
+        msg: &ClientMessage,
+    ) {
+        let bytes = protocol::encode(msg).unwrap();
+        SinkExt::<tokio_util::bytes::Bytes>::send(conn, bytes.into())
+            .await
+            .unwrap();
+    }
+
+    async fn hear(
+        conn: &mut Framed<DuplexStream, tokio_util::codec::LengthDelimitedCodec>,
+    ) -> Option<ServerMessage> {
+        let frame = conn.next().await?.ok()?;
+        Some(protocol::decode(&frame).unwrap())
+    }
+
+    fn hello(token: &str, task_id: &str) -> ClientMessage {
+        ClientMessage::Hello {
+            token: token.into(),
+            task_id: task_id.into(),
+            worker_id: None,
+        }
+    }
+
+    // The connection's state machine in tokio's paused time: what it waits
+    // for is waited out in virtual time, at once in real time.
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_says_nothing_is_closed_at_the_hello_timeout() {
+        let shared = shared_state("s3cret");
+        let (ours, mut theirs) = tokio::io::duplex(4096);
+        let begun = tokio::time::Instant::now();
+        let silent = async {
+            tokio::time::sleep(HELLO_TIMEOUT / 2).await;
+            let waiting = shared.0.borrow().pending_hellos[Door::Tcp as usize];
+            let mut buf = [0u8; 16];
+            let n = theirs.read(&mut buf).await.unwrap();
+            (waiting, n, tokio::time::Instant::now() - begun)
+        };
+        let ((), (waiting, read, waited)) = tokio::join!(
+            handle_connection(shared.clone(), Box::new(ours), Door::Tcp, false, 1),
+            silent
+        );
+        assert_eq!(waiting, 1, "counted as waiting to say hello meanwhile");
+        assert_eq!(read, 0, "closed without a word");
+        assert!(
+            waited >= HELLO_TIMEOUT && waited < HELLO_TIMEOUT + Duration::from_secs(1),
+            "closed after {waited:?}"
+        );
+        let st = shared.0.borrow();
+        assert_eq!(st.pending_hellos, [0, 0], "no longer waiting");
+        assert_eq!(st.unmanaged_clients, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hello_is_welcomed_refused_or_ignored_by_its_token_and_task() {
+        // the right token and task: welcomed, counted, and served
+        let shared = shared_state("s3cret");
+        let (ours, theirs) = tokio::io::duplex(4096);
+        let client = async {
+            let mut conn = peer(theirs);
+            say(&mut conn, &hello("s3cret", "a")).await;
+            let welcome = hear(&mut conn).await;
+            say(&mut conn, &ClientMessage::AcquireBlock).await;
+            let block = hear(&mut conn).await;
+            say(&mut conn, &ClientMessage::Disconnect).await;
+            (welcome, block)
+        };
+        let ((), (welcome, block)) = tokio::join!(
+            handle_connection(shared.clone(), Box::new(ours), Door::Tcp, false, 1),
+            client
+        );
+        assert!(
+            matches!(welcome, Some(ServerMessage::Welcome { .. })),
+            "{welcome:?}"
+        );
+        assert!(
+            matches!(block, Some(ServerMessage::SendBlock { .. })),
+            "{block:?}"
+        );
+        {
+            let st = shared.0.borrow();
+            assert_eq!(st.unmanaged_clients, 1);
+            assert_eq!(st.pending_hellos, [0, 0]);
+            // the block of a client that said goodbye holding it is not lost
+            assert!(st.outstanding.is_empty(), "reclaimed at the disconnect");
+        }
+
+        // a wrong token: closed without a word (a stranger learns nothing)
+        let (ours, theirs) = tokio::io::duplex(4096);
+        let stranger = async {
+            let mut conn = peer(theirs);
+            say(&mut conn, &hello("guess", "a")).await;
+            hear(&mut conn).await
+        };
+        let ((), heard) = tokio::join!(
+            handle_connection(shared.clone(), Box::new(ours), Door::Tcp, false, 2),
+            stranger
+        );
+        assert!(heard.is_none(), "{heard:?}");
+
+        // the right token and an unknown task: told why
+        let (ours, theirs) = tokio::io::duplex(4096);
+        let lost = async {
+            let mut conn = peer(theirs);
+            say(&mut conn, &hello("s3cret", "nope")).await;
+            hear(&mut conn).await
+        };
+        let ((), heard) = tokio::join!(
+            handle_connection(shared.clone(), Box::new(ours), Door::Tcp, false, 3),
+            lost
+        );
+        match heard {
+            Some(ServerMessage::Error { message }) => {
+                assert!(message.contains("unknown task id \"nope\""), "{message}")
+            }
+            other => panic!("expected an error, got {other:?}"),
+        }
+        assert_eq!(shared.0.borrow().unmanaged_clients, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_door_says_busy_and_the_other_door_still_welcomes() {
+        let shared = shared_state("s3cret");
+        shared.0.borrow_mut().pending_hellos[Door::Tcp as usize] = MAX_PENDING_HELLOS;
+        let (ours, theirs) = tokio::io::duplex(4096);
+        let crowded = async {
+            let mut conn = peer(theirs);
+            say(&mut conn, &hello("s3cret", "a")).await;
+            hear(&mut conn).await
+        };
+        let ((), heard) = tokio::join!(
+            handle_connection(shared.clone(), Box::new(ours), Door::Tcp, false, 1),
+            crowded
+        );
+        match heard {
+            Some(ServerMessage::Error { message }) => assert_eq!(message, protocol::BUSY),
+            other => panic!("expected busy, got {other:?}"),
+        }
+        assert!(shared.0.borrow().door_was_full[Door::Tcp as usize]);
+        // this machine's workers come through the local socket, not held up
+        let (ours, theirs) = tokio::io::duplex(4096);
+        let local = async {
+            let mut conn = peer(theirs);
+            say(&mut conn, &hello("s3cret", "a")).await;
+            let welcome = hear(&mut conn).await;
+            say(&mut conn, &ClientMessage::Disconnect).await;
+            welcome
+        };
+        let ((), welcome) = tokio::join!(
+            handle_connection(shared.clone(), Box::new(ours), Door::Local, false, 2),
+            local
+        );
+        assert!(
+            matches!(welcome, Some(ServerMessage::Welcome { .. })),
+            "{welcome:?}"
+        );
+        // a silent stranger at a full door is held for BUSY_READ only
+        let (ours, mut theirs) = tokio::io::duplex(4096);
+        let begun = tokio::time::Instant::now();
+        let silent = async {
+            let mut buf = [0u8; 64];
+            let _ = theirs.read(&mut buf).await;
+            tokio::time::Instant::now() - begun
+        };
+        let ((), held) = tokio::join!(
+            handle_connection(shared.clone(), Box::new(ours), Door::Tcp, false, 3),
+            silent
+        );
+        assert!(held >= BUSY_READ && held < HELLO_TIMEOUT, "held {held:?}");
+    }
 
     #[test]
     fn a_panic_in_a_connections_handling_does_not_lose_its_block() {

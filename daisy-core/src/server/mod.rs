@@ -355,14 +355,14 @@ fn staff<H: RunHooks>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEve
         let alive = st.flags().any(|(_, w)| w.alive && w.task == t);
         if !alive && st.scheduler.task_state(t).ready_count > 0 {
             let hooks = &mut st.hooks;
-            if let Err(e) = st.scheduler.skip_done(t, |b| hooks.already_done(b)) {
-                match e {
-                    // the embedding program stops the run (Ctrl-C in a check)
-                    DaisyError::Stopped => {
-                        st.stop.get_or_insert(e);
-                    }
-                    e => tracing::warn!("check_function failed: {e}; the block is processed"),
-                }
+            let skipped = st.scheduler.skip_done(t, |b| {
+                hooks
+                    .already_done(b)
+                    // a failed check ends the skipping: the block needs work
+                    .or_else(|e| policy::after_check_error(e, None))
+            });
+            if let Err(e) = skipped {
+                st.stop.get_or_insert(e); // an interruption (Ctrl-C in a check)
             }
             if st.scheduler.is_task_finished(t) || st.scheduler.task_state(t).ready_count == 0 {
                 continue;

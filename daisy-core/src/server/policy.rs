@@ -11,6 +11,7 @@
 //! neither side calls the other back.
 
 use crate::block::{BlockKey, TaskIndex};
+use crate::error::DaisyError;
 use crate::worker_timeline::WorkerExit;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -257,6 +258,28 @@ pub fn unmeasured_message(spatial_id: u64, task_id: &str) -> String {
     )
 }
 
+/// What a distributed run does when a task's check function fails on
+/// `block` (its spatial id): an ordinary error in it is the check failing,
+/// which is logged, and the block is processed as not done (a wrong
+/// "done" would lose it, a needless run only costs time); an interruption
+/// ([`DaisyError::Stopped`]: Ctrl-C, `SystemExit`) stops the run. A
+/// serial run's user code runs in the caller's own thread and any error
+/// of it stops the run (see `serial`).
+pub fn after_check_error(e: DaisyError, block: Option<u64>) -> Result<bool, DaisyError> {
+    match e {
+        DaisyError::Stopped => Err(e),
+        e => {
+            match block {
+                Some(id) => {
+                    tracing::warn!("check_function failed for block {id}: {e}; it is processed")
+                }
+                None => tracing::warn!("check_function failed: {e}; the block is processed"),
+            }
+            Ok(false)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,6 +499,20 @@ mod tests {
         );
         assert!(
             matches!(returned(None, true, true, false), Returned::Failed(r) if r.contains("FAILED"))
+        );
+    }
+
+    #[test]
+    fn a_failed_check_runs_the_block_and_an_interrupted_one_stops_the_run() {
+        let failed = DaisyError::UserCode("ValueError: the store is down".into());
+        assert_eq!(
+            after_check_error(failed, Some(3)),
+            Ok(false),
+            "processed, not skipped"
+        );
+        assert_eq!(
+            after_check_error(DaisyError::Stopped, None),
+            Err(DaisyError::Stopped)
         );
     }
 }

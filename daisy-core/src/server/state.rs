@@ -234,6 +234,7 @@ impl<H> State<H> {
     /// A fresh run over `scheduler`.
     pub fn new(mut scheduler: Scheduler, config: ServerConfig, hooks: H, addr: SocketAddr) -> Self {
         let n = scheduler.pipeline().len();
+        scheduler.begin_run();
         for (t, task) in config.tasks.iter().enumerate() {
             scheduler.task_state_mut(t as TaskIndex).timeout = task.timeout;
         }
