@@ -329,6 +329,82 @@ def json_counts(st: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: t[k] for k in ("done", "failed", "orphaned", "pending")} for t in st["tasks"]]
 
 
+TIMELINE_JS = """
+const src = Bokeh.documents.flatMap(doc => [...doc.all_models])
+  .find(m => m.name === 'dashboard_bars');
+if (!src || !src.data.left.length) return null;
+const d = src.data;
+return {task: [...d.task], color: [...d.color], line: [...d.line], outcome: [...d.outcome],
+        width: d.right.map((r, i) => r - d.left[i]), line_width: [...d.line_width],
+        legend: document.getElementById('timeline-legend').textContent};
+"""
+
+
+def test_the_timeline_tells_tasks_apart_and_shows_every_failed_attempt(tmp_path):
+    """Two tasks side by side: the timeline fills each task's bars in its
+    own colour (with a legend), and outlines the failed attempts (block 7
+    of each fails in a few milliseconds) so that they show at any zoom.
+    Blocks from 100 on wait for a gate, so the page sees the run going (and
+    block 7's retries wait behind them)."""
+    from browser import chrome
+
+    if shutil.which("chromium") is None:
+        pytest.fail("the browser test needs chromium and chromedriver in PATH")
+    port = free_port()
+    gates = Gates(tmp_path, [100])  # blocks 100.. wait: the page sees the run going
+    tasks = [
+        line_task(tid, 150, process_function=gates.function, max_workers=1, max_retries=1)
+        for tid in ("smooth", "label")
+    ]
+    run = Run(tasks=tasks, dashboard_port=port)
+    wait_for_status(port, run)
+    driver = chrome(local=True)
+    driver.set_window_size(1400, 1000)
+    try:
+        driver.get(f"http://127.0.0.1:{port}/?token={TOKEN}")
+        shown: dict[str, Any] | None = None
+        deadline = time.time() + DEADLINE
+        while time.time() < deadline:
+            shown = driver.execute_script(
+                "return window.Bokeh && Bokeh.documents.length ? (function(){"
+                + TIMELINE_JS
+                + "})() : null"
+            )
+            if shown and set(shown["task"]) == {"smooth", "label"}:
+                failed_tasks = {
+                    t for t, o in zip(shown["task"], shown["outcome"], strict=True) if o == "failed"
+                }
+                if failed_tasks == {"smooth", "label"}:  # block 7's first attempt, each
+                    break
+            time.sleep(0.1)
+        assert shown is not None, "no bars were drawn"
+        colour_of = {
+            t: {c for c, u in zip(shown["color"], shown["task"], strict=True) if u == t}
+            for t in ("smooth", "label")
+        }
+        assert all(len(c) == 1 for c in colour_of.values()), colour_of
+        assert colour_of["smooth"] != colour_of["label"], "the two tasks look alike"
+        failed = [i for i, o in enumerate(shown["outcome"]) if o == "failed"]
+        done = [i for i, o in enumerate(shown["outcome"]) if o == "done"]
+        assert len(failed) >= 2, shown["outcome"]
+        assert {shown["line"][i] for i in failed} == {"#d62728"}, "failed attempts outlined red"
+        assert all(shown["line_width"][i] > 0 for i in failed)
+        assert all(shown["line_width"][i] == 0 for i in done)
+        longest = max(shown["width"])
+        assert all(shown["width"][i] >= longest / 250 for i in failed), "no failed sliver"
+        assert "smooth" in shown["legend"] and "label" in shown["legend"], shown["legend"]
+        assert "failed" in shown["legend"]
+        ARTIFACTS.mkdir(exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "dashboard_two_tasks.png"))
+        gates.open_all()
+        assert not run.join(), "block 7 of each task failed"
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+    finally:
+        gates.open_all()
+        driver.quit()
+
+
 def test_the_page_updates_in_headless_chromium_and_ends_with_the_final_state(tmp_path):
     from browser import chrome
 

@@ -186,3 +186,67 @@ def test_a_failed_run_says_so_at_the_top_of_the_page(tmp_path):
     assert "daisy-outcome failed" in page
     assert "seg: failed, 2 failed attempt(s), 4 blocks done" in page
     assert page.index("daisy-outcome") < page.index("Utilisation")
+
+
+def test_the_tasks_of_a_run_share_one_time_axis_from_its_start(tmp_path):
+    """Task b starts when a's blocks are done: on one axis from the run's
+    start, b's bars begin after a's (each timeline used to start at its
+    own first block, at 0), and both figures pan together."""
+    from daisy.html_report import report_layout
+
+    layout = report_layout(pipeline(tmp_path))
+    figs = {f.title.text.split(":")[0]: f for f in layout.select({"name": "timeline"})}
+    assert set(figs) == {"a", "b"}
+    assert figs["a"].x_range is figs["b"].x_range, "one axis for the run"
+    first = {
+        tid: float(min(f.select_one({"name": "timeline_source"}).data["left"]))
+        for tid, f in figs.items()
+    }
+    assert 0 <= first["a"] < first["b"], first
+    assert "seconds since the run started" in figs["a"].xaxis[0].axis_label
+
+
+def test_blocks_done_after_failed_attempts_stand_out_on_the_timeline(tmp_path):
+    """A block done after a failed attempt is an orange bar (with a legend);
+    a block that failed for good has no time in the store, and the note
+    under the timeline counts it instead."""
+    from daisy.html_report import report_layout
+
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def work(block):
+        if block.block_id[1] == 3:
+            raise RuntimeError("block 3 always fails")
+        if block.block_id[1] == 5 and not (marks / "x").exists():
+            (marks / "x").touch()
+            raise RuntimeError("block 5 fails once")
+
+    task = line_task("t", 8, process_function=work, resource_tracking=True, max_retries=1)
+    assert not daisy.run_blockwise([task], progress=False, summary=False)
+    layout = report_layout(tmp_path / "tracking")
+    source = layout.select_one({"name": "timeline_source"})
+    ended = dict(zip(source.data["cell"], source.data["state"], strict=True))
+    assert 3 not in ended, "no time of a failed attempt is kept"
+    assert ended[5] == "done after a failed attempt"
+    assert sorted(set(ended.values())) == ["done", "done after a failed attempt"]
+    notes = " ".join(d.text for d in layout.select({"type": daisy.html_report._bokeh().models.Div}))
+    assert "1 done after failed attempts; 1 failed for good and are not drawn" in notes, notes
+
+
+def test_a_fully_resumed_rerun_says_there_was_nothing_to_do(tmp_path):
+    """A rerun that finds every block done processed nothing: the page says
+    so (not "a serial run") and draws no empty timeline."""
+    from daisy.html_report import report_layout
+
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    task = line_task("t", 6, process_function=lambda b: None, resource_tracking=True)
+    assert daisy.run_blockwise([task], progress=False, summary=False)
+    assert daisy.run_blockwise([task], progress=False, summary=False)
+    layout = report_layout(tmp_path / "tracking")
+    text = " ".join(d.text for d in layout.select({"type": daisy.html_report._bokeh().models.Div}))
+    assert "Nothing to do" in text and "6 skipped" in text, text
+    assert "a serial run" not in text
+    assert not list(layout.select({"name": "timeline"})), "no empty timeline"
+    assert "this run processed no block" in text

@@ -6,6 +6,8 @@ logs"."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -171,3 +173,30 @@ def test_the_panel_says_where_the_time_went(tmp_path, capsys):
     # sleeping blocks use little CPU per wall second
     assert blocks.cpu_per_wall is not None and blocks.cpu_per_wall < 0.3
     assert "cpu per block-second" in panel and "mostly waiting" in panel
+
+
+def test_opening_a_store_with_zarr_warns_about_nothing_of_daisys(tmp_path):
+    """A tracking store is a Zarr group that also holds daisy's run history
+    and lock; listing it with zarr (after ``import daisy``, with every
+    warning shown) names no file of daisy's, while another stray file is
+    still warned about."""
+    store = tmp_path / "t.store"
+    code = f"""
+import warnings
+import daisy, zarr
+t = daisy.Task("t", daisy.Roi((0,), (40,)), daisy.Roi((0,), (10,)), daisy.Roi((0,), (10,)),
+               lambda b: None, tracking_path={str(store)!r})
+daisy.run_blockwise([t], multiprocessing=False, progress=False)
+open({str(store / "notes.txt")!r}, "w").write("mine")
+group = zarr.open_group({str(store)!r}, mode="r")
+print(sorted(group.keys()))
+print(sorted(name for name, _ in group.members(max_depth=None)))
+"""
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert (store / "runs.jsonl").is_file() and (store / "daisy.lock").exists()
+    assert "['done', 'failures']" in done.stdout, done.stdout
+    assert "runs.jsonl" not in done.stderr and "daisy.lock" not in done.stderr, done.stderr
+    assert "notes.txt is not recognized" in done.stderr, "only daisy's own files are quiet"

@@ -6,7 +6,9 @@ a page at ``http://127.0.0.1:8787/?token=SECRET`` and its data at
 (bokeh's inline resources, no network) and polls ``/status.json`` every
 second: per task the blocks done, failed, orphaned and pending with the
 throughput, an ETA and the utilisation so far; a timeline of the blocks
-returned in the last `WINDOW_SECONDS` per worker, coloured by outcome;
+returned in the last `WINDOW_SECONDS` per worker, filled in its task's
+colour, a failed, timed-out or lost attempt outlined in red, orange or
+black and never thinner than 1/250 of the time shown (with a legend);
 every live worker's current block, its age and the worker's last peak RSS;
 the last failed attempts. When the run ends, the page says so and shows the
 final summary, and the server stops.
@@ -747,6 +749,9 @@ body { font-family: system-ui, sans-serif; margin: 1.2em; color: #222; }
 h1 { font-size: 1.3em; margin: 0 0 0.3em 0; }
 h2 { font-size: 1.05em; margin: 1.2em 0 0.3em 0; }
 #run-state { font-weight: 600; }
+#timeline-legend .key { margin-right: 1.2em; white-space: nowrap; }
+#timeline-legend .swatch { display: inline-block; width: 0.9em; height: 0.9em;
+  margin-right: 0.3em; vertical-align: -0.1em; border: 2px solid transparent; }
 #run-state.finished { color: #1a7f37; } #run-state.lost { color: #b42318; }
 #run-state.finished.failed, #run-state.finished.abandoned { color: #b42318; }
 #run-state.finished.interrupted { color: #b54708; }
@@ -766,8 +771,14 @@ _SCRIPT = """
   // every poll as a header (not in the URL, and never a cookie)
   const TOKEN = new URLSearchParams(location.search).get("token") || "";
   const AUTH = TOKEN ? {"Authorization": `Bearer ${TOKEN}`} : {};
-  const COLOURS = {"done": "#2ca02c", "failed": "#d62728", "timed out": "#ff7f0e",
-                   "lost": "#7f7f7f"};
+  // a bar is filled in its task's colour; an attempt that did not end done
+  // is outlined in its outcome's colour and drawn at least MIN_BAR of the
+  // window wide, so a failure that took a millisecond is still seen
+  const TASK_COLOURS = ["#4c78a8", "#f2a541", "#54a24b", "#b279a2", "#9d755d", "#79706e",
+                        "#72b7b2", "#ff9da6"];
+  const COLOURS = {"failed": "#d62728", "timed out": "#ff7f0e", "lost": "#111111"};
+  const MIN_BAR = 1 / 250;
+  const taskColour = (i) => TASK_COLOURS[i %% TASK_COLOURS.length];
   const d = window.daisyDashboard = {updates: 0, last: null, misses: 0};
   const $ = (id) => document.getElementById(id);
   const num = (x) => x == null ? "\\u2014" : Number(x).toLocaleString("en-US");
@@ -834,17 +845,42 @@ _SCRIPT = """
     }));
     $("failures-total").textContent = `${num(st.failures.total)} failed attempts so far`;
     const tl = st.timeline, b = tl.bars, t0 = st.started_at;
+    const order = st.tasks.map((t) => t.task_id);
+    const colourOf = (tid) => taskColour(Math.max(0, order.indexOf(tid)));
     const src = source();
     if (src) {
+      const left = b.start.map((x) => x - t0);
+      // of the time the bars shown span (a run's first seconds are not the
+      // whole window)
+      const span = b.end.length ? Math.max(...b.end) - Math.min(...b.start) : 0;
+      const minWidth = MIN_BAR * Math.min(span, tl.window_seconds);
       src.data = {
-        left: b.start.map((x) => x - t0), right: b.end.map((x) => x - t0),
+        left: left,
+        right: b.end.map((x, i) => {
+          const r = x - t0;
+          return b.outcome[i] === "done" ? r : Math.max(r, left[i] + minWidth);
+        }),
         bottom: b.worker_id.map((w) => (w == null ? -1 : w) - 0.4),
         top: b.worker_id.map((w) => (w == null ? -1 : w) + 0.4),
-        color: b.outcome.map((o) => COLOURS[o] || "#999"),
+        color: b.task_id.map(colourOf),
+        line: b.outcome.map((o) => COLOURS[o] || "rgba(0,0,0,0)"),
+        line_width: b.outcome.map((o) => (o === "done" ? 0 : 2.5)),
         task: b.task_id, block: b.block, outcome: b.outcome,
         worker: b.worker_id.map((w) => w == null ? "client" : String(w)),
       };
     }
+    const legend = $("timeline-legend");
+    const keys = order.map((tid, i) => [taskColour(i), tid, false]).concat(
+      Object.entries(COLOURS).map(([o, c]) => [c, o, true]));
+    legend.replaceChildren(...keys.map(([c, label, outline]) => {
+      const item = document.createElement("span");
+      item.className = "key";
+      const swatch = document.createElement("span");
+      swatch.className = "swatch";
+      swatch.style[outline ? "borderColor" : "background"] = c;
+      item.append(swatch, label);
+      return item;
+    }));
     $("timeline-note").textContent =
       `${num(tl.shown)} blocks returned in the last ${secs(tl.window_seconds)} (the latest ` +
       `${num(%(max_bars)d)} at most)` + (tl.dropped ? `; ${num(tl.dropped)} not drawn` : "");
@@ -909,6 +945,8 @@ def page_html() -> str:
                 "bottom",
                 "top",
                 "color",
+                "line",
+                "line_width",
                 "task",
                 "block",
                 "outcome",
@@ -931,7 +969,8 @@ def page_html() -> str:
         bottom="bottom",
         top="top",
         fill_color="color",
-        line_color=None,
+        line_color="line",
+        line_width="line_width",
     )
     # one row per worker id: integer ticks only
     fig.yaxis.ticker = bokeh.models.AdaptiveTicker(min_interval=1.0)
@@ -983,6 +1022,7 @@ def page_html() -> str:
 <h2>Tasks</h2>
 <table><thead><tr>{head}</tr></thead><tbody id="tasks"></tbody></table>
 <h2>Timeline</h2>
+<div id="timeline-legend"></div>
 <div id="timeline-note"></div>
 {div}
 <h2>Workers</h2>

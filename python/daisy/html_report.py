@@ -6,7 +6,9 @@ script is inline. Built with bokeh (the ``daisy[report]`` extra), from the
 run reports and the tracking stores, per task:
 
 - a Gantt timeline of every block on every worker (from the store's
-  ``worker_id``, ``sent_at``, ``returned_at``);
+  ``worker_id``, ``sent_at``, ``returned_at``), coloured by how the block
+  ended (done, done after failed attempts, failed), on one time axis for
+  all the tasks of a run (seconds since it started);
 - distributions of block wall time, CPU and peak RSS;
 - block wall time over the run (completion order), with its trend;
 - the worker phases (startup, idle, compute, final wait, teardown);
@@ -85,6 +87,7 @@ def _store_arrays(store: Path | None) -> dict[str, np.ndarray]:
         "gpu_util_pct",
         "gpu_mem_bytes",
         "failures",
+        "done",
     ):
         a = stat_array(store, name)
         if a is not None:
@@ -95,10 +98,27 @@ def _store_arrays(store: Path | None) -> dict[str, np.ndarray]:
     return out
 
 
-def _timeline(bk: Any, report: TaskReport, arrays: dict[str, np.ndarray]) -> list[Any]:
+#: how a block's last attempt of the run ended, as the timeline colours it
+_BAR_STATES = ("done", "done after a failed attempt", "failed")
+_BAR_COLOURS = ("#4c78a8", "#f2a541", "#d62728")
+
+
+def _timeline(
+    bk: Any, report: TaskReport, arrays: dict[str, np.ndarray], axis: Any, t0: float
+) -> list[Any]:
+    """The Gantt chart of this run's blocks on its workers, on the run's
+    time axis (``axis``, shared by the tasks of one run: seconds since
+    ``t0``, the run's start), each bar coloured by how the block ended."""
     sent, ret, wid = arrays.get("sent_at"), arrays.get("returned_at"), arrays.get("worker_id")
     if sent is None or ret is None or wid is None:
         return [bk.models.Div(text="<p>No block timeline: the task has no resource tracking.</p>")]
+    if report.first_block_at is None:
+        return [
+            bk.models.Div(
+                text="<p>No block timeline: this run processed no block (every block was done "
+                "already and skipped).</p>"
+            )
+        ]
     # the blocks this run executed (the store keeps older runs' stamps too)
     start = report.started_at - 1.0
     end = report.finished_at + 1.0
@@ -112,28 +132,37 @@ def _timeline(bk: Any, report: TaskReport, arrays: dict[str, np.ndarray]) -> lis
             "small."
         )
         index = index[::step]
-    t0 = float(sent[index].min()) if index.size else 0.0
     worker = np.where(wid[index] == np.uint32(0xFFFFFFFF), -1, wid[index].astype(np.int64))
+    failures = arrays.get("failures")
+    done = arrays.get("done")
+    failed_before = (
+        failures[index] > 0 if failures is not None else np.zeros(index.size, dtype=bool)
+    )
+    finished = done[index] != 0 if done is not None else np.ones(index.size, dtype=bool)
+    state = np.where(~finished, 2, np.where(failed_before, 1, 0))
     source = bk.models.ColumnDataSource(
         {
             "left": sent[index] - t0,
             "right": ret[index] - t0,
             "worker": worker.astype(np.float64),
             "cell": index,
+            "state": [_BAR_STATES[s] for s in state],
         },
         name="timeline_source",
     )
     fig = bk.plotting.figure(
-        title=f"{report.task_id}: blocks on workers (seconds since the first block)",
+        title=f"{report.task_id}: blocks on workers (seconds since the run started)",
         height=260,
         sizing_mode="stretch_width",
         name="timeline",
+        x_range=axis,
         tools="xpan,xwheel_zoom,reset,hover",
         tooltips=[
             ("cell", "@cell"),
             ("worker", "@worker"),
             ("from", "@left s"),
             ("to", "@right s"),
+            ("ended", "@state"),
         ],
     )
     # one row per worker (-1: blocks without a managed worker)
@@ -143,14 +172,31 @@ def _timeline(bk: Any, report: TaskReport, arrays: dict[str, np.ndarray]) -> lis
         bottom=bk.transform.dodge("worker", -0.35),
         top=bk.transform.dodge("worker", 0.35),
         source=source,
-        alpha=0.7,
+        alpha=0.8,
+        color=bk.transform.factor_cmap("state", palette=_BAR_COLOURS, factors=_BAR_STATES),
+        legend_field="state",
         name="timeline_bars",
     )
+    legend = fig.legend[0]
+    fig.center.remove(legend)
+    fig.add_layout(legend, "above")
+    legend.orientation = "horizontal"
+    legend.label_text_font_size = "8pt"
     fig.yaxis.axis_label = "worker"
     # worker ids are integers: no tick at 0.5 or 4.5
     fig.yaxis.ticker = bk.models.BasicTicker(min_interval=1)
-    fig.xaxis.axis_label = "seconds"
-    text = f"<p>{index.size} blocks of this run on the timeline.{note}</p>"
+    fig.xaxis.axis_label = "seconds since the run started (one axis for every task of the run)"
+    retried = int((state == 1).sum())
+    lost = 0
+    if failures is not None and done is not None:
+        # failed for good: the store keeps no time of a failed attempt
+        lost = int(((failures > 0) & (done == 0)).sum())
+    text = (
+        f"<p>{index.size} blocks of this run on the timeline, each at its last attempt: "
+        f"{retried} done after failed attempts; {lost} failed for good and are not drawn (the "
+        f"store times a block's successful attempt only; every failed attempt is counted in "
+        f"the failures heatmap).{note}</p>"
+    )
     return [fig, bk.models.Div(text=text)]
 
 
@@ -221,6 +267,8 @@ def _trend(bk: Any, report: TaskReport, arrays: dict[str, np.ndarray]) -> Any:
 def _worker_phases(bk: Any, report: TaskReport) -> Any:
     rows = sorted(report.workers.by_id.values(), key=lambda r: r.worker_id)
     if not rows:
+        if report.first_block_at is None:
+            return bk.models.Div(text="<p>No workers: this run processed no block.</p>")
         return bk.models.Div(text="<p>No workers (a serial run): no worker phases.</p>")
     names = [str(r.worker_id) for r in rows]
     phases = ["startup", "idle", "compute", "final_wait", "teardown"]
@@ -313,20 +361,36 @@ def _outcome_banner(bk: Any, reports: Sequence[TaskReport]) -> Any:
     )
 
 
-def _task_section(bk: Any, report: TaskReport, store: Path | None) -> list[Any]:
+def _task_section(bk: Any, report: TaskReport, store: Path | None, axis: Any = None) -> list[Any]:
+    """One task's part of the page; ``axis``: the time axis it shares with
+    the other tasks of its run (a new one when None)."""
+    if axis is None:
+        axis = bk.models.DataRange1d()
     arrays = _store_arrays(store)
     u = report.utilisation
+    resumed = report.first_block_at is None and report.blocks.skipped > 0
+    if resumed:
+        # a rerun that found every block done: nothing of this run to judge
+        judged = (
+            f"<p><b>Nothing to do</b>: every block was done already ({report.blocks.skipped} "
+            "skipped), so this run processed none. The distributions below are the tracking "
+            "store's, from the runs that processed the blocks.</p>"
+        )
+    else:
+        judged = (
+            f"<p><b>Utilisation {'—' if u is None else f'{100 * u:.0f}%'}</b>: "
+            f"{html.escape(verdict(u))}.</p>"
+        )
     head = (
         f"<h2>{html.escape(report.task_id)}</h2>"
         f"<p>{report.blocks.count} blocks ({report.blocks.skipped} skipped), "
         f"{report.blocks.failures} failed attempts, {report.workers.count} workers, "
         f"{format_seconds(report.elapsed)} wall, outcome {html.escape(report.outcome)}.</p>"
-        f"<p><b>Utilisation {'—' if u is None else f'{100 * u:.0f}%'}</b>: "
-        f"{html.escape(verdict(u))}.</p>"
+        f"{judged}"
         f"<pre>{html.escape(report.render())}</pre>"
     )
     parts: list[Any] = [bk.models.Div(text=head, sizing_mode="stretch_width")]
-    parts += _timeline(bk, report, arrays)
+    parts += _timeline(bk, report, arrays, axis, report.started_at)
     hist = []
     if "wall_seconds" in arrays:
         wall = arrays["wall_seconds"].astype(np.float64)
@@ -364,6 +428,17 @@ def write_html_report(paths: Sequence[Path] | Path, out: Path, run: int | None =
     directories or ``runs.jsonl`` files) to ``out``; the last run of each
     task, or run ``run``."""
     bk = _bokeh()
+    layout = report_layout(paths, run)
+    page = bk.embed.file_html(layout, resources=bk.resources.INLINE, title="daisy run report")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+def report_layout(paths: Sequence[Path] | Path, run: int | None = None) -> Any:
+    """The bokeh layout of `write_html_report`'s page."""
+    bk = _bokeh()
     if isinstance(paths, Path):
         paths = [paths]
     files = [f for p in paths for f in find_runs_files(Path(p))]
@@ -384,11 +459,9 @@ def write_html_report(paths: Sequence[Path] | Path, out: Path, run: int | None =
         shown.append((runs[-1] if run is None else runs[run], store_of(f)))
     if shown:
         parts.append(_outcome_banner(bk, [r for r, _ in shown]))
+    # the tasks of one run (one start) share one time axis, from its start
+    axes: dict[float, Any] = {}
     for report, store in shown:
-        parts += _task_section(bk, report, store)
-    layout = bk.layouts.column(*parts, sizing_mode="stretch_width")
-    page = bk.embed.file_html(layout, resources=bk.resources.INLINE, title="daisy run report")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
-    return out
+        axis = axes.setdefault(report.started_at, bk.models.DataRange1d())
+        parts += _task_section(bk, report, store, axis)
+    return bk.layouts.column(*parts, sizing_mode="stretch_width")

@@ -22,6 +22,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from daisy._daisy import TaskState
 
+#: the files of a store that are not Zarr's: its run history and its lock.
+#: zarr warns about every such file when it lists a group's members
+#: (``ZarrUserWarning: Object at runs.jsonl is not recognized as a
+#: component of a Zarr hierarchy``); daisy's own two are expected there, so
+#: those two warnings are silenced and no other
+STORE_FILES = ("runs.jsonl", "daisy.lock")
+warnings.filterwarnings(
+    "ignore",
+    message=r"Object at (.*/)?(runs\.jsonl|daisy\.lock) is not recognized as a component of a "
+    r"Zarr hierarchy",
+    category=UserWarning,
+)
+
 
 class TrackedTask(Protocol):
     """What this module reads of a task (a `daisy.Task` is one); a protocol,
