@@ -6,6 +6,7 @@ logs"."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 
@@ -200,3 +201,51 @@ print(sorted(name for name, _ in group.members(max_depth=None)))
     assert "['done', 'failures']" in done.stdout, done.stdout
     assert "runs.jsonl" not in done.stderr and "daisy.lock" not in done.stderr, done.stderr
     assert "notes.txt is not recognized" in done.stderr, "only daisy's own files are quiet"
+
+
+def _print_block(block):
+    print(f"processing block {block.block_id[1]}", flush=True)
+
+
+def test_worker_logs_tell_the_runs_that_append_to_them_apart(tmp_path):
+    """A second run's worker 0 appends to the first run's worker_0.out
+    (numbers start at 0 in every run): each opening starts with a header
+    naming the worker, the task, when and the driver, so a reader sees
+    where one run's output ends."""
+    daisy.logging.set_log_basedir(tmp_path / "logs")
+    for _ in range(2):
+        task = daisy.Task(
+            "printer",
+            daisy.Roi((0,), (20,)),
+            daisy.Roi((0,), (10,)),
+            daisy.Roi((0,), (10,)),
+            _print_block,
+        )
+        assert daisy.run_blockwise([task], progress=False, summary=False)
+    text = (tmp_path / "logs" / "printer" / "worker_0.out").read_text()
+    headers = [line for line in text.splitlines() if line.startswith("--- daisy: ")]
+    assert len(headers) == 2, text
+    for header in headers:
+        assert header.startswith("--- daisy: worker_0 of task printer started 20"), header
+        assert header.endswith(f"UTC (driver pid {os.getpid()}) ---"), header
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("--- daisy: ")]
+    assert starts[0] == 0, "the header comes first"
+    runs = [lines[starts[0] + 1 : starts[1]], lines[starts[1] + 1 :]]
+    for run in runs:
+        assert sorted(run) == ["processing block 0", "processing block 1"], text
+    err = (tmp_path / "logs" / "printer" / "worker_0.err").read_text()
+    assert err.count("--- daisy: worker_0 of task printer") == 2
+
+
+def test_the_progress_bars_glyphs_are_explained_once(capsys):
+    from daisy.progress import TqdmProgress
+
+    bars = TqdmProgress(["a", "b"])
+    state = daisy.TaskState()
+    for tid in ("a", "b", "a"):
+        bars.update(tid, state, 1)
+    bars.close()
+    err = capsys.readouterr().err
+    assert err.count("⧗ pending  ▶ processing  ✔ done  ✗ failed  ∅ orphaned") == 1, err
+    assert "a ▶" in err and err.index("⧗ pending") < err.index("a ▶"), "above the bars"

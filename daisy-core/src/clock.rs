@@ -47,9 +47,53 @@ pub fn wall_clock() -> f64 {
     wall + at.elapsed().as_secs_f64()
 }
 
+/// `secs` (since the UNIX epoch) as a UTC date and time a person reads,
+/// `2026-12-02 19:33:37 UTC` (whole seconds; a time before 1970 is the
+/// epoch). The civil date from a day count is Howard Hinnant's
+/// `civil_from_days` (proleptic Gregorian), which needs no date library.
+pub fn utc_datetime(secs: f64) -> String {
+    let secs = if secs.is_finite() && secs > 0.0 {
+        secs as i64
+    } else {
+        0
+    };
+    let (days, day_secs) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        day_secs / 3_600,
+        day_secs % 3_600 / 60,
+        day_secs % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_datetimes_are_the_calendars() {
+        // (checked against Python's datetime.fromtimestamp(s, timezone.utc))
+        for (secs, text) in [
+            (0.0, "1970-01-01 00:00:00"),
+            (951_782_400.0, "2000-02-29 00:00:00"),
+            (1_709_164_800.0, "2024-02-29 00:00:00"),
+            (1_796_240_017.9, "2026-12-02 19:33:37"),
+            (4_102_444_799.0, "2099-12-31 23:59:59"),
+            (-5.0, "1970-01-01 00:00:00"),
+            (f64::NAN, "1970-01-01 00:00:00"),
+        ] {
+            assert_eq!(utc_datetime(secs), format!("{text} UTC"));
+        }
+    }
 
     #[test]
     fn stamps_follow_the_system_clock_from_the_anchor_on() {

@@ -79,9 +79,15 @@ class TqdmProgress:
             "workers": workers,
         }
 
+    #: what the bars' glyphs stand for, said once above the first bar
+    LEGEND = "daisy: ⧗ pending  ▶ processing  ✔ done  ✗ failed  ∅ orphaned (blocks)"
+
     def update(self, task_id: str, state: TaskState, workers: int) -> None:
         bar = self._bars.get(task_id)
         if bar is None:
+            if not self._bars:
+                # (a notebook shows stderr as an error: its legend is output)
+                print(self.LEGEND, file=sys.stdout if self._notebook else sys.stderr, flush=True)
             # imported here: worker processes never need it
             if self._notebook:
                 from tqdm.auto import tqdm

@@ -125,13 +125,32 @@ fn feed_stdin(child: &mut tokio::process::Child, cmd: &WorkerCommand) {
 
 /// `<base>/<task>/<stem>.out` and `.err`, created, opened for appending:
 /// appended, not truncated, since a remote job (sbatch -o/-e) may write to
-/// the same files as its local handle. In a private directory, never
-/// through a planted link (`crate::private_files`).
+/// the same files as its local handle (and a later run's `worker_0`
+/// appends to an earlier run's). Each opening first writes [`log_header`],
+/// so a reader tells the runs and the processes in one file apart. In a
+/// private directory, never through a planted link
+/// (`crate::private_files`).
 fn open_logs(base: &Path, task_id: &str, stem: &str) -> io::Result<(File, File)> {
+    use std::io::Write;
     let dir = base.join(task_id);
-    let open =
-        |suffix: &str| crate::private_files::open_append(&dir.join(format!("{stem}.{suffix}")));
+    let header = log_header(stem, task_id, crate::clock::wall_clock());
+    let open = |suffix: &str| -> io::Result<File> {
+        let mut f = crate::private_files::open_append(&dir.join(format!("{stem}.{suffix}")))?;
+        f.write_all(header.as_bytes())?;
+        Ok(f)
+    };
     Ok((open("out")?, open("err")?))
+}
+
+/// The line that opens a process's part of a log file: which process of
+/// which task, when, and the driver's pid (the run's: worker numbers start
+/// again at 0 in every run, and a file keeps every run's output).
+pub fn log_header(stem: &str, task_id: &str, at: f64) -> String {
+    format!(
+        "--- daisy: {stem} of task {task_id} started {} (driver pid {}) ---\n",
+        crate::clock::utc_datetime(at),
+        std::process::id()
+    )
 }
 
 /// The stdout and stderr a warm worker forked by a launcher gets, as a
@@ -477,21 +496,40 @@ mod tests {
             ..WorkerCommand::default()
         };
         let log_dir = Some(dir.clone());
-        let status = local.block_on(&rt, async {
-            let launch = Launch {
-                task_id: "seg",
-                worker_id: 5,
-                context: "{}".into(),
-                log_dir: &log_dir,
-                log_mode: LogMode::File,
-            };
-            let mut spawned = spawn(&cmd, &launch).unwrap();
-            assert!(spawned.pid.is_some());
-            spawned.child.wait().await.unwrap()
-        });
-        assert!(status.success());
+        // two runs' worker 5: the second appends to the first's file, each
+        // after a header that tells them apart
+        for _ in 0..2 {
+            let status = local.block_on(&rt, async {
+                let launch = Launch {
+                    task_id: "seg",
+                    worker_id: 5,
+                    context: "{}".into(),
+                    log_dir: &log_dir,
+                    log_mode: LogMode::File,
+                };
+                let mut spawned = spawn(&cmd, &launch).unwrap();
+                assert!(spawned.pid.is_some());
+                spawned.child.wait().await.unwrap()
+            });
+            assert!(status.success());
+        }
         let out = std::fs::read_to_string(dir.join("seg").join("worker_5.out")).unwrap();
-        assert_eq!(out, "payload worker 5 of seg\n");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 4, "{out}");
+        for run in [0, 2] {
+            assert!(
+                lines[run].starts_with("--- daisy: worker_5 of task seg started 20"),
+                "{out}"
+            );
+            assert!(lines[run].ends_with(&format!("(driver pid {}) ---", std::process::id())));
+            assert_eq!(lines[run + 1], "payload worker 5 of seg");
+        }
+        let err = std::fs::read_to_string(dir.join("seg").join("worker_5.err")).unwrap();
+        assert_eq!(
+            err.lines().count(),
+            2,
+            "a header per run in the error log too"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
