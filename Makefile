@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 WHEEL_DIR := dist
 
-.PHONY: venv install downstream-deps gunpowder-venv system-deps demo test pytest stubtest bench-check lint lint-rust lint-python \
+.PHONY: venv install downstream-deps gunpowder-venv system-deps demo docs test pytest stubtest bench-check lint lint-rust lint-python \
 	lint-mypy msrv format rust-test bench clean
 
 $(BIN)/python:
@@ -35,7 +35,15 @@ demo: venv
 	$(BIN)/pip install --quiet --force-reinstall --no-deps $(WHEEL_DIR)/daisy-*.whl
 	$(BIN)/python examples/demo.py
 
-test: install downstream-deps system-deps rust-test pytest stubtest bench-check
+test: install downstream-deps system-deps rust-test docs pytest stubtest bench-check
+
+# The documentation site: Sphinx with MyST (the tutorial executed while it
+# builds), warnings as errors; writes docs/_build/html/index.html. Needs the
+# installed daisy (make install) for the API reference and the tutorial.
+docs: install
+	rm -rf docs/_build
+	$(BIN)/python -m sphinx -W --keep-going -b html -q docs docs/_build/html
+	@echo "make docs: open docs/_build/html/index.html"
 
 # volara, a real client of daisy 1.x, for tests/test_downstream_volara.py:
 # its runtime dependencies, then volara itself without its daisy<2 pin.
@@ -104,8 +112,8 @@ lint-rust:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 lint-python: venv
-	$(BIN)/ruff check python tests benchmarks examples
-	$(BIN)/ruff format --check python tests benchmarks examples
+	$(BIN)/ruff check python tests benchmarks examples docs/conf.py docs/_inventories
+	$(BIN)/ruff format --check python tests benchmarks examples docs/conf.py docs/_inventories
 
 # mypy --strict on the package (settings in pyproject.toml). mypy and the
 # libraries daisy imports come with the package's dependencies and its test

@@ -168,6 +168,17 @@ def test_run_blockwise_writes_the_report_and_the_cli_too(tmp_path, capsys):
     assert (tmp_path / "cli.html").is_file()
 
 
+def test_a_path_given_as_a_string_is_one_path(tmp_path, monkeypatch):
+    """``write_html_report("tracking", "report.html")`` as the tutorial
+    calls it (it read the string as the paths "t", "r", "a", ...)."""
+    monkeypatch.chdir(tmp_path)
+    daisy.set_tracking_basedir("tracking")
+    task = line_task("t", 4, process_function=lambda b: None, resource_tracking=True)
+    assert daisy.run_blockwise([task], multiprocessing=False, progress=False, summary=False)
+    out = write_html_report("tracking", "report.html")
+    assert out == Path("report.html") and out.is_file()
+
+
 def test_no_runs_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="runs.jsonl"):
         write_html_report(tmp_path, tmp_path / "x.html")

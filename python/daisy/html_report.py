@@ -24,6 +24,7 @@ the file stays small and opens quickly whatever the run's size.
 from __future__ import annotations
 
 import html
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -423,7 +424,11 @@ def _task_section(bk: Any, report: TaskReport, store: Path | None, axis: Any = N
     return parts
 
 
-def write_html_report(paths: Sequence[Path] | Path, out: Path, run: int | None = None) -> Path:
+def write_html_report(
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    run: int | None = None,
+) -> Path:
     """Write the report of the runs found at ``paths`` (stores, base
     directories or ``runs.jsonl`` files) to ``out``; the last run of each
     task, or run ``run``."""
@@ -436,11 +441,13 @@ def write_html_report(paths: Sequence[Path] | Path, out: Path, run: int | None =
     return out
 
 
-def report_layout(paths: Sequence[Path] | Path, run: int | None = None) -> Any:
+def report_layout(
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str], run: int | None = None
+) -> Any:
     """The bokeh layout of `write_html_report`'s page."""
     bk = _bokeh()
-    if isinstance(paths, Path):
-        paths = [paths]
+    if isinstance(paths, str | os.PathLike):
+        paths = [Path(paths)]  # one path (a str is not a list of one-letter paths)
     files = [f for p in paths for f in find_runs_files(Path(p))]
     if not files:
         raise FileNotFoundError(f"no runs.jsonl at {', '.join(str(p) for p in paths)}")
