@@ -21,9 +21,8 @@
 use super::hooks::RunHooks;
 use super::live::BarOutcome;
 use super::policy::{self, Returned};
-use super::state::{Outstanding, Shared, State};
+use super::state::{Shared, State};
 use crate::block::{Block, BlockStatus, TaskIndex};
-use crate::clock::wall_clock;
 use crate::error::DaisyError;
 use crate::protocol::{self, ClientMessage, ServerMessage};
 use futures_util::{SinkExt, StreamExt};
@@ -470,40 +469,7 @@ async fn acquire<H: RunHooks>(
                 None
             });
             if let Some(mut block) = got {
-                // a worker's block function sees it processing, as in both
-                // releases (a hand-driven Scheduler hands it out created)
-                block.status = BlockStatus::Processing;
-                let timeout = st.config.tasks[task as usize].timeout;
-                let now = Instant::now();
-                let sent_wall = wall_clock();
-                st.ledger.sent(task, sent_wall);
-                st.outstanding.insert(
-                    block.key,
-                    Outstanding {
-                        conn: conn_id,
-                        worker: worker_id,
-                        // a worker the server cannot kill ends the attempt
-                        // itself at the timeout; its block is taken back
-                        // only once that surely happened
-                        deadline: timeout.map(|t| {
-                            if ends_late_attempts {
-                                now + t + crate::block_deadline::UNMANAGED_GRACE
-                            } else {
-                                now + t
-                            }
-                        }),
-                        sent: now,
-                        sent_wall,
-                    },
-                );
-                if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {
-                    tl.on_send(now);
-                }
-                if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
-                    w.flags.waiting = false;
-                    w.flags.busy = true;
-                    w.flags.blocks_taken += 1;
-                }
+                st.hand_out(&mut block, conn_id, worker_id, ends_late_attempts);
                 return ServerMessage::SendBlock { block };
             }
             if let Some(held) = self_blocking(st, conn_id) {

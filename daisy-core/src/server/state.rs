@@ -18,7 +18,7 @@ use super::live::{
 };
 use super::policy::{self, WorkerFlags};
 use super::supervision;
-use crate::block::{BlockKey, TaskIndex};
+use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
 use crate::clock::wall_clock;
 use crate::error::DaisyError;
 use crate::run_report::{RunLedger, RunOutcome, last_line};
@@ -333,6 +333,53 @@ impl<H> State<H> {
         }
     }
 
+    /// Hand `block` out on connection `conn` (of managed worker `worker`,
+    /// if any): the one place a block enters `outstanding`, with its send
+    /// stamps (the ledger's wall clock, the round trip's instant), its
+    /// deadline under the task's timeout (a worker the server cannot kill,
+    /// `ends_late_attempts`, ends the attempt itself at the timeout, so its
+    /// block is taken back only a grace later, once that surely happened),
+    /// and its worker's timeline and flags; the block is marked processing,
+    /// as a worker's block function sees it in both releases (a hand-driven
+    /// `Scheduler` hands it out created). The mirror of [`Self::take_back`].
+    pub fn hand_out(
+        &mut self,
+        block: &mut Block,
+        conn: u64,
+        worker: Option<u32>,
+        ends_late_attempts: bool,
+    ) {
+        block.status = BlockStatus::Processing;
+        let task = block.key.task;
+        let timeout = self.config.tasks[task as usize].timeout;
+        let now = Instant::now();
+        let sent_wall = wall_clock();
+        self.ledger.sent(task, sent_wall);
+        let grace = if ends_late_attempts {
+            crate::block_deadline::UNMANAGED_GRACE
+        } else {
+            std::time::Duration::ZERO
+        };
+        self.outstanding.insert(
+            block.key,
+            Outstanding {
+                conn,
+                worker,
+                deadline: timeout.map(|t| now + t + grace),
+                sent: now,
+                sent_wall,
+            },
+        );
+        if let Some(tl) = worker.and_then(|id| self.timelines.get_mut(&id)) {
+            tl.on_send(now);
+        }
+        if let Some(w) = worker.and_then(|id| self.workers.get_mut(&id)) {
+            w.flags.waiting = false;
+            w.flags.busy = true;
+            w.flags.blocks_taken += 1;
+        }
+    }
+
     /// Take block `key` back from whoever has it out: the one place a
     /// block leaves `outstanding` (returned, timed out or lost), its bar on
     /// the live timeline stamped with `outcome` and, where `returned_by`
@@ -581,21 +628,12 @@ pub(crate) mod test_support {
 
     /// Hand out the next block of `task` on connection `conn`.
     pub(crate) fn hand_out(st: &mut State<()>, task: TaskIndex, conn: u64) -> BlockKey {
-        let block = st
+        let mut block = st
             .scheduler
             .acquire_block(task, |_| Ok::<_, std::convert::Infallible>(false))
             .unwrap()
             .unwrap();
-        st.outstanding.insert(
-            block.key,
-            Outstanding {
-                conn,
-                worker: None,
-                deadline: None,
-                sent: Instant::now(),
-                sent_wall: 0.0,
-            },
-        );
+        st.hand_out(&mut block, conn, None, false);
         block.key
     }
 }
@@ -633,6 +671,46 @@ mod tests {
         assert_eq!(
             out.states[0].ready_count, 3,
             "the lost block is ready again"
+        );
+    }
+
+    #[test]
+    fn a_block_handed_out_is_processing_with_its_deadline_and_its_worker_busy() {
+        let mut st = state();
+        st.config.tasks[0].timeout = Some(std::time::Duration::from_secs(30));
+        st.workers.insert(4, WorkerSlot::starting(0));
+        let mut block = st
+            .scheduler
+            .acquire_block(0, |_| Ok::<_, std::convert::Infallible>(false))
+            .unwrap()
+            .unwrap();
+        st.hand_out(&mut block, 9, Some(4), false);
+        assert_eq!(block.status, BlockStatus::Processing);
+        let out = &st.outstanding[&block.key];
+        assert_eq!((out.conn, out.worker), (9, Some(4)));
+        assert_eq!(
+            out.deadline,
+            Some(out.sent + std::time::Duration::from_secs(30))
+        );
+        assert!(out.sent_wall > 0.0, "stamped on the wall clock");
+        let w = &st.workers[&4].flags;
+        assert!(w.busy && !w.waiting && w.blocks_taken == 1);
+        // a worker the server cannot kill ends its attempt itself: its block
+        // is taken back only a grace after the timeout
+        let mut other = st
+            .scheduler
+            .acquire_block(0, |_| Ok::<_, std::convert::Infallible>(false))
+            .unwrap()
+            .unwrap();
+        st.hand_out(&mut other, 10, None, true);
+        let out = &st.outstanding[&other.key];
+        assert_eq!(
+            out.deadline,
+            Some(
+                out.sent
+                    + std::time::Duration::from_secs(30)
+                    + crate::block_deadline::UNMANAGED_GRACE
+            )
         );
     }
 
