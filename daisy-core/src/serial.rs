@@ -169,6 +169,10 @@ fn sweep(
                         .map(|ok| (!ok).then_some("check_function returned False after the block")),
                     Err(e) => Err(e),
                 };
+                if !matches!(checked, Ok(None)) {
+                    let span = (sent_at, wall_clock());
+                    ledger.failed_span(block.key, block.spatial_id, None, span, false);
+                }
                 match checked {
                     Ok(None) => ledger.complete(scheduler, &block, None, None, sent_at)?,
                     Ok(Some(reason)) => ledger.fail(scheduler, block.key, None, reason.into()),
@@ -300,6 +304,19 @@ mod tests {
         assert_eq!(out.reports[0].outcome, Outcome::Failed);
         assert_eq!(out.failures.len(), 2);
         assert!(out.failures[0].reason.contains("FAILED"));
+        // both failed attempts are in the report with their times
+        let spans = &out.reports[0].failed_attempts;
+        assert_eq!(spans.len(), 2);
+        assert!(
+            spans
+                .iter()
+                .all(|a| a.block == 0 && a.worker_id.is_none() && !a.timed_out)
+        );
+        assert!(
+            spans
+                .iter()
+                .all(|a| a.sent_at > 0.0 && a.returned_at >= a.sent_at)
+        );
     }
 
     #[test]

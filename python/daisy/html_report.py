@@ -6,9 +6,10 @@ script is inline. Built with bokeh (the ``daisy[report]`` extra), from the
 run reports and the tracking stores, per task:
 
 - a Gantt timeline of every block on every worker (from the store's
-  ``worker_id``, ``sent_at``, ``returned_at``), coloured by how the block
-  ended (done, done after failed attempts, failed), on one time axis for
-  all the tasks of a run (seconds since it started);
+  ``worker_id``, ``sent_at``, ``returned_at``) and every failed attempt
+  (from the run's report), coloured by how it ended (done, done after
+  failed attempts, failed, timed out), on one time axis for all the tasks
+  of a run (seconds since it started);
 - distributions of block wall time, CPU and peak RSS;
 - block wall time over the run (completion order), with its trend;
 - the worker phases (startup, idle, compute, final wait, teardown);
@@ -100,8 +101,8 @@ def _store_arrays(store: Path | None) -> dict[str, np.ndarray]:
 
 
 #: how a block's last attempt of the run ended, as the timeline colours it
-_BAR_STATES = ("done", "done after a failed attempt", "failed")
-_BAR_COLOURS = ("#4c78a8", "#f2a541", "#d62728")
+_BAR_STATES = ("done", "done after a failed attempt", "failed attempt", "timed out")
+_BAR_COLOURS = ("#4c78a8", "#f2a541", "#d62728", "#7f3b08")
 
 
 def _timeline(
@@ -135,20 +136,22 @@ def _timeline(
         index = index[::step]
     worker = np.where(wid[index] == np.uint32(0xFFFFFFFF), -1, wid[index].astype(np.int64))
     failures = arrays.get("failures")
-    done = arrays.get("done")
     failed_before = (
         failures[index] > 0 if failures is not None else np.zeros(index.size, dtype=bool)
     )
-    finished = done[index] != 0 if done is not None else np.ones(index.size, dtype=bool)
-    state = np.where(~finished, 2, np.where(failed_before, 1, 0))
+    # the store times a block's successful attempt; the report, the run's
+    # failed ones (its first 1,000)
+    attempts = report.failed_attempts
+    left = np.concatenate([sent[index] - t0, [a.sent_at - t0 for a in attempts]])
+    right = np.concatenate([ret[index] - t0, [a.returned_at - t0 for a in attempts]])
+    rows = np.concatenate(
+        [worker, [-1 if a.worker_id is None else a.worker_id for a in attempts]]
+    ).astype(np.float64)
+    cells = np.concatenate([index, [a.index for a in attempts]]).astype(np.int64)
+    states = [_BAR_STATES[1] if f else _BAR_STATES[0] for f in failed_before]
+    states += [_BAR_STATES[3] if a.timed_out else _BAR_STATES[2] for a in attempts]
     source = bk.models.ColumnDataSource(
-        {
-            "left": sent[index] - t0,
-            "right": ret[index] - t0,
-            "worker": worker.astype(np.float64),
-            "cell": index,
-            "state": [_BAR_STATES[s] for s in state],
-        },
+        {"left": left, "right": right, "worker": rows, "cell": cells, "state": states},
         name="timeline_source",
     )
     fig = bk.plotting.figure(
@@ -187,16 +190,11 @@ def _timeline(
     # worker ids are integers: no tick at 0.5 or 4.5
     fig.yaxis.ticker = bk.models.BasicTicker(min_interval=1)
     fig.xaxis.axis_label = "seconds since the run started (one axis for every task of the run)"
-    retried = int((state == 1).sum())
-    lost = 0
-    if failures is not None and done is not None:
-        # failed for good: the store keeps no time of a failed attempt
-        lost = int(((failures > 0) & (done == 0)).sum())
+    retried = states.count(_BAR_STATES[1])
     text = (
-        f"<p>{index.size} blocks of this run on the timeline, each at its last attempt: "
-        f"{retried} done after failed attempts; {lost} failed for good and are not drawn (the "
-        f"store times a block's successful attempt only; every failed attempt is counted in "
-        f"the failures heatmap).{note}</p>"
+        f"<p>{index.size} blocks of this run on the timeline at their successful attempt "
+        f"({retried} of them after failed attempts), and {len(attempts)} failed attempts "
+        f"(the report keeps the first 1,000 of a run).{note}</p>"
     )
     return [fig, bk.models.Div(text=text)]
 

@@ -30,7 +30,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from daisy._daisy import history_file
 from daisy.units import format_bytes as format_bytes
@@ -848,6 +848,58 @@ class FailureCauses:
         return lines
 
 
+@dataclass(frozen=True)
+class FailedAttempt:
+    """One failed attempt of a block in a run: where it ran and when (the
+    first 1,000 of a task's run; the tracking store times only a block's
+    successful attempt)."""
+
+    #: the block's cell on the task's block grid (C order, the store's index)
+    index: int
+    #: the block's spatial id
+    block: int
+    #: the worker it ran on (None: an unmanaged client, or a serial run)
+    worker_id: int | None
+    #: when it was handed out and when it came back, epoch seconds
+    sent_at: float
+    returned_at: float
+    #: it ran past the task's timeout and was reclaimed
+    timed_out: bool = False
+
+    _DEFAULTS: ClassVar[dict[str, Any]] = {
+        "index": 0,
+        "block": 0,
+        "worker_id": None,
+        "sent_at": 0.0,
+        "returned_at": 0.0,
+        "timed_out": False,
+    }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], strict: bool = False) -> FailedAttempt:
+        """From one entry of the report JSON's ``failed_attempts``."""
+        f = _fields(d, dict(cls._DEFAULTS), "a failed attempt", strict)
+        return cls(
+            index=int(f["index"]),
+            block=int(f["block"]),
+            worker_id=None if f["worker_id"] is None else int(f["worker_id"]),
+            sent_at=float(f["sent_at"]),
+            returned_at=float(f["returned_at"]),
+            timed_out=bool(f["timed_out"]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry of the report JSON."""
+        return {
+            "index": self.index,
+            "block": self.block,
+            "worker_id": self.worker_id,
+            "sent_at": self.sent_at,
+            "returned_at": self.returned_at,
+            "timed_out": self.timed_out,
+        }
+
+
 class TaskReport:
     """One task's report of one run: ``blocks`` and ``workers`` summaries,
     ``worker(id)`` and ``block(...)`` to drill down."""
@@ -866,8 +918,12 @@ class TaskReport:
         last_block_at: float | None = None,
         failure_causes: FailureCauses | None = None,
         notices: list[str] | None = None,
+        failed_attempts: Sequence[FailedAttempt] = (),
     ) -> None:
         self.task_id = task_id
+        #: when this run's failed attempts ran, on which worker (the first
+        #: 1,000)
+        self.failed_attempts = tuple(failed_attempts)
         #: what the run had to say once about this task, e.g. ``"no GPU
         #: figures: NVML not found"``
         self.notices = list(notices or [])
@@ -900,7 +956,7 @@ class TaskReport:
         defaults.update(started_at=0.0, finished_at=0.0, tracked=False)
         defaults.update(outcome="completed", utilisation=None)
         defaults.update(first_block_at=None, last_block_at=None, failure_causes=None)
-        defaults.update(notices=None)
+        defaults.update(notices=None, failed_attempts=[])
         f = _fields(d, defaults, "a task report", strict)
         if f["task_id"] is None:
             raise ValueError("run report: a task report has no 'task_id'")
@@ -917,6 +973,9 @@ class TaskReport:
             last_block_at=_opt_float(f["last_block_at"]),
             failure_causes=FailureCauses.from_dict(f["failure_causes"], strict),
             notices=_notices(f["notices"]),
+            failed_attempts=[
+                FailedAttempt.from_dict(a, strict) for a in f["failed_attempts"] or ()
+            ],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -934,6 +993,7 @@ class TaskReport:
             "last_block_at": self.last_block_at,
             "failure_causes": self.failure_causes.to_dict(),
             "notices": list(self.notices),
+            "failed_attempts": [a.to_dict() for a in self.failed_attempts],
         }
 
     @property

@@ -165,6 +165,9 @@ pub struct RunLedger {
     workers_seen: std::collections::HashSet<(TaskIndex, Option<u32>)>,
     /// Per task: its notices (see [`TaskReport::notices`]).
     pub(super) notices: Vec<Vec<String>>,
+    /// Per task: when its first failed attempts ran (see
+    /// [`TaskReport::failed_attempts`]).
+    attempt_spans: Vec<Vec<AttemptSpan>>,
 }
 
 /// Failure texts a run keeps whole, in all: a run whose blocks all fail
@@ -202,6 +205,32 @@ impl RunLedger {
             spans: vec![(None, None); tasks],
             workers_seen: std::collections::HashSet::new(),
             notices: vec![Vec::new(); tasks],
+            attempt_spans: vec![Vec::new(); tasks],
+        }
+    }
+
+    /// A failed attempt of the block `key` (spatial id `block`) ran on
+    /// `worker` from `sent_at` to `returned_at` (wall clock): kept for the
+    /// report's timeline, the first [`MAX_FAILED_ATTEMPT_SPANS`] per task.
+    pub fn failed_span(
+        &mut self,
+        key: BlockKey,
+        block: u64,
+        worker: Option<u32>,
+        (sent_at, returned_at): (f64, f64),
+        timed_out: bool,
+    ) {
+        if let Some(spans) = self.attempt_spans.get_mut(key.task as usize)
+            && spans.len() < MAX_FAILED_ATTEMPT_SPANS
+        {
+            spans.push(AttemptSpan {
+                index: key.index,
+                block,
+                worker_id: worker,
+                sent_at,
+                returned_at: returned_at.max(sent_at),
+                timed_out,
+            });
         }
     }
 
@@ -458,6 +487,7 @@ impl RunLedger {
                     last_block_at: self.spans[t as usize].1,
                     failure_causes: self.causes[t as usize].clone(),
                     notices: self.notices[t as usize].clone(),
+                    failed_attempts: self.attempt_spans[t as usize].clone(),
                 }
             })
             .collect();

@@ -118,6 +118,35 @@ pub struct TaskReport {
     /// at most [`MAX_NOTES`], each at most [`MAX_NOTE_BYTES`].
     #[serde(default)]
     pub notices: Vec<String>,
+    /// When this run's failed attempts ran, on which worker: the first
+    /// [`MAX_FAILED_ATTEMPT_SPANS`] (the tracking store times only a
+    /// block's successful attempt), for the HTML report's timeline.
+    /// Absent from lines written before daisy 2.1.
+    #[serde(default)]
+    pub failed_attempts: Vec<AttemptSpan>,
+}
+
+/// The failed attempts whose times a report keeps: enough to see where in a
+/// run failures clustered, bounded so that a run whose every block fails
+/// writes a report line of at most about 100 KB.
+pub const MAX_FAILED_ATTEMPT_SPANS: usize = 1_000;
+
+/// One failed attempt of a block: where it ran and when.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AttemptSpan {
+    /// The block's cell on the task's block grid (C order; the tracking
+    /// store's index).
+    pub index: u64,
+    /// The block's spatial id.
+    pub block: u64,
+    /// The worker it ran on (None: an unmanaged client, or a serial run).
+    pub worker_id: Option<u32>,
+    /// When it was handed out, seconds since the UNIX epoch.
+    pub sent_at: f64,
+    /// When it came back (or was given up), likewise.
+    pub returned_at: f64,
+    /// It ran past the task's timeout and was reclaimed.
+    pub timed_out: bool,
 }
 
 /// The JSON Schema of one report line (one [`TaskReport`]), generated from

@@ -410,16 +410,24 @@ impl<H> State<H> {
 
     /// Block `key`, just removed from `outstanding` as `out`, left its
     /// worker now: one bar of the live timeline.
+    /// A failed attempt (not one an interrupt cut short, which is no
+    /// failure) is also kept with its times for the report.
     fn note_bar(&mut self, key: BlockKey, out: &Outstanding, outcome: BarOutcome) {
         let spatial_id = self.scheduler.graph().block(key).spatial_id;
+        let end = wall_clock().max(out.sent_wall);
         self.live.bar(BlockBar {
             task: key.task,
             worker: out.worker,
             spatial_id,
             start: out.sent_wall,
-            end: wall_clock().max(out.sent_wall),
+            end,
             outcome,
         });
+        if outcome != BarOutcome::Done && !self.interrupted {
+            let timed_out = outcome == BarOutcome::TimedOut;
+            self.ledger
+                .failed_span(key, spatial_id, out.worker, (out.sent_wall, end), timed_out);
+        }
     }
 
     /// Give up `task` (and orphan its downstream tasks): blocks of
@@ -729,6 +737,14 @@ mod tests {
         let (bars, dropped) = st.live.take_bars();
         assert_eq!((bars.len(), dropped), (1, 0));
         assert_eq!(bars[0].outcome, BarOutcome::TimedOut);
+        // a failed attempt's times go to the report; a block an interrupt
+        // cut short is no failed attempt
+        let other = hand_out(&mut st, 0, 2);
+        st.interrupted = true;
+        st.take_back(other, BarOutcome::Lost, None, Instant::now());
+        let spans = &st.outcome(false).reports[0].failed_attempts;
+        assert_eq!(spans.len(), 1, "{spans:?}");
+        assert!(spans[0].timed_out && spans[0].index == key.index);
     }
 
     #[test]
