@@ -249,3 +249,54 @@ def test_the_progress_bars_glyphs_are_explained_once(capsys):
     err = capsys.readouterr().err
     assert err.count("⧗ pending  ▶ processing  ✔ done  ✗ failed  ∅ orphaned") == 1, err
     assert "a ▶" in err and err.index("⧗ pending") < err.index("a ▶"), "above the bars"
+
+
+def _slow_unless_marked(block):
+    import time
+
+    if os.environ.get("DAISY_TEST_FAIL_FROM") and block.block_id[1] >= int(
+        os.environ["DAISY_TEST_FAIL_FROM"]
+    ):
+        raise ValueError("not this time")
+    time.sleep(0.01)
+
+
+def test_a_reruns_first_progress_line_counts_what_it_skips(tmp_path, capsys, monkeypatch):
+    """A rerun of a half-done pipeline: the first progress line of each
+    task already counts the blocks found done (it once said 4/512 and then
+    jumped to 488). A regression guard: it holds since the skipping before a
+    task's first worker."""
+    import re
+
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    daisy.logging.set_log_basedir(tmp_path / "logs")
+
+    def tasks():
+        a = daisy.Task(
+            "a",
+            daisy.Roi((0,), (400,)),
+            daisy.Roi((0,), (10,)),
+            daisy.Roi((0,), (10,)),
+            _slow_unless_marked,
+            max_retries=0,
+        )
+        b = daisy.Task(
+            "b",
+            daisy.Roi((0,), (400,)),
+            daisy.Roi((0,), (10,)),
+            daisy.Roi((0,), (10,)),
+            _slow_unless_marked,
+            max_retries=0,
+        )
+        return a + b
+
+    monkeypatch.setenv("DAISY_TEST_FAIL_FROM", "30")
+    assert not daisy.run_blockwise(tasks(), summary=False)
+    monkeypatch.delenv("DAISY_TEST_FAIL_FROM")
+    capsys.readouterr()
+    assert daisy.run_blockwise(tasks(), summary=False, progress_interval=0.2)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("daisy: ")]
+    for tid in ("a", "b"):
+        first = next(ln for ln in lines if ln.startswith(f"daisy: {tid} "))
+        done = int(re.match(rf"daisy: {tid} (\d+)/40 done", first).group(1))  # type: ignore[union-attr]
+        assert done >= 30, f"the first line of {tid} missed the skipped blocks: {first}"
