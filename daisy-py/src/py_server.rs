@@ -229,31 +229,29 @@ impl PyHooks {
     /// A tick's work in Python: signals (Ctrl-C raises here) and the
     /// progress observers.
     fn tick_in(&self, py: Python<'_>, snap: &RunSnapshot) -> PyResult<()> {
-        {
-            py.check_signals()?;
-            let states = states_list(py, &self.caller_order, snap)?;
-            let round_trips: Vec<(String, f64)> = snap
-                .round_trips
-                .iter()
-                .map(|(t, rt)| (self.task_ids[*t as usize].clone(), *rt))
-                .collect();
-            let live = Py::new(
+        py.check_signals()?;
+        let states = states_list(py, &self.caller_order, snap)?;
+        let round_trips: Vec<(String, f64)> = snap
+            .round_trips
+            .iter()
+            .map(|(t, rt)| (self.task_ids[*t as usize].clone(), *rt))
+            .collect();
+        let live = Py::new(
+            py,
+            PyLiveDetail::new(snap.live.clone(), self.task_ids.clone()),
+        )?;
+        self.on_tick
+            .call1(
                 py,
-                PyLiveDetail::new(snap.live.clone(), self.task_ids.clone()),
-            )?;
-            self.on_tick
-                .call1(
-                    py,
-                    (
-                        states,
-                        in_caller_order(&self.caller_order, &snap.workers),
-                        in_caller_order(&self.caller_order, &snap.restarts),
-                        round_trips,
-                        live,
-                    ),
-                )
-                .map(|_| ())
-        }
+                (
+                    states,
+                    in_caller_order(&self.caller_order, &snap.workers),
+                    in_caller_order(&self.caller_order, &snap.restarts),
+                    round_trips,
+                    live,
+                ),
+            )
+            .map(|_| ())
     }
 }
 

@@ -16,6 +16,7 @@ from daisy.logging import get_log_basedir, get_log_mode
 from daisy.pipeline import Pipeline
 from daisy.tracking_store import (
     TrackedTask,
+    check_block_tracking,
     resource_tracking_task_ids,
     skip_masks,
     tracking_paths,
@@ -41,8 +42,7 @@ class Scheduler:
         self._pipeline = Pipeline.of(tasks)
         log_dir = get_log_basedir()  # untracked tasks' run histories go next to their logs
         self._tasks = {t.task_id: t for t in self._pipeline.tasks}
-        if not isinstance(block_tracking, bool):
-            raise TypeError(f"block_tracking: expected True or False, got {block_tracking!r}")
+        check_block_tracking(block_tracking)
         self._native = _NativeScheduler(
             self._pipeline.specs(),
             {tid: t._pre_check for tid, t in self._tasks.items() if t._pre_check},

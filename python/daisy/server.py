@@ -50,7 +50,7 @@ from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.server_observer import ServerObservee, StateEvents
 from daisy.spawners import advertised_host, warm_starts_enabled
-from daisy.tracking_store import log_skips
+from daisy.tracking_store import check_block_tracking, log_skips
 
 logger = logging.getLogger(__name__)
 
@@ -265,8 +265,7 @@ class Server(ServerObservee):
         check_port(dashboard_port, "dashboard_port")
         pipeline = scheduler._pipeline if scheduler is not None else Pipeline.of(tasks)
         task_map = {t.task_id: t for t in pipeline.tasks}
-        if not isinstance(block_tracking, bool):
-            raise TypeError(f"block_tracking: expected True or False, got {block_tracking!r}")
+        check_block_tracking(block_tracking)
         configs: list[TaskConfig] = []
         run_tag = secrets.token_hex(4)
         log_dir = daisy_logging.get_log_basedir()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
 STORE_FILES = ("runs.jsonl", "daisy.lock")
 warnings.filterwarnings(
     "ignore",
-    message=r"Object at (.*/)?(runs\.jsonl|daisy\.lock) is not recognized as a component of a "
-    r"Zarr hierarchy",
+    message=rf"Object at (.*/)?({'|'.join(map(re.escape, STORE_FILES))}) is not recognized as a "
+    r"component of a Zarr hierarchy",
     category=UserWarning,
 )
 
@@ -122,6 +123,13 @@ def resource_tracking_task_ids(tasks: Iterable[TrackedTask]) -> list[str]:
     needs a store the run uses is the core's rule, checked when the run is
     planned)."""
     return [t.task_id for t in tasks if t.resource_tracking]
+
+
+def check_block_tracking(block_tracking: Any) -> None:
+    """``block_tracking`` (daisy 2.0.0's run option) must be True or False;
+    what it rules out (a measuring task) is the core's run plan's to check."""
+    if not isinstance(block_tracking, bool):
+        raise TypeError(f"block_tracking: expected True or False, got {block_tracking!r}")
 
 
 def skip_masks(tasks: Iterable[TrackedTask]) -> dict[str, bytes]:
