@@ -222,7 +222,7 @@ def test_a_resumed_run_says_what_it_skipped(tmp_path, capsys, caplog):
     again = line_task("extract", 64, size=1, process_function=noop)
     assert daisy.run_blockwise([again], multiprocessing=False, progress=False)
     out = capsys.readouterr().out
-    assert "    Skipped: 40\n" in out
+    assert "    Skipped: 40 (found done before they ran" in out
     notices = [r for r in caplog.records if r.name == "daisy._progress"]
     assert [r.levelno for r in notices] == [logging.INFO]
     assert notices[0].getMessage() == (

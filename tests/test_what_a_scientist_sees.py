@@ -300,3 +300,29 @@ def test_a_reruns_first_progress_line_counts_what_it_skips(tmp_path, capsys, mon
         first = next(ln for ln in lines if ln.startswith(f"daisy: {tid} "))
         done = int(re.match(rf"daisy: {tid} (\d+)/40 done", first).group(1))  # type: ignore[union-attr]
         assert done >= 30, f"the first line of {tid} missed the skipped blocks: {first}"
+
+
+def test_a_resumed_summary_gives_the_skipped_count_once_and_says_what_it_means(tmp_path, capsys):
+    # item 9: "Skipped: N" stood under 1.x's "completed: N (skipped N)" as a
+    # bare repeat of the same number; the 1.x line stays as 1.2.2 prints it,
+    # and the DONE_MARKERS line says what the skipped blocks are
+    def task() -> daisy.Task:
+        return daisy.Task(
+            "resumed",
+            total_roi=daisy.Roi((0,), (40,)),
+            read_roi=daisy.Roi((0,), (10,)),
+            write_roi=daisy.Roi((0,), (10,)),
+            process_function=_noop,
+            tracking_path=tmp_path / "store",
+        )
+
+    assert daisy.run_blockwise([task()], multiprocessing=False, progress=False)
+    capsys.readouterr()
+    assert daisy.run_blockwise([task()], multiprocessing=False, progress=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert "    completed ✔: 4 (skipped 4)" in lines
+    skipped = [line for line in lines if line.strip().startswith("Skipped:")]
+    assert skipped == [
+        "    Skipped: 4 (found done before they ran, by done markers, the skip mask or the "
+        "check_function: not processed again)"
+    ], lines

@@ -37,8 +37,13 @@ def format_execution_summary(
             "",
         ]
         if s.skipped_count:
-            # the DONE_MARKERS spec's line for a resumed run
-            out += [f"    Skipped: {s.skipped_count}", ""]
+            # the DONE_MARKERS spec's line for a resumed run: not a bare
+            # repeat of the 1.x line's count, it says what skipping means
+            out += [
+                f"    Skipped: {s.skipped_count} (found done before they ran, by done markers, "
+                "the skip mask or the check_function: not processed again)",
+                "",
+            ]
         pending = s.total_block_count - s.completed_count - s.failed_count - s.orphaned_count
         if pending > 0:
             out += [f"    unfinished ⧗: {pending} (the run stopped before they ran)", ""]
