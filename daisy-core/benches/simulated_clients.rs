@@ -94,6 +94,8 @@ fn run(n: usize) -> Figures {
             gpu_tracking: false,
             spawner: "external".into(),
             payload_sha256: None,
+            idle_timeout: None,
+            spawner_idle_timeout: None,
         }],
         resources: BTreeMap::new(),
         log_dir: None,
@@ -103,6 +105,7 @@ fn run(n: usize) -> Figures {
         stop_all: Vec::new(),
         tick: daisy_core::server::TICK,
         liveness_timeout: daisy_core::liveness::DEFAULT_TIMEOUT,
+        idle_timeout: None,
     };
     let rss_before = resident_kib();
     let (tx, rx) = mpsc::channel();

@@ -44,6 +44,9 @@ pub struct GivenOptions<'a> {
     pub max_worker_restarts: i128,
     /// Seconds a block may take; None: no timeout.
     pub timeout: Option<f64>,
+    /// Seconds a worker may wait for a block before it is handed back;
+    /// None: the run's or the spawner's setting.
+    pub idle_timeout: Option<f64>,
     /// Resources one worker holds.
     pub requires: Vec<(String, i128)>,
     /// Whether blocks are measured.
@@ -63,6 +66,10 @@ pub struct TaskOptions {
     pub max_worker_restarts: u32,
     /// A block out longer than this is reclaimed; None: no timeout.
     pub timeout: Option<Duration>,
+    /// A worker that waited this long for a block is handed back (it
+    /// leaves; another starts when blocks are ready again); None: the
+    /// run's setting, else the spawner's.
+    pub idle_timeout: Option<Duration>,
     /// Resources one worker holds.
     pub requires: BTreeMap<String, u64>,
     /// What is measured of each block.
@@ -98,9 +105,21 @@ fn bounded(param: &str, value: i128, minimum: i128, maximum: i128) -> Result<i12
 /// A block timeout of `seconds`: positive, finite and at most
 /// [`MAX_TIMEOUT_SECS`].
 pub fn timeout(seconds: f64) -> Result<Duration, DaisyError> {
+    duration("timeout", seconds)
+}
+
+/// An idle timeout of `seconds` (how long a worker may wait for a block
+/// before it is handed back), under the same rule as a block timeout.
+pub fn idle_timeout(seconds: f64) -> Result<Duration, DaisyError> {
+    duration("idle_timeout", seconds)
+}
+
+/// `seconds` as a duration of parameter `param`: positive, finite and at
+/// most [`MAX_TIMEOUT_SECS`].
+fn duration(param: &str, seconds: f64) -> Result<Duration, DaisyError> {
     if !(seconds.is_finite() && seconds > 0.0 && seconds <= MAX_TIMEOUT_SECS) {
         return Err(DaisyError::invalid(
-            "timeout",
+            param,
             format!(
                 "must be a positive, finite number of seconds up to {MAX_TIMEOUT_SECS:.0} \
                  (a year), or None; got {seconds}"
@@ -142,6 +161,7 @@ impl TaskOptions {
             max_retries: count("max_retries", given.max_retries, 0)?,
             max_worker_restarts: count("max_worker_restarts", given.max_worker_restarts, 0)?,
             timeout: given.timeout.map(timeout).transpose()?,
+            idle_timeout: given.idle_timeout.map(idle_timeout).transpose()?,
             requires,
             measure: Measure::of(given.resource_tracking, gpu),
         })
@@ -160,6 +180,7 @@ mod tests {
             max_retries: 2,
             max_worker_restarts: 10,
             timeout: None,
+            idle_timeout: None,
             requires: Vec::new(),
             resource_tracking: false,
             gpu_tracking: None,
@@ -218,6 +239,27 @@ mod tests {
         })
         .unwrap();
         assert_eq!(ok.timeout, Some(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn an_idle_timeout_follows_the_timeout_rule_under_its_own_name() {
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, MAX_TIMEOUT_SECS * 2.0] {
+            let e = refused(GivenOptions {
+                idle_timeout: Some(bad),
+                ..given()
+            });
+            assert!(
+                e.starts_with("idle_timeout: must be a positive, finite"),
+                "{e}"
+            );
+        }
+        let ok = TaskOptions::new(&GivenOptions {
+            idle_timeout: Some(30.0),
+            ..given()
+        })
+        .unwrap();
+        assert_eq!(ok.idle_timeout, Some(Duration::from_secs(30)));
+        assert_eq!(TaskOptions::new(&given()).unwrap().idle_timeout, None);
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub enum WorkerExit {
     Timeout,
     /// It was alive when the run was interrupted.
     Interrupted,
+    /// Handed back: it waited its task's `idle_timeout` for a block, was
+    /// dismissed and left (the server starts another when blocks are
+    /// ready again).
+    Idle,
 }
 
 /// How a worker process was started.
@@ -192,7 +196,7 @@ impl WorkerTimeline {
         }
         self.exit = Some(exit);
         self.exited = Some(now);
-        if exit == WorkerExit::Clean
+        if matches!(exit, WorkerExit::Clean | WorkerExit::Idle)
             && let Some(d) = self.dismissed
         {
             self.teardown = Some(now.saturating_duration_since(d).as_secs_f64());
@@ -275,6 +279,17 @@ pub struct WorkerSummary {
     /// None when nothing went wrong or nothing was asked.
     #[serde(default)]
     pub cold_start_reason: Option<String>,
+    /// Worker-seconds the workers spent connected without a block: the
+    /// gaps before their blocks and their final waits (a node held idle).
+    /// Absent from lines written before daisy 2.1.
+    #[serde(default)]
+    pub idle_seconds: f64,
+    /// The idle timeout the task's workers ran under (seconds; None: they
+    /// waited for blocks as long as the task had any); `exits["idle"]`
+    /// counts the workers it handed back. Absent from lines written before
+    /// daisy 2.1.
+    #[serde(default)]
+    pub idle_timeout: Option<f64>,
 }
 
 impl WorkerSummary {
@@ -292,11 +307,13 @@ impl WorkerSummary {
         let mut exits = BTreeMap::new();
         let mut by_id = Vec::new();
         let mut warm_starts = 0;
+        let mut idle_seconds = 0.0;
         for t in timelines {
             if t.start == StartKind::Warm {
                 warm_starts += 1;
             }
             let r = t.record();
+            idle_seconds += r.idle.sum + r.final_wait.unwrap_or(0.0);
             if let Some(s) = r.startup {
                 startup.push(s);
             }
@@ -328,6 +345,8 @@ impl WorkerSummary {
             warm_starts,
             launcher_startup: None,
             cold_start_reason: None,
+            idle_seconds,
+            idle_timeout: None,
         }
     }
 }

@@ -73,6 +73,8 @@ fn config(token: &str) -> ServerConfig {
         gpu_tracking: false,
         spawner: "external".into(),
         payload_sha256: None,
+        idle_timeout: None,
+        spawner_idle_timeout: None,
     };
     ServerConfig {
         host: "127.0.0.1".into(),
@@ -86,6 +88,7 @@ fn config(token: &str) -> ServerConfig {
         stop_all: Vec::new(),
         tick: daisy_core::server::TICK,
         liveness_timeout: daisy_core::liveness::DEFAULT_TIMEOUT,
+        idle_timeout: None,
     }
 }
 

@@ -45,9 +45,11 @@ impl PyTaskConfig {
     /// the arguments of `program` that start the task's launcher (warm
     /// starts: it gets the same `stdin`); None starts every worker cold.
     /// `options` are the task's run options as the core checked them
-    /// (`daisy._daisy.TaskOptions`).
+    /// (`daisy._daisy.TaskOptions`); `spawner_idle_timeout` the spawner's
+    /// idle timeout in seconds, for when neither the task nor the run sets
+    /// one.
     #[new]
-    #[pyo3(signature = (task_id, options, *, program, args, stdin, stop, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, payload_sha256=None))]
+    #[pyo3(signature = (task_id, options, *, program, args, stdin, stop, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, payload_sha256=None, spawner_idle_timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         task_id: String,
@@ -62,6 +64,7 @@ impl PyTaskConfig {
         skip_mask: Option<Vec<u8>>,
         launcher_args: Option<Vec<String>>,
         payload_sha256: Option<String>,
+        spawner_idle_timeout: Option<f64>,
     ) -> PyResult<Self> {
         // one copy of the payload, shared by every worker and the launcher
         let stdin: Arc<[u8]> = stdin.into();
@@ -76,6 +79,11 @@ impl PyTaskConfig {
                 max_workers: options.max_workers,
                 timeout: options.timeout,
                 max_worker_restarts: options.max_worker_restarts,
+                idle_timeout: options.idle_timeout,
+                spawner_idle_timeout: spawner_idle_timeout
+                    .map(daisy_core::task_options::idle_timeout)
+                    .transpose()
+                    .py()?,
                 requires: options.requires.clone(),
                 launcher: program.as_ref().zip(launcher_args).map(|(program, args)| {
                     WorkerCommand {
@@ -122,6 +130,7 @@ pub struct PyRunConfig {
     stop_all: Vec<String>,
     liveness_timeout: std::time::Duration,
     block_tracking: bool,
+    idle_timeout: Option<std::time::Duration>,
 }
 
 #[pymethods]
@@ -130,9 +139,12 @@ impl PyRunConfig {
     /// the name workers connect to (None: the listen address); `stop_all`
     /// a command run once when the run ends (cancels remote jobs);
     /// `liveness_timeout` the seconds a silent TCP peer is waited for;
-    /// `block_tracking=False` runs without the tasks' tracking stores.
+    /// `block_tracking=False` runs without the tasks' tracking stores;
+    /// `idle_timeout` the seconds a worker of a task that sets none of its
+    /// own may wait for a block before it is handed back (None: each
+    /// task's spawner's).
     #[new]
-    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), liveness_timeout=None, block_tracking=true))]
+    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), liveness_timeout=None, block_tracking=true, idle_timeout=None))]
     #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         host: String,
@@ -144,6 +156,7 @@ impl PyRunConfig {
         stop_all: Vec<String>,
         liveness_timeout: Option<f64>,
         block_tracking: bool,
+        idle_timeout: Option<f64>,
     ) -> PyResult<Self> {
         let resources: Vec<(String, i128)> = resources.into_iter().collect();
         Ok(Self {
@@ -159,6 +172,10 @@ impl PyRunConfig {
                 None => daisy_core::liveness::DEFAULT_TIMEOUT,
             },
             block_tracking,
+            idle_timeout: idle_timeout
+                .map(daisy_core::task_options::idle_timeout)
+                .transpose()
+                .py()?,
         })
     }
 }
@@ -346,6 +363,7 @@ pub fn run_distributed(
         stop_all: run.stop_all.clone(),
         tick: daisy_core::server::TICK,
         liveness_timeout: run.liveness_timeout,
+        idle_timeout: run.idle_timeout,
     };
     config.check_resources(&task_ids).py()?;
     let stop = StopCause::default();

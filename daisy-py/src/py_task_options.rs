@@ -22,7 +22,7 @@ impl PyTaskOptions {
     /// Check a task's options; `ValueError` names the parameter at fault
     /// (`max_workers_name` is the name the worker count was given under).
     #[new]
-    #[pyo3(signature = (task_id, *, max_workers, max_retries, max_worker_restarts, timeout, requires, resource_tracking, gpu_tracking, max_workers_name="max_workers"))]
+    #[pyo3(signature = (task_id, *, max_workers, max_retries, max_worker_restarts, timeout, requires, resource_tracking, gpu_tracking, max_workers_name="max_workers", idle_timeout=None))]
     #[allow(clippy::too_many_arguments)] // the Task constructor's keywords
     fn new(
         task_id: &str,
@@ -34,6 +34,7 @@ impl PyTaskOptions {
         resource_tracking: bool,
         gpu_tracking: Option<bool>,
         max_workers_name: &str,
+        idle_timeout: Option<f64>,
     ) -> PyResult<Self> {
         let options = TaskOptions::new(&GivenOptions {
             task_id,
@@ -42,6 +43,7 @@ impl PyTaskOptions {
             max_retries,
             max_worker_restarts,
             timeout,
+            idle_timeout,
             requires: requires.into_iter().collect(),
             resource_tracking,
             gpu_tracking,
@@ -72,6 +74,13 @@ impl PyTaskOptions {
     #[getter]
     fn timeout(&self) -> Option<f64> {
         self.options.timeout.map(|t| t.as_secs_f64())
+    }
+
+    /// Seconds a worker may wait for a block before it is handed back, or
+    /// None (the run's or the spawner's setting).
+    #[getter]
+    fn idle_timeout(&self) -> Option<f64> {
+        self.options.idle_timeout.map(|t| t.as_secs_f64())
     }
 
     /// Resources one worker holds.

@@ -272,6 +272,7 @@ class TaskConfig:
         skip_mask: bytes | None = None,
         launcher_args: Sequence[str] | None = None,
         payload_sha256: str | None = None,
+        spawner_idle_timeout: float | None = None,
     ) -> TaskConfig: ...
     @property
     def task_id(self) -> str: ...
@@ -290,6 +291,7 @@ class TaskOptions:
         resource_tracking: bool,
         gpu_tracking: bool | None,
         max_workers_name: str = "max_workers",
+        idle_timeout: float | None = None,
     ) -> TaskOptions: ...
     @property
     def max_workers(self) -> int: ...
@@ -299,6 +301,8 @@ class TaskOptions:
     def max_worker_restarts(self) -> int: ...
     @property
     def timeout(self) -> float | None: ...
+    @property
+    def idle_timeout(self) -> float | None: ...
     @property
     def requires(self) -> dict[str, int]: ...
     @property
@@ -320,6 +324,7 @@ class RunConfig:
         stop_all: Sequence[str] = ...,
         liveness_timeout: float | None = None,
         block_tracking: bool = True,
+        idle_timeout: float | None = None,
     ) -> RunConfig: ...
 
 @final

@@ -109,6 +109,7 @@ def run_blockwise(
     raise_on_failure: bool = False,
     progress_interval: float | None = None,
     liveness_timeout: float | None = None,
+    idle_timeout: float | None = None,
 ) -> Any:
     """Run every block of ``tasks`` (a Task, a list of tasks or a
     Pipeline; upstream tasks are included) in dependency order.
@@ -132,6 +133,12 @@ def run_blockwise(
             answering (a dead node, a cut network) is waited for before its
             block is retried elsewhere; its workers give up on a server
             that stopped answering after as long. Default 60; at least 2.
+        idle_timeout: seconds a worker may wait for a block before it is
+            handed back (it leaves, and workers start again, up to
+            ``max_workers``, when blocks are ready), for the tasks that set
+            no ``Task(idle_timeout=...)``. None: each task's spawner's
+            (off for local workers; 300 s for `SlurmSpawner` and
+            `DaskSpawner`, whose idle workers hold a node).
         resources: caps on what all workers hold at once, e.g.
             ``{"gpu": 2}`` with ``Task(requires={"gpu": 1})``.
         progress: True (a bar per task in a Jupyter notebook or on a
@@ -208,7 +215,9 @@ def run_blockwise(
     notes: dict[str, list[str]]
     failures: list[tuple[str, int, int | None, str]] = []
     if multiprocessing:
-        server = Server(host=host, port=port, liveness_timeout=liveness_timeout)
+        server = Server(
+            host=host, port=port, liveness_timeout=liveness_timeout, idle_timeout=idle_timeout
+        )
         with _says_where_an_interrupted_run_stands(server, tasks, block_tracking, summary):
             states = server.run_blockwise(
                 tasks,

@@ -590,7 +590,8 @@ class WorkerRecord:
     compute: Stat = field(default_factory=Stat)
     final_wait: float | None = None
     teardown: float | None = None
-    #: "clean", "error", "timeout", "interrupted", or None if still running
+    #: "clean", "error", "timeout", "interrupted", "idle" (handed back after
+    #: its task's idle_timeout), or None if still running
     exit: str | None = None
     #: "warm" (forked by the task's launcher) or "cold" (a fresh process)
     start: str = "cold"
@@ -662,6 +663,16 @@ class WorkerSummary:
     #: thread in the launcher, a function that did not load, a launcher
     #: that died); None when nothing went wrong
     cold_start_reason: str | None = None
+    #: worker-seconds the workers spent connected without a block (the gaps
+    #: before their blocks and their final waits: nodes held idle)
+    idle_seconds: float = 0.0
+    #: the idle timeout the workers ran under (seconds), or None
+    idle_timeout: float | None = None
+
+    @property
+    def handed_back(self) -> int:
+        """Workers that left after waiting ``idle_timeout`` for a block."""
+        return self.exits.get("idle", 0)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> WorkerSummary:
@@ -669,6 +680,7 @@ class WorkerSummary:
         defaults: dict[str, Any] = {"count": 0, "unmanaged_clients": 0, "exits": {}, "by_id": []}
         defaults.update(dict.fromkeys(("startup", "idle", "compute", "teardown")), spawner="")
         defaults.update(warm_starts=0, launcher_startup=None, cold_start_reason=None)
+        defaults.update(idle_seconds=0.0, idle_timeout=None)
         f = _fields({} if d is None and not strict else d, defaults, "workers", strict)
         records = [WorkerRecord.from_dict(r, strict) for r in f["by_id"]]
         return cls(
@@ -686,6 +698,8 @@ class WorkerSummary:
             cold_start_reason=(
                 None if f["cold_start_reason"] is None else str(f["cold_start_reason"])
             ),
+            idle_seconds=float(f["idle_seconds"]),
+            idle_timeout=_opt_float(f["idle_timeout"]),
         )
 
     def __repr__(self) -> str:
@@ -715,7 +729,21 @@ class WorkerSummary:
             "warm_starts": self.warm_starts,
             "launcher_startup": self.launcher_startup,
             "cold_start_reason": self.cold_start_reason,
+            "idle_seconds": self.idle_seconds,
+            "idle_timeout": self.idle_timeout,
         }
+
+    def idle_line(self) -> str:
+        """The idle worker-seconds and what the idle timeout handed back:
+        ``idle in all 42.0 s of worker time; 3 handed back (idle_timeout
+        5.00 s)``."""
+        text = f"idle in all {format_seconds(self.idle_seconds)} of worker time"
+        if self.idle_timeout is not None:
+            text += (
+                f"; {self.handed_back} handed back "
+                f"(idle_timeout {format_seconds(self.idle_timeout)})"
+            )
+        return text
 
     def starts_line(self) -> str:
         """How the workers were started, in words: ``2 warm (launcher ready
@@ -1135,6 +1163,7 @@ class TaskReport:
                 tail += f" (+ {w.unmanaged_clients} unmanaged client(s))"
             lines.append(tail)
             lines.append(f"             starts {w.starts_line()}")
+            lines.append(f"             {w.idle_line()}")
             lines.extend(self._worker_table(max_workers))
         elif w.unmanaged_clients:
             lines.append(f"    workers  {w.unmanaged_clients} unmanaged client(s)")

@@ -195,6 +195,9 @@ class Server(ServerObservee):
             answering (its node died, the network is cut) is waited for
             before its connection is given up and its block retried; its
             workers give up on this server after as long (default 60).
+        idle_timeout: seconds a worker may wait for a block before it is
+            handed back, for tasks that set no ``Task(idle_timeout=...)``
+            of their own (None: each task's spawner's; see `Task`).
     """
 
     def __init__(
@@ -204,6 +207,7 @@ class Server(ServerObservee):
         port: int | None = None,
         *,
         liveness_timeout: float | None = None,
+        idle_timeout: float | None = None,
     ) -> None:
         super().__init__()
         if stop_event is not None and not callable(getattr(stop_event, "is_set", None)):
@@ -218,6 +222,14 @@ class Server(ServerObservee):
         self.liveness_timeout = (
             None if liveness_timeout is None else validated_liveness_timeout(liveness_timeout)
         )
+        if idle_timeout is not None and (
+            isinstance(idle_timeout, bool) or not isinstance(idle_timeout, int | float)
+        ):
+            raise TypeError(
+                f"idle_timeout: expected seconds as a number, or None, got {idle_timeout!r}"
+            )
+        #: the run's idle timeout (its value's rule is the core's)
+        self.idle_timeout = None if idle_timeout is None else float(idle_timeout)
         #: the last run's failed attempts, ``(task_id, spatial_id, worker_id,
         #: reason)``: the first 10,000 (the core's ``MAX_FAILURE_NOTES``)
         self.failures: list[tuple[str, int, int | None, str]] = []
@@ -303,6 +315,7 @@ class Server(ServerObservee):
                     skip_mask=t._skip_mask,
                     launcher_args=(t.spawner.launcher_args() if warm and t.warm_start else None),
                     payload_sha256=payload_sha256,
+                    spawner_idle_timeout=t.spawner.idle_timeout,
                 )
             )
         resources = dict(resources or {})
@@ -331,6 +344,7 @@ class Server(ServerObservee):
             stop_all=stop_all,
             liveness_timeout=self.liveness_timeout,
             block_tracking=block_tracking,
+            idle_timeout=self.idle_timeout,
         )
         # the core's order (upstream first), which every view lists
         given = pipeline.specs()

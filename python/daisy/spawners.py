@@ -37,6 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+#: the idle timeout of the remote spawners, seconds: a worker that waited
+#: five minutes for a block hands its node back (a job ends, a Dask slot is
+#: freed); a new one costs a queue wait and an interpreter start, which
+#: five minutes of idling outweighs on a shared cluster
+REMOTE_IDLE_TIMEOUT = 300.0
+
 
 @dataclass
 class WorkerCommands:
@@ -61,6 +67,10 @@ class Spawner:
     #: the name the run report gives it (the report notes that startup
     #: includes the queue wait for "slurm" and "dask")
     name = "custom"
+    #: seconds a worker may wait for a block before it is handed back, for
+    #: tasks and runs that set no ``idle_timeout``; None: it waits as long
+    #: as its task can still get blocks
+    idle_timeout: float | None = None
 
     def commands(self, run_tag: str, payload: bytes, payload_file: Path) -> WorkerCommands:
         """The start (and stop) command of one worker. ``payload`` is the
@@ -118,6 +128,11 @@ class SlurmSpawner(Spawner):
         time: ``--time`` (e.g. ``"2:00:00"``).
         extra_args: more ``sbatch`` arguments, as a list.
         sbatch, scancel: the commands, if not on ``PATH`` under these names.
+        idle_timeout: seconds a worker waits for a block before its job
+            ends and hands the node back (workers are submitted again when
+            blocks are ready); 300 by default, None to keep idle jobs.
+            ``Task(idle_timeout=...)`` and ``run_blockwise(idle_timeout=...)``
+            take precedence.
     """
 
     partition: str | None = None
@@ -128,6 +143,7 @@ class SlurmSpawner(Spawner):
     extra_args: Sequence[str] = ()
     sbatch: str = "sbatch"
     scancel: str = "scancel"
+    idle_timeout: float | None = REMOTE_IDLE_TIMEOUT
 
     is_local = False
     name = "slurm"
@@ -172,9 +188,13 @@ class DaskSpawner(Spawner):
     cluster (a ``distributed.Client`` or a scheduler address): a
     LocalCluster, dask-jobqueue's SLURM/PBS/LSF clusters, Kubernetes.
     Scheduling, tracking and statistics stay in daisy; Dask only runs the
-    loops. The worker's stdout and stderr are the Dask worker's."""
+    loops. The worker's stdout and stderr are the Dask worker's.
+    ``idle_timeout``: seconds a loop waits for a block before it ends and
+    frees its Dask worker (an adaptive cluster can then scale down); 300
+    by default, None to keep them."""
 
     client_or_address: Any
+    idle_timeout: float | None = REMOTE_IDLE_TIMEOUT
 
     is_local = False
     name = "dask"

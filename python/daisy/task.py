@@ -69,6 +69,13 @@ class Task(Composable):
         fit: ``"valid"``, ``"overhang"`` or ``"shrink"``: what to do with
             blocks that stick out of ``total_roi``.
         timeout: seconds a block may take before it is reclaimed and retried.
+        idle_timeout: seconds a worker may wait for a block before it is
+            handed back (it leaves; workers start again, up to
+            ``max_workers``, when blocks are ready). None: the run's
+            ``idle_timeout``, else the spawner's (off for local workers,
+            `SlurmSpawner` and `DaskSpawner` hand idle workers back after
+            300 s). Without one, a worker waits as long as its task can
+            still get blocks.
         upstream_tasks: tasks whose output this task reads; a block waits
             for exactly the upstream blocks whose write ROI overlaps its
             read ROI.
@@ -149,6 +156,7 @@ class Task(Composable):
         spawner: Any = None,
         warm_start: bool = True,
         gpu_tracking: bool | None = None,
+        idle_timeout: float | None = None,
     ) -> None:
         if isinstance(task_id, numbers.Integral) and not isinstance(task_id, bool):
             task_id = str(task_id)  # daisy 1.x accepted int ids
@@ -243,6 +251,12 @@ class Task(Composable):
             isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
         ):
             raise TypeError(f"timeout: expected seconds as a number, got {timeout!r}")
+        if idle_timeout is not None and (
+            isinstance(idle_timeout, bool) or not isinstance(idle_timeout, numbers.Real)
+        ):
+            raise TypeError(
+                f"idle_timeout: expected seconds as a number, or None, got {idle_timeout!r}"
+            )
         if not isinstance(resource_tracking, bool):
             raise TypeError(f"resource_tracking: expected True or False, got {resource_tracking!r}")
         if gpu_tracking is not None and not isinstance(gpu_tracking, bool):
@@ -256,6 +270,7 @@ class Task(Composable):
         self.max_worker_restarts = int(max_worker_restarts)
         self.required_resources = {k: int(v) for k, v in requires.items()}
         self.timeout = timeout
+        self.idle_timeout = idle_timeout
         self.resource_tracking = resource_tracking
         self._gpu_tracking = gpu_tracking
         self._options(workers_name)
@@ -362,6 +377,7 @@ class Task(Composable):
             max_retries=self.max_retries,
             max_worker_restarts=self.max_worker_restarts,
             timeout=None if self.timeout is None else float(self.timeout),
+            idle_timeout=None if self.idle_timeout is None else float(self.idle_timeout),
             requires=self.required_resources,
             resource_tracking=self.resource_tracking,
             gpu_tracking=self._gpu_tracking,

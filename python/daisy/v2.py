@@ -106,9 +106,10 @@ def _task_arguments(
     *,
     done_marker_path: _Any = None,
     spawner: _Any = None,
+    idle_timeout: _Any = None,
 ) -> dict[str, _Any]:
-    """2.0.0's Task parameters, in its positional order (``spawner`` is
-    ours). Python's own errors for a bad call name ``Task.__new__``, as
+    """2.0.0's Task parameters, in its positional order (``spawner`` and
+    ``idle_timeout`` are ours). Python's own errors for a bad call name ``Task.__new__``, as
     2.0.0's do."""
     return {
         "task_id": task_id,
@@ -129,6 +130,7 @@ def _task_arguments(
         "skip_mask": skip_mask,
         "done_marker_path": done_marker_path,
         "spawner": spawner,
+        "idle_timeout": idle_timeout,
     }
 
 
@@ -182,7 +184,8 @@ class Task(_task.Task):
     check_function=None, read_write_conflict=True, fit="valid",
     max_workers=1, max_retries=2, timeout=None, tracking_path=None,
     resource_tracking=False, requires=None, max_worker_restarts=10,
-    skip_mask=None, *, done_marker_path=None, spawner=None)``.
+    skip_mask=None, *, done_marker_path=None, spawner=None,
+    idle_timeout=None)``.
 
     daisy 1.x's ``num_workers``, ``upstream_tasks`` and
     ``init_callback_fn`` are refused (``daisy.v1_compat.Task`` takes
@@ -224,6 +227,7 @@ Task.__signature__ = _inspect.Signature(  # type: ignore[attr-defined]
         _parameter("skip_mask", None),
         _inspect.Parameter("tracking_path", _inspect.Parameter.KEYWORD_ONLY, default=None),
         _inspect.Parameter("spawner", _inspect.Parameter.KEYWORD_ONLY, default=None),
+        _inspect.Parameter("idle_timeout", _inspect.Parameter.KEYWORD_ONLY, default=None),
     ]
 )
 
@@ -319,11 +323,12 @@ def run_blockwise(
     port: int | None = None,
     metrics_port: int | None = None,
     report_html: str | _os.PathLike[str] | None = None,
+    idle_timeout: float | None = None,
 ) -> _Any:
     """Run ``pipeline`` (a `Pipeline`, a `Task` or a list of them) to the
     end: `daisy.run_blockwise` with daisy 2.0.0's parameters in its order.
     ``host`` is the address the server listens on; ``port``,
-    ``metrics_port`` and ``report_html`` are ours (see
+    ``metrics_port``, ``report_html`` and ``idle_timeout`` are ours (see
     `daisy.run_blockwise`).
 
     Returns True if every block completed, else False; with
@@ -341,6 +346,7 @@ def run_blockwise(
         report_html=report_html,
         block_tracking=block_tracking,
         return_states=return_states,
+        idle_timeout=idle_timeout,
     )
 
 

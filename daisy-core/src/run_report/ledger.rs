@@ -474,6 +474,11 @@ impl RunLedger {
                 let state = scheduler.task_state(t);
                 let blocks = self.aggregates[t as usize].summary(state);
                 let workers = workers(t);
+                let notices = self.notices[t as usize]
+                    .iter()
+                    .cloned()
+                    .chain(idle_hint(&workers))
+                    .collect();
                 TaskReport {
                     task_id: scheduler.pipeline().spec(t).task_id.clone(),
                     started_at: self.started_at,
@@ -486,7 +491,7 @@ impl RunLedger {
                     first_block_at: self.spans[t as usize].0,
                     last_block_at: self.spans[t as usize].1,
                     failure_causes: self.causes[t as usize].clone(),
-                    notices: self.notices[t as usize].clone(),
+                    notices,
                     failed_attempts: self.attempt_spans[t as usize].clone(),
                 }
             })

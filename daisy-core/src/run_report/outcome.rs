@@ -23,17 +23,7 @@ pub fn utilisation(blocks: &BlockSummary, workers: &WorkerSummary) -> Option<f64
     if workers.count == 0 {
         return None;
     }
-    let available: f64 = workers
-        .by_id
-        .iter()
-        .map(|r| {
-            r.startup.unwrap_or(0.0)
-                + r.idle.sum
-                + r.compute.sum
-                + r.final_wait.unwrap_or(0.0)
-                + r.teardown.unwrap_or(0.0)
-        })
-        .sum();
+    let available = worker_seconds(workers);
     if available <= 0.0 {
         return None;
     }
@@ -43,6 +33,57 @@ pub fn utilisation(blocks: &BlockSummary, workers: &WorkerSummary) -> Option<f64
         workers.compute.sum
     };
     Some(busy / available)
+}
+
+/// The worker-seconds a task's workers lived: startup, idle, compute,
+/// final wait and teardown, summed over its workers.
+fn worker_seconds(workers: &WorkerSummary) -> f64 {
+    workers
+        .by_id
+        .iter()
+        .map(|r| {
+            r.startup.unwrap_or(0.0)
+                + r.idle.sum
+                + r.compute.sum
+                + r.final_wait.unwrap_or(0.0)
+                + r.teardown.unwrap_or(0.0)
+        })
+        .sum()
+}
+
+/// The share of its workers' lives a task's workers may spend waiting for
+/// blocks before the report says that handing them back would have saved
+/// node time: a quarter is past the start-up and tail waits of a healthy
+/// task, and well within a downstream task waiting on a slow upstream.
+pub const IDLE_HINT_SHARE: f64 = 0.25;
+
+/// The idle worker-seconds below which nothing is said, whatever the
+/// share: a second of waiting is noise. The hint only comes where no idle
+/// timeout was in force (remote spawners have one by default), so it
+/// speaks to someone who turned it off or wrote their own spawner.
+pub const IDLE_HINT_SECONDS: f64 = 1.0;
+
+/// What the report says when a task's workers held their nodes idle
+/// (at least [`IDLE_HINT_SHARE`] of their lives and
+/// [`IDLE_HINT_SECONDS`]) without an idle timeout to hand them back, or
+/// None. Local workers hold no node (an idle process costs memory, not a
+/// core), so only other spawners get it.
+pub fn idle_hint(workers: &WorkerSummary) -> Option<String> {
+    let lived = worker_seconds(workers);
+    let idle = workers.idle_seconds;
+    let local = workers.spawner == "local" || workers.spawner.is_empty();
+    if local || workers.idle_timeout.is_some() || lived <= 0.0 {
+        return None;
+    }
+    (idle >= IDLE_HINT_SECONDS && idle >= IDLE_HINT_SHARE * lived).then(|| {
+        format!(
+            "its workers waited {idle:.0} worker-seconds for blocks ({:.0}% of their time) \
+             holding their nodes; an idle_timeout (Task(idle_timeout=...) or \
+             run_blockwise(idle_timeout=...)) would have handed them back and started \
+             workers again when blocks were ready",
+            100.0 * idle / lived
+        )
+    })
 }
 
 /// How a run ended for one task (`outcome` in the report).

@@ -386,3 +386,68 @@ fn the_first_block_of_each_worker_and_the_slowest_blocks_are_kept() {
     assert_eq!((none.warmup_ratio, none.cpu_per_wall), (None, None));
     assert!(none.slowest.is_empty());
 }
+
+#[test]
+fn the_report_says_when_idle_nodes_could_have_been_handed_back() {
+    use crate::worker_timeline::{StartKind, WorkerRecord};
+    // a worker that lived 100 s: 60 s idle, 40 s on blocks
+    let record = WorkerRecord {
+        worker_id: 0,
+        startup: Some(0.0),
+        blocks_ok: 1,
+        blocks_failed: 0,
+        idle: StatSummary {
+            n: 1,
+            sum: 50.0,
+            ..StatSummary::default()
+        },
+        compute: StatSummary {
+            n: 1,
+            sum: 40.0,
+            ..StatSummary::default()
+        },
+        final_wait: Some(10.0),
+        teardown: Some(0.0),
+        exit: None,
+        start: StartKind::Cold,
+    };
+    let slurm = WorkerSummary {
+        spawner: "slurm".into(),
+        count: 1,
+        idle_seconds: 60.0,
+        by_id: vec![record.clone()],
+        ..WorkerSummary::default()
+    };
+    let hint = idle_hint(&slurm).expect("60% idle on a cluster");
+    assert!(
+        hint.starts_with("its workers waited 60 worker-seconds for blocks (60% of their time)")
+            && hint.contains("idle_timeout"),
+        "{hint}"
+    );
+    // already handing idle workers back, local, or busy enough: nothing
+    let handing_back = WorkerSummary {
+        idle_timeout: Some(30.0),
+        ..slurm.clone()
+    };
+    let local = WorkerSummary {
+        spawner: "local".into(),
+        ..slurm.clone()
+    };
+    let busy = WorkerSummary {
+        idle_seconds: 20.0,
+        ..slurm.clone()
+    };
+    let short = WorkerSummary {
+        idle_seconds: IDLE_HINT_SECONDS / 2.0,
+        by_id: vec![WorkerRecord {
+            compute: StatSummary::default(),
+            idle: StatSummary::default(),
+            final_wait: Some(IDLE_HINT_SECONDS / 2.0),
+            ..record
+        }],
+        ..slurm
+    };
+    for quiet in [handing_back, local, busy, short] {
+        assert_eq!(idle_hint(&quiet), None, "{quiet:?}");
+    }
+}

@@ -47,6 +47,12 @@ pub struct TaskRuntime {
     pub timeout: Option<Duration>,
     /// Unexpected worker deaths tolerated before the task is abandoned.
     pub max_worker_restarts: u32,
+    /// A worker that waited this long for a block is handed back: the
+    /// task's own setting (`Task(idle_timeout=...)`); None: the run's.
+    pub idle_timeout: Option<Duration>,
+    /// The spawner's idle timeout, used when neither the task nor the run
+    /// sets one (a remote spawner hands idle nodes back by default).
+    pub spawner_idle_timeout: Option<Duration>,
     /// Resources one worker of this task holds (e.g. `gpu: 1`).
     pub requires: BTreeMap<String, u64>,
     /// How to start a worker; `None`: only external clients serve it.
@@ -103,6 +109,9 @@ pub struct ServerConfig {
     /// connection is given up (see `crate::liveness`); also told to
     /// workers, whose clients give up on the server after as long.
     pub liveness_timeout: Duration,
+    /// The run's idle timeout (`run_blockwise(idle_timeout=...)`), for the
+    /// tasks that set none of their own; None: each task's spawner's.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl ServerConfig {
@@ -187,6 +196,8 @@ mod tests {
             max_workers: 1,
             timeout: None,
             max_worker_restarts: 0,
+            idle_timeout: None,
+            spawner_idle_timeout: None,
             requires: [("gpu".to_string(), 2)].into(),
             worker: None,
             launcher: None,
@@ -207,6 +218,7 @@ mod tests {
             stop_all: Vec::new(),
             tick: crate::server::TICK,
             liveness_timeout: crate::liveness::DEFAULT_TIMEOUT,
+            idle_timeout: None,
         };
         let e = config.check_resources(&["seg".into()]).unwrap_err();
         assert!(

@@ -25,6 +25,7 @@ use super::state::{Shared, State};
 use crate::block::{Block, BlockStatus, TaskIndex};
 use crate::error::DaisyError;
 use crate::protocol::{self, ClientMessage, ServerMessage};
+use crate::worker_timeline::WorkerExit;
 use futures_util::{SinkExt, StreamExt};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -436,6 +437,11 @@ async fn acquire<H: RunHooks>(
     {
         tl.on_acquire(Instant::now());
     }
+    // a managed worker that waits this long for a block is handed back
+    // (an unmanaged client is nobody's node to give back)
+    let idle_deadline = worker_id
+        .and_then(|_| shared.0.borrow().idle_timeout(task))
+        .map(|d| tokio::time::Instant::now() + d);
     loop {
         let notified = shared.1.notified();
         {
@@ -445,15 +451,7 @@ async fn acquire<H: RunHooks>(
                 .and_then(|id| st.workers.get(&id))
                 .is_some_and(|w| w.flags.retire);
             if st.stopping || retire || st.scheduler.is_task_finished(task) {
-                if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
-                    w.flags.waiting = false;
-                    w.flags.dismissed = true;
-                    w.expected_exit
-                        .get_or_insert(crate::worker_timeline::WorkerExit::Clean);
-                }
-                if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {
-                    tl.on_dismiss(Instant::now());
-                }
+                dismiss(st, worker_id, WorkerExit::Clean);
                 return ServerMessage::NoMoreBlocks;
             }
             let hooks = &mut st.hooks;
@@ -481,11 +479,35 @@ async fn acquire<H: RunHooks>(
                     ),
                 };
             }
+            if idle_deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                // idle for the whole idle timeout: hand its node back; the
+                // main loop starts another when blocks are ready again
+                dismiss(st, worker_id, WorkerExit::Idle);
+                return ServerMessage::NoMoreBlocks;
+            }
             if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
                 w.flags.waiting = true;
             }
         }
-        notified.await;
+        match idle_deadline {
+            // woken by a block, the end of the task, or the deadline
+            Some(d) => drop(tokio::time::timeout_at(d, notified).await),
+            None => notified.await,
+        }
+    }
+}
+
+/// Tell worker `worker_id` there is no block for it: its exit, when it
+/// comes, is `exit` (clean at the end of its task, idle when handed back),
+/// and its final wait ends now.
+fn dismiss<H>(st: &mut State<H>, worker_id: Option<u32>, exit: WorkerExit) {
+    if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
+        w.flags.waiting = false;
+        w.flags.dismissed = true;
+        w.expected_exit.get_or_insert(exit);
+    }
+    if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {
+        tl.on_dismiss(Instant::now());
     }
 }
 
@@ -604,6 +626,7 @@ fn release<H>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::state::WorkerSlot;
     use crate::server::state::test_support::{hand_out, state};
     use std::cell::RefCell;
     use std::rc::Rc;
@@ -674,6 +697,139 @@ mod tests {
         let st = shared.0.borrow();
         assert_eq!(st.pending_hellos, [0, 0], "no longer waiting");
         assert_eq!(st.unmanaged_clients, 0);
+    }
+
+    /// A managed worker of task "b" (waiting for "a") that says hello and
+    /// asks for a block; what it hears, and when.
+    async fn waiting_worker(
+        shared: &Shared<()>,
+        worker_id: u32,
+        patience: Duration,
+    ) -> (Option<ServerMessage>, Duration) {
+        let (ours, theirs) = tokio::io::duplex(4096);
+        let begun = tokio::time::Instant::now();
+        let client = async {
+            let mut conn = peer(theirs);
+            say(
+                &mut conn,
+                &ClientMessage::Hello {
+                    token: "s3cret".into(),
+                    task_id: "b".into(),
+                    worker_id: Some(worker_id),
+                },
+            )
+            .await;
+            let welcome = hear(&mut conn).await;
+            assert!(
+                matches!(welcome, Some(ServerMessage::Welcome { .. })),
+                "{welcome:?}"
+            );
+            say(&mut conn, &ClientMessage::AcquireBlock).await;
+            let heard = tokio::time::timeout(patience, hear(&mut conn))
+                .await
+                .ok()
+                .flatten();
+            (heard, tokio::time::Instant::now() - begun)
+        };
+        tokio::select! {
+            () = handle_connection(shared.clone(), Box::new(ours), Door::Tcp, false, 1) => {
+                (None, tokio::time::Instant::now() - begun)
+            }
+            heard = client => heard,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_idle_for_its_idle_timeout_is_handed_back_and_without_one_it_waits() {
+        let idle = Duration::from_secs(30);
+        let shared = shared_state("s3cret");
+        {
+            let mut st = shared.0.borrow_mut();
+            st.config.tasks[1].idle_timeout = Some(idle);
+            st.workers.insert(7, WorkerSlot::starting(1));
+        }
+        let (heard, after) = waiting_worker(&shared, 7, Duration::from_secs(3600)).await;
+        assert_eq!(heard, Some(ServerMessage::NoMoreBlocks));
+        assert!(
+            after >= idle && after < idle + Duration::from_secs(1),
+            "after {after:?}"
+        );
+        {
+            let st = shared.0.borrow();
+            let w = &st.workers[&7];
+            assert!(w.flags.dismissed && !w.flags.waiting);
+            assert_eq!(
+                w.expected_exit,
+                Some(WorkerExit::Idle),
+                "handed back, not a crash"
+            );
+        }
+
+        // the run's setting applies where the task has none; the spawner's
+        // where neither has one
+        for (run, spawner) in [(Some(idle), None), (None, Some(idle))] {
+            let shared = shared_state("s3cret");
+            {
+                let mut st = shared.0.borrow_mut();
+                st.config.idle_timeout = run;
+                st.config.tasks[1].spawner_idle_timeout = spawner;
+                st.workers.insert(7, WorkerSlot::starting(1));
+            }
+            let (heard, after) = waiting_worker(&shared, 7, Duration::from_secs(3600)).await;
+            assert_eq!(
+                heard,
+                Some(ServerMessage::NoMoreBlocks),
+                "{run:?} {spawner:?}"
+            );
+            assert!(after < idle + Duration::from_secs(1), "after {after:?}");
+        }
+
+        // without one, the worker waits (an hour here) while its task can
+        // still get blocks: no churn
+        let shared = shared_state("s3cret");
+        shared
+            .0
+            .borrow_mut()
+            .workers
+            .insert(8, WorkerSlot::starting(1));
+        let (heard, _) = waiting_worker(&shared, 8, Duration::from_secs(3600)).await;
+        assert_eq!(heard, None, "no reply while nothing is ready");
+        let st = shared.0.borrow();
+        assert!(st.workers[&8].expected_exit.is_none(), "not dismissed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_block_ready_before_the_idle_timeout_goes_to_the_waiting_worker() {
+        let idle = Duration::from_secs(30);
+        let shared = shared_state("s3cret");
+        {
+            let mut st = shared.0.borrow_mut();
+            st.config.tasks[1].idle_timeout = Some(idle);
+            st.workers.insert(7, WorkerSlot::starting(1));
+        }
+        let upstream_done = async {
+            tokio::time::sleep(idle / 2).await;
+            let mut st = shared.0.borrow_mut();
+            while st.scheduler.task_state(0).ready_count > 0 {
+                let key = hand_out(&mut st, 0, 99);
+                st.take_back(key, BarOutcome::Done, None, Instant::now());
+                st.scheduler
+                    .release_block(key, BlockStatus::Success)
+                    .unwrap();
+            }
+            drop(st);
+            shared.1.notify_waiters();
+        };
+        let ((heard, after), ()) = tokio::join!(
+            waiting_worker(&shared, 7, Duration::from_secs(3600)),
+            upstream_done
+        );
+        assert!(
+            matches!(heard, Some(ServerMessage::SendBlock { .. })),
+            "{heard:?}"
+        );
+        assert!(after < idle, "after {after:?}");
+        assert_eq!(shared.0.borrow().workers[&7].expected_exit, None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -14,7 +14,7 @@ use crate::block::{BlockKey, TaskIndex};
 use crate::error::DaisyError;
 use crate::worker_timeline::WorkerExit;
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What policy needs to know of one worker.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -110,6 +110,18 @@ pub fn retiree<'a>(
         .filter(|(_, w)| w.alive && w.task != needy && w.waiting && !w.retire)
         .map(|(id, _)| id)
         .next()
+}
+
+/// How long a worker may wait for a block before it is handed back: the
+/// task's own `idle_timeout`, else the run's, else its spawner's default
+/// (remote spawners have one: an idle node is a node someone else could
+/// use); None: it waits as long as its task has blocks to come.
+pub fn idle_timeout(
+    task: Option<Duration>,
+    run: Option<Duration>,
+    spawner: Option<Duration>,
+) -> Option<Duration> {
+    task.or(run).or(spawner)
 }
 
 /// Blocks whose deadline has passed at `now`.
@@ -283,7 +295,15 @@ pub fn after_check_error(e: DaisyError, block: Option<u64>) -> Result<bool, Dais
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+
+    #[test]
+    fn the_tasks_idle_timeout_wins_then_the_runs_then_the_spawners() {
+        let s = |n| Some(Duration::from_secs(n));
+        assert_eq!(idle_timeout(s(1), s(2), s(3)), s(1));
+        assert_eq!(idle_timeout(None, s(2), s(3)), s(2));
+        assert_eq!(idle_timeout(None, None, s(3)), s(3));
+        assert_eq!(idle_timeout(None, None, None), None);
+    }
 
     fn worker(task: TaskIndex) -> WorkerFlags {
         WorkerFlags {

@@ -555,6 +555,7 @@ impl<H> State<H> {
                 spawner: self.config.tasks[t as usize].spawner.clone(),
                 launcher_startup: self.launchers[t as usize].startup,
                 cold_start_reason: self.launchers[t as usize].cold_reason.clone(),
+                idle_timeout: self.idle_timeout(t).map(|d| d.as_secs_f64()),
                 ..WorkerSummary::fold(
                     self.timelines
                         .iter()
@@ -567,6 +568,17 @@ impl<H> State<H> {
             (0..self.scheduler.pipeline().len() as TaskIndex)
                 .map(|t| self.scheduler.task_state(t).worker_start_count as u32)
                 .collect(),
+        )
+    }
+
+    /// How long a worker of task `t` may wait for a block before it is
+    /// handed back (see [`policy::idle_timeout`]).
+    pub fn idle_timeout(&self, t: TaskIndex) -> Option<std::time::Duration> {
+        let rt = &self.config.tasks[t as usize];
+        policy::idle_timeout(
+            rt.idle_timeout,
+            self.config.idle_timeout,
+            rt.spawner_idle_timeout,
         )
     }
 
@@ -616,6 +628,8 @@ pub(crate) mod test_support {
             gpu_tracking: false,
             spawner: "local".into(),
             payload_sha256: None,
+            idle_timeout: None,
+            spawner_idle_timeout: None,
         };
         let config = ServerConfig {
             host: "127.0.0.1".into(),
@@ -629,6 +643,7 @@ pub(crate) mod test_support {
             stop_all: Vec::new(),
             tick: crate::server::TICK,
             liveness_timeout: crate::liveness::DEFAULT_TIMEOUT,
+            idle_timeout: None,
         };
         let addr = "127.0.0.1:1".parse().unwrap();
         State::new(Scheduler::new(pipeline.unwrap()), config, (), addr)
