@@ -156,6 +156,77 @@ def test_slurm_cancelled_job_is_retried_and_replaced(tmp_path, slurm):
     assert our_jobs() == []
 
 
+def idle_pipeline(tmp_path, idle_timeout):
+    """A slow upstream on two SLURM workers and a fast downstream whose
+    workers wait for it, handed back after ``idle_timeout``."""
+    out = np.lib.format.open_memmap(tmp_path / "idle.npy", mode="w+", dtype=np.int64, shape=(16,))
+    out[:] = -1
+    del out
+    path = str(tmp_path / "idle.npy")
+
+    def slow(block):
+        time.sleep(0.6)
+
+    def fast(block):
+        arr = np.load(path, mmap_mode="r+")
+        arr[block.block_id[1]] = block.block_id[1]
+        arr.flush()
+
+    a = line_task("a", 16, process_function=slow, max_workers=2, spawner=daisy.SlurmSpawner(cpus=1))
+    b = line_task(
+        "b",
+        16,
+        process_function=fast,
+        max_workers=2,
+        spawner=daisy.SlurmSpawner(cpus=1, idle_timeout=idle_timeout),
+        upstream_tasks=[a],
+    )
+    return [a, b], path
+
+
+def test_slurm_idle_jobs_are_handed_back_and_a_cancelled_job_loses_nothing(tmp_path, slurm):
+    # the same pipeline, idle jobs kept (the default switched off) ...
+    daisy.set_tracking_basedir(tmp_path / "kept")
+    tasks, _ = idle_pipeline(tmp_path, None)
+    kept = daisy.Server()
+    assert all(s.all_completed for s in kept.run_blockwise(tasks, progress=False).values())
+    assert kept.last_report is not None
+    kept_b = kept.last_report["b"].workers
+    assert kept_b.handed_back == 0 and kept_b.count <= 2, kept_b.exits
+
+    # ... and handed back after 0.3 s, with one of b's jobs cancelled from
+    # outside while it runs
+    daisy.set_tracking_basedir(tmp_path / "handed")
+    tasks, path = idle_pipeline(tmp_path, 0.3)
+    cancelled: list[str] = []
+
+    def cancel_a_b_job():
+        deadline = time.time() + 60
+        while time.time() < deadline and not cancelled:
+            jobs = [j for j in jobs_or_none() if "-b-" in j]
+            if jobs:
+                subprocess.run(["scancel", "--name", jobs[0]], check=False)
+                cancelled.append(jobs[0])
+            time.sleep(0.3)
+
+    t = threading.Thread(target=cancel_a_b_job)
+    t.start()
+    server = daisy.Server()
+    states = server.run_blockwise(tasks, progress=False)
+    t.join()
+    assert cancelled
+    assert all(s.all_completed for s in states.values()), states
+    assert (np.load(path) == np.arange(16)).all(), "a block of b went missing"
+    assert server.last_report is not None
+    b = server.last_report["b"].workers
+    assert b.spawner == "slurm" and b.idle_timeout == pytest.approx(0.3)
+    assert b.handed_back >= 1, b.exits
+    assert b.count <= b.handed_back + b.exits.get("error", 0) + 2, b.exits
+    assert b.idle_seconds < kept_b.idle_seconds, (b.idle_seconds, kept_b.idle_seconds)
+    time.sleep(0.5)
+    assert our_jobs() == []
+
+
 @pytest.fixture(scope="module")
 def dask_cluster():
     from distributed import LocalCluster

@@ -1,0 +1,120 @@
+"""SLURM worker figures for benchmarks/RESULTS.md (issue 31), on the real
+single-node cluster the tests start (`tests/slurm_cluster.py`; needs root
+and Debian's slurmctld, slurmd and munge, as `make system-deps` installs):
+
+- time to the first block of 16 SLURM workers, and the jobs submitted;
+- idle worker-seconds of a downstream task waiting on a slow upstream,
+  with and without an ``idle_timeout``.
+
+Run: ``python benchmarks/slurm_workers.py [--rounds N]``. It prints one
+Markdown table row per figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from slurm_cluster import slurm_cluster  # noqa: E402
+
+import daisy  # noqa: E402
+
+
+def _nothing(block: daisy.Block) -> None:
+    time.sleep(0.5)
+
+
+def _slow(block: daisy.Block) -> None:
+    time.sleep(0.6)
+
+
+def _fast(block: daisy.Block) -> None:
+    pass
+
+
+def _line(task_id: str, n: int, **kwargs: object) -> daisy.Task:
+    return daisy.Task(
+        task_id,
+        total_roi=daisy.Roi((0,), (10 * n,)),
+        read_roi=daisy.Roi((0,), (10,)),
+        write_roi=daisy.Roi((0,), (10,)),
+        max_retries=0,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def first_block(tmp: Path) -> tuple[float, int]:
+    """Seconds from the run's start to its first block handed to a worker,
+    for 16 workers of one task on SLURM; and the workers started."""
+    daisy.set_tracking_basedir(tmp / f"first-{time.monotonic_ns()}")
+    task = _line(
+        "first", 32, process_function=_nothing, max_workers=16, spawner=daisy.SlurmSpawner(cpus=1)
+    )
+    server = daisy.Server()
+    server.run_blockwise([task], progress=False)
+    report = server.last_report
+    assert report is not None
+    t = report["first"]
+    assert t.first_block_at is not None
+    return t.first_block_at - t.started_at, t.workers.count
+
+
+def idle(tmp: Path, idle_timeout: float | None) -> tuple[float, int, int, float]:
+    """Idle worker-seconds, workers started and handed back of the
+    downstream task, and the run's wall."""
+    daisy.set_tracking_basedir(tmp / f"idle-{time.monotonic_ns()}")
+    a = _line("a", 16, process_function=_slow, max_workers=2, spawner=daisy.SlurmSpawner(cpus=1))
+    b = _line(
+        "b",
+        16,
+        process_function=_fast,
+        max_workers=2,
+        upstream_tasks=[a],
+        spawner=daisy.SlurmSpawner(cpus=1, idle_timeout=idle_timeout),
+    )
+    server = daisy.Server()
+    begun = time.monotonic()
+    states = server.run_blockwise([a, b], progress=False)
+    wall = time.monotonic() - begun
+    assert all(s.all_completed for s in states.values()), states
+    report = server.last_report
+    assert report is not None
+    w = report["b"].workers
+    return w.idle_seconds, w.count, w.handed_back, wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as d, slurm_cluster(Path(d) / "slurm") as env:
+        os.environ["SLURM_CONF"] = env["SLURM_CONF"]
+        os.chdir(d)
+        tmp = Path(d)
+        firsts = [first_block(tmp) for _ in range(args.rounds)]
+        secs = [f for f, _ in firsts]
+        print(
+            "| first block, 16 workers, one job per worker | "
+            f"median {statistics.median(secs):.2f} s "
+            f"(min {min(secs):.2f}, max {max(secs):.2f}) | {firsts[0][1]} jobs per run |"
+        )
+        for timeout in (None, 0.5):
+            runs = [idle(tmp, timeout) for _ in range(args.rounds)]
+            med = statistics.median(r[0] for r in runs)
+            print(
+                f"| downstream idle worker-seconds, idle_timeout={timeout} | median {med:.2f} "
+                f"({', '.join(f'{r[0]:.2f}' for r in runs)}) | workers started "
+                f"{[r[1] for r in runs]}, handed back {[r[2] for r in runs]}, wall "
+                f"{statistics.median(r[3] for r in runs):.1f} s |"
+            )
+
+
+if __name__ == "__main__":
+    main()
