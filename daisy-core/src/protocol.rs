@@ -16,8 +16,9 @@
 //!   Hello{token, task_id, worker_id} ───▶  checks the run token first; a
 //!                                   ◀───   Welcome{resource_tracking, gpu_tracking}
 //!                                          (or Error + close)
-//!   AcquireBlock                     ───▶  waits until a block is ready or
-//!                                   ◀───   the task is finished:
+//!   AcquireBlock                     ───▶  waits until a block is ready, the
+//!                                   ◀───   task is finished or the worker's
+//!                                          idle timeout passed:
 //!                                          SendBlock{block} | NoMoreBlocks
 //!   ReleaseBlock{block}              ───▶  ReleaseAck
 //!   BlockFailed{block, error}        ───▶  ReleaseAck

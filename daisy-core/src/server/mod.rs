@@ -36,7 +36,9 @@
 //! clients.
 //!
 //! ## Ending
-//! When every task is finished, waiting workers get `NoMoreBlocks` and exit;
+//! When every task is finished, waiting workers get `NoMoreBlocks` and exit
+//! (so does a worker that waited its task's idle timeout for a block: it is
+//! handed back, and staffing starts another when blocks are ready again);
 //! stragglers are killed after [`TEARDOWN_GRACE`]. When the tick hook
 //! stops the run (Ctrl-C in the driver), every worker's process group is
 //! killed at once, and the run ends after at most [`INTERRUPT_GRACE`].
