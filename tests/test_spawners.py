@@ -308,3 +308,74 @@ def test_dask_hung_block_is_stopped_and_retried(tmp_path, dask_cluster):
         assert len(pids) == 2
         futures = [client.submit(os.getpid, pure=False, workers=[w]) for w in pids]
         assert sorted(f.result(timeout=30) for f in futures) == sorted(pids.values())
+
+
+def test_slurm_eight_workers_in_two_jobs_fork_from_one_launcher(tmp_path, slurm):
+    """Issue 31: ``workers_per_job=4`` runs 8 workers as 2 jobs, the
+    workers of a job forked milliseconds apart, with the same output as a
+    job per worker; a worker killed inside a job is replaced inside it."""
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    out = np.lib.format.open_memmap(tmp_path / "jobs.npy", mode="w+", dtype=np.int64, shape=(64,))
+    out[:] = -1
+    del out
+    path = str(tmp_path / "jobs.npy")
+    killed = str(tmp_path / "killed")
+
+    def work(block):
+        (pids / str(os.getpid())).touch()
+        time.sleep(0.2)
+        if block.block_id[1] == 20 and not os.path.exists(killed):
+            open(killed, "x").close()
+            os.kill(os.getpid(), 9)  # a worker dies inside its job
+        arr = np.load(path, mmap_mode="r+")
+        arr[block.block_id[1]] = block.block_id[1]
+        arr.flush()
+
+    task = line_task(
+        "a",
+        64,
+        process_function=work,
+        max_workers=8,
+        max_retries=1,
+        spawner=daisy.SlurmSpawner(workers_per_job=4),
+    )
+    server = daisy.Server()
+    states = server.run_blockwise([task], progress=False)
+    assert states["a"].completed_count == 64, states
+    assert (np.load(path) == np.arange(64)).all(), "a block went missing"
+    assert os.path.exists(killed)
+    w = server.last_report["a"].workers
+    assert len(w.jobs) == 2, w.jobs
+    assert sorted(len(j.workers) for j in w.jobs) == [4, 5], w.jobs  # the replacement
+    for job in w.jobs:
+        assert job.job_id.isdigit(), job  # SLURM's job id
+        assert job.queue_wait is not None and job.launcher_startup is not None
+        first_four = job.starts[:4]
+        assert len(first_four) == 4
+        # the 2nd-4th workers start within 50 ms of the first: forked
+        assert first_four[-1] - first_four[0] < 0.05, job.starts
+        for worker in job.workers:
+            assert w.by_id[worker].job_id == job.job_id
+    assert w.warm_starts == 9 and w.count == 9, (w.warm_starts, w.count)
+    assert w.exits.get("error", 0) == 1, w.exits
+    assert len(list(pids.iterdir())) == 9
+    assert "9 workers in 2 jobs; queue wait mean" in server.last_report.render()
+    time.sleep(0.5)
+    assert our_jobs() == []
+
+
+def test_slurm_workers_per_job_is_checked_when_the_spawner_is_built():
+    with pytest.raises(ValueError, match="workers_per_job"):
+        daisy.SlurmSpawner(workers_per_job=0)
+    with pytest.raises(ValueError, match="workers_per_job"):
+        daisy.SlurmSpawner(workers_per_job=2.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="mem"):
+        daisy.SlurmSpawner(workers_per_job=2, mem="lots")
+    args = daisy.SlurmSpawner(cpus=2, mem="3G", workers_per_job=4).job_commands(
+        "tag", __import__("pathlib").Path("/logs/a/payload.pkl")
+    )
+    assert args is not None
+    assert "--cpus-per-task" in args.args and "8" in args.args and "12G" in args.args
+    assert daisy.SlurmSpawner().job_commands("tag", __import__("pathlib").Path("/x")) is None

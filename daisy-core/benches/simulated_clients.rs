@@ -90,6 +90,7 @@ fn run(n: usize) -> Figures {
             requires: BTreeMap::new(),
             worker: None,
             launcher: None,
+            job: None,
             resource_tracking: false,
             gpu_tracking: false,
             spawner: "external".into(),

@@ -27,6 +27,11 @@
 //!   Disconnect                       ───▶  (closes)
 //! ```
 //!
+//! A job hosting several workers (`server::jobs`) runs a node launcher
+//! that opens its own connection with `LauncherHello{token, job}`; after
+//! it the connection carries the launcher's JSON lines (fork requests and
+//! their replies, as on a local launcher's socket), not these frames.
+//!
 //! A connection whose first message is not a `Hello` with the run's token is
 //! closed without a reply: a stray or malicious client can neither take nor
 //! release blocks. Error text is capped at [`MAX_ERROR_BYTES`] so a huge
@@ -101,6 +106,19 @@ pub enum ClientMessage {
     },
     /// The worker is done and closes the connection.
     Disconnect,
+    /// First message of a job's node launcher (`server::jobs`): the
+    /// connection then carries the launcher's conversation (JSON lines,
+    /// as a local launcher's socket does) instead of a worker's. Last of
+    /// the variants, so the others keep their numbers on the wire.
+    LauncherHello {
+        /// The run's secret token.
+        token: String,
+        /// The job's number in the run, from its context.
+        job: u32,
+        /// The batch system's id of the job (`SLURM_JOB_ID`), for the
+        /// report; None where there is none.
+        batch_job_id: Option<String>,
+    },
 }
 
 /// Messages the server sends.
@@ -149,6 +167,25 @@ pub fn codec() -> LengthDelimitedCodec {
 /// Encode a message into one frame payload.
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, postcard::Error> {
     postcard::to_stdvec(msg)
+}
+
+/// The framed bytes of a [`ClientMessage::LauncherHello`] (the length
+/// prefix and the message), for a node launcher written in another
+/// language to open its conversation with.
+pub fn launcher_hello_frame(
+    token: &str,
+    job: u32,
+    batch_job_id: Option<&str>,
+) -> Result<Vec<u8>, postcard::Error> {
+    let body = encode(&ClientMessage::LauncherHello {
+        token: token.to_string(),
+        job,
+        batch_job_id: batch_job_id.map(str::to_string),
+    })?;
+    let len = u32::try_from(body.len()).map_err(|_| postcard::Error::SerializeBufferFull)?;
+    let mut frame = len.to_be_bytes().to_vec();
+    frame.extend(body);
+    Ok(frame)
 }
 
 /// Decode one frame payload.
@@ -350,6 +387,32 @@ mod tests {
         let junk = [0xffu8, 0x13, 0x37, 0x00, 0x42];
         assert!(decode::<ClientMessage>(&junk).is_err());
         assert!(decode::<ClientMessage>(&[]).is_err());
+    }
+
+    #[test]
+    fn a_launcher_hello_frame_decodes_as_the_server_reads_it() {
+        let frame = launcher_hello_frame("tok", 3, Some("4711")).unwrap();
+        let mut codec = codec();
+        codec.set_max_frame_length(MAX_HELLO_BYTES);
+        let mut buf = tokio_util::bytes::BytesMut::from(&frame[..]);
+        let body = codec.decode(&mut buf).unwrap().unwrap();
+        assert!(buf.is_empty(), "one frame, nothing more");
+        assert_eq!(
+            decode::<ClientMessage>(&body).unwrap(),
+            ClientMessage::LauncherHello {
+                token: "tok".into(),
+                job: 3,
+                batch_job_id: Some("4711".into()),
+            }
+        );
+        // the worker messages kept their numbers: a hello still starts at 0
+        let hello = encode(&ClientMessage::Hello {
+            token: "t".into(),
+            task_id: "a".into(),
+            worker_id: None,
+        })
+        .unwrap();
+        assert_eq!(hello[0], 0);
     }
 
     #[test]

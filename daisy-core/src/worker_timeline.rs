@@ -75,6 +75,7 @@ pub struct WorkerTimeline {
     teardown: Option<f64>,
     exit: Option<WorkerExit>,
     exited: Option<Instant>,
+    job_id: Option<String>,
 }
 
 /// One worker's figures, as the report writes them (seconds).
@@ -102,6 +103,32 @@ pub struct WorkerRecord {
     /// (cold: there was no other way then).
     #[serde(default)]
     pub start: StartKind,
+    /// The job that hosted it, where workers share jobs
+    /// (`workers_per_job`): the batch system's job id (SLURM's), or
+    /// `"job N"` where it gave none. Absent from lines written before
+    /// daisy 2.1, and for workers that had a process (or job) of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+}
+
+/// One job that hosted several workers of a task (`workers_per_job`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct JobRecord {
+    /// The batch system's job id, or `"job N"` (N: its number in the run)
+    /// where it gave none.
+    pub job_id: String,
+    /// The workers it hosted, by id (replacements included).
+    pub workers: Vec<u32>,
+    /// Seconds from its submission to its launcher connecting: the queue
+    /// wait and the interpreter's start. None: it never connected (it was
+    /// cancelled, or failed, in the queue).
+    pub queue_wait: Option<f64>,
+    /// Seconds from its launcher connecting to it having loaded the
+    /// function (ready to fork); None if it never was.
+    pub launcher_startup: Option<f64>,
+    /// Seconds from the launcher being ready to each of its workers'
+    /// starts, in order (forked ones start milliseconds apart).
+    pub starts: Vec<f64>,
 }
 
 impl WorkerTimeline {
@@ -123,7 +150,20 @@ impl WorkerTimeline {
             teardown: None,
             exit: None,
             exited: None,
+            job_id: None,
         }
+    }
+
+    /// How the worker's process was started, learnt after the request: a
+    /// job's worker, whose startup keeps counting from the request (the
+    /// job's queue wait is part of it, as a job of its own is).
+    pub fn started_as(&mut self, start: StartKind) {
+        self.start = start;
+    }
+
+    /// The job hosting this worker (see [`WorkerRecord::job_id`]).
+    pub fn set_job(&mut self, job_id: &str) {
+        self.job_id = Some(job_id.to_string());
     }
 
     /// The worker's process exists from `now` on, started the `start`
@@ -239,6 +279,7 @@ impl WorkerTimeline {
             teardown: self.teardown,
             exit: self.exit,
             start: self.start,
+            job_id: self.job_id.clone(),
         }
     }
 }
@@ -290,6 +331,16 @@ pub struct WorkerSummary {
     /// daisy 2.1.
     #[serde(default)]
     pub idle_timeout: Option<f64>,
+    /// The jobs that hosted several workers each (`workers_per_job`), in
+    /// order; empty where every worker had a process (or job) of its own.
+    /// Absent from lines written before daisy 2.1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<JobRecord>,
+    /// The jobs' queue waits, one sample per job that connected;
+    /// no samples without such jobs. Absent from lines written before
+    /// daisy 2.1.
+    #[serde(default)]
+    pub job_queue_wait: StatSummary,
 }
 
 impl WorkerSummary {
@@ -347,6 +398,8 @@ impl WorkerSummary {
             cold_start_reason: None,
             idle_seconds,
             idle_timeout: None,
+            jobs: Vec::new(),
+            job_queue_wait: StatSummary::default(),
         }
     }
 }

@@ -69,6 +69,7 @@ fn config(token: &str) -> ServerConfig {
         requires: BTreeMap::new(),
         worker: None,
         launcher: None,
+        job: None,
         resource_tracking: false,
         gpu_tracking: false,
         spawner: "external".into(),

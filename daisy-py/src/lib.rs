@@ -94,6 +94,44 @@ fn validated_task_id(task_id: String) -> PyResult<String> {
     Ok(task_id)
 }
 
+/// `workers_per_job` checked by the core's rule (`server::jobs`): a whole
+/// number from 1 to the most one job may host (`ValueError` naming it).
+#[pyfunction]
+fn validated_workers_per_job(workers_per_job: i64) -> PyResult<u32> {
+    use errors::IntoPyResult;
+    daisy_core::server::jobs::check_workers_per_job(workers_per_job).py()
+}
+
+/// The bytes a job's node launcher opens its connection with (a framed
+/// `LauncherHello`, see `daisy_core::protocol`).
+#[pyfunction]
+#[pyo3(signature = (token, job, batch_job_id=None))]
+fn launcher_hello(
+    py: Python<'_>,
+    token: &str,
+    job: u32,
+    batch_job_id: Option<&str>,
+) -> PyResult<Py<PyAny>> {
+    use errors::IntoPyResult;
+    let frame = daisy_core::protocol::launcher_hello_frame(token, job, batch_job_id)
+        .map_err(|e| daisy_core::DaisyError::invalid("token", e.to_string()))
+        .py()?;
+    Ok(pyo3::types::PyBytes::new(py, &frame).into_any().unbind())
+}
+
+/// Have the kernel watch the peer of the TCP socket `fd` as every daisy
+/// connection is watched (`daisy_core::liveness::watch`): a job's launcher
+/// whose driver host died leaves after `liveness_timeout` seconds.
+#[pyfunction]
+fn watch_liveness(fd: i32, liveness_timeout: f64) -> PyResult<()> {
+    use errors::IntoPyResult;
+    let timeout = daisy_core::liveness::timeout_from_secs(liveness_timeout).py()?;
+    // SAFETY: the caller's socket object owns `fd` and keeps it open for
+    // the duration of this call; it is only borrowed here
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    daisy_core::liveness::watch(&fd, timeout).map_err(PyErr::from)
+}
+
 /// In a worker process leading its own group: the whole group is killed
 /// when the worker's parent dies (see `daisy_core::process_group`).
 #[pyfunction]
@@ -132,6 +170,9 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(validated_liveness_timeout, m)?)?;
     m.add_function(wrap_pyfunction!(validated_task_id, m)?)?;
     m.add_function(wrap_pyfunction!(group_dies_with_parent, m)?)?;
+    m.add_function(wrap_pyfunction!(validated_workers_per_job, m)?)?;
+    m.add_function(wrap_pyfunction!(launcher_hello, m)?)?;
+    m.add_function(wrap_pyfunction!(watch_liveness, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::read_tracking_array, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::history_file, m)?)?;
     m.add_function(wrap_pyfunction!(py_stats::store_wall_percentiles, m)?)?;

@@ -17,6 +17,7 @@ use crate::py_task_options::PyTaskOptions;
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
 use daisy_core::serial::Measure;
+use daisy_core::server::config::JobCommand;
 use daisy_core::server::{
     LogMode, RunHooks, RunSnapshot, ServerConfig, TaskRuntime, WorkerCommand, run_server,
 };
@@ -47,9 +48,12 @@ impl PyTaskConfig {
     /// `options` are the task's run options as the core checked them
     /// (`daisy._daisy.TaskOptions`); `spawner_idle_timeout` the spawner's
     /// idle timeout in seconds, for when neither the task nor the run sets
-    /// one.
+    /// one. `job_program`/`job_args`/`job_stop`, where given, are the
+    /// command of a job hosting up to `workers_per_job` workers (its node
+    /// launcher reads the payload file; `{job}` and `{task_id}` are
+    /// expanded).
     #[new]
-    #[pyo3(signature = (task_id, options, *, program, args, stdin, stop, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, payload_sha256=None, spawner_idle_timeout=None))]
+    #[pyo3(signature = (task_id, options, *, program, args, stdin, stop, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, payload_sha256=None, spawner_idle_timeout=None, job_program=None, job_args=Vec::new(), job_stop=Vec::new(), workers_per_job=1))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         task_id: String,
@@ -65,7 +69,13 @@ impl PyTaskConfig {
         launcher_args: Option<Vec<String>>,
         payload_sha256: Option<String>,
         spawner_idle_timeout: Option<f64>,
+        job_program: Option<PathBuf>,
+        job_args: Vec<String>,
+        job_stop: Vec<String>,
+        workers_per_job: i64,
     ) -> PyResult<Self> {
+        let workers_per_job =
+            daisy_core::server::jobs::check_workers_per_job(workers_per_job).py()?;
         // one copy of the payload, shared by every worker and the launcher
         let stdin: Arc<[u8]> = stdin.into();
         let options = &options.options;
@@ -85,6 +95,16 @@ impl PyTaskConfig {
                     .transpose()
                     .py()?,
                 requires: options.requires.clone(),
+                job: job_program.map(|program| JobCommand {
+                    command: WorkerCommand {
+                        program,
+                        args: job_args,
+                        env: Vec::new(),
+                        stdin: Arc::from(Vec::new()),
+                        stop: job_stop,
+                    },
+                    workers_per_job,
+                }),
                 launcher: program.as_ref().zip(launcher_args).map(|(program, args)| {
                     WorkerCommand {
                         program: program.clone(),

@@ -38,6 +38,19 @@ says which. Threads that the native pools of numerical libraries start
 libraries rebuild their pools in a forked child (tested with numpy,
 blosc2, zarr and dask in ``tests/test_warm_start.py``).
 
+**A job's node launcher** (``python -m daisy._launcher --job --payload
+FILE``, run inside a batch job that hosts several workers, see
+``SlurmSpawner(workers_per_job=...)``) talks the same conversation over a
+TCP connection it opens to the server, which it starts with a framed
+``LauncherHello`` (the run token and the job's number from
+``DAISY_JOB_CONTEXT``, and ``SLURM_JOB_ID``). No descriptors travel: it
+opens each worker's log files itself, on the shared file system. The
+server may also ask ``{"kill": N}``: it cannot signal a process on this
+node. Where forking is unsafe it does not leave: it starts each worker as
+a fresh interpreter (``daisy._worker``) and says ``"cold": true`` with
+``forked``. When the connection ends it kills what is left of its workers
+and leaves, and the job ends with it.
+
 After the fork the child takes its own process group, dies with the
 launcher (which dies with the driver), points its stdout and stderr at the
 descriptors it was sent, reseeds numpy's global random generator (a cold
@@ -51,9 +64,12 @@ import io
 import json
 import os
 import selectors
+import signal
 import socket
+import subprocess
 import sys
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -62,6 +78,10 @@ from daisy.context import Context
 
 #: environment variable holding the number of the launcher's socket
 FD_VARIABLE = "DAISY_LAUNCHER_FD"
+
+#: environment variable holding a job launcher's context (the core's
+#: ``supervision::JOB_CONTEXT_VARIABLE``)
+JOB_CONTEXT_VARIABLE = "DAISY_JOB_CONTEXT"
 
 #: a request is a short line; anything longer is not from our server
 MAX_REQUEST_BYTES = 1 << 20
@@ -216,6 +236,170 @@ class Launcher:
         _worker.leave(code, forked=True)
 
 
+class JobLauncher(Launcher):
+    """A job's node launcher: the conversation over TCP, no descriptors
+    (it opens its workers' log files), kills on request, and fresh
+    interpreters instead of forks where forking is unsafe."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        function: Any,
+        post_check: Any,
+        job_context: dict[str, Any],
+        payload_path: str,
+        cold_reason: str | None,
+    ) -> None:
+        super().__init__(sock, function, post_check)
+        self.job_context = job_context
+        self.payload_path = payload_path
+        #: why workers start as fresh interpreters here (None: forked)
+        self.cold_reason = cold_reason
+        #: the fresh interpreters started, by worker id
+        self.started: dict[int, subprocess.Popen[bytes]] = {}
+
+    def read_requests(self) -> bool:
+        """Read what the server sent and act on whole lines; False at the
+        end of the conversation."""
+        try:
+            data = self.sock.recv(65536)
+        except OSError:
+            return False  # the driver's host went away (liveness)
+        if not data:
+            return False
+        self.buffer += data
+        if len(self.buffer) > MAX_REQUEST_BYTES:
+            raise ValueError("the server sent an overlong request")
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            request = json.loads(line)
+            if "kill" in request:
+                self.kill(int(request["kill"]))
+                continue
+            worker_id = int(request["worker_id"])
+            out, err = self.outputs(worker_id)
+            try:
+                if self.cold_reason is None:
+                    if not self.fork(worker_id, str(request["context"]), out, err):
+                        return False
+                else:
+                    self.start_cold(worker_id, str(request["context"]), out, err)
+            finally:
+                for fd in (out, err):
+                    if fd > 2:
+                        os.close(fd)
+        return True
+
+    def outputs(self, worker_id: int) -> tuple[int, int]:
+        """The worker's stdout and stderr: its log files in the task's log
+        directory (appended, private, never through a link), or this
+        launcher's own (the job's output) without one."""
+        log_dir = self.job_context.get("log_dir")
+        if not log_dir:
+            return os.dup(1), os.dup(2)
+        task_dir = os.path.join(log_dir, str(self.job_context["task_id"]))
+        stem = f"worker_{worker_id}"
+        header = (
+            f"--- daisy: {stem} of task {self.job_context['task_id']} started "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} (job "
+            f"{os.environ.get('SLURM_JOB_ID', self.job_context['job'])} on "
+            f"{socket.gethostname()}) ---\n"
+        ).encode()
+        fds = []
+        for suffix in ("out", "err"):
+            fd = os.open(
+                os.path.join(task_dir, f"{stem}.{suffix}"),
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+            )
+            os.write(fd, header)
+            fds.append(fd)
+        return fds[0], fds[1]
+
+    def start_cold(self, worker_id: int, context: str, out: int, err: int) -> None:
+        """Start worker ``worker_id`` as a fresh interpreter in this job."""
+        env = dict(os.environ, **{Context.ENV_VARIABLE: context})
+        child = subprocess.Popen(
+            [sys.executable, "-m", "daisy._worker", "--payload", self.payload_path],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=env,
+            start_new_session=True,
+        )
+        handle = os.pidfd_open(child.pid)
+        # kept, so that the Popen object never reaps it behind our back
+        self.started[worker_id] = child
+        self.children[worker_id] = (child.pid, handle)
+        self.selector.register(handle, selectors.EVENT_READ, worker_id)
+        self.say(event="forked", worker_id=worker_id, pid=child.pid, cold=True)
+
+    def kill(self, worker_id: int) -> None:
+        """Kill worker ``worker_id`` and what it started (its end is
+        reported when it is reaped)."""
+        child = self.children.get(worker_id)
+        if child is not None:
+            try:
+                os.killpg(child[0], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def kill_all(self) -> None:
+        """The conversation ended: no worker outlives it."""
+        for worker_id in list(self.children):
+            self.kill(worker_id)
+
+
+def connect_job(job_context: dict[str, Any]) -> socket.socket:
+    """Open the job's connection to the server and say hello."""
+    from daisy._daisy import launcher_hello, watch_liveness
+
+    sock = socket.create_connection((job_context["hostname"], int(job_context["port"])))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    watch_liveness(sock.fileno(), float(job_context["liveness_timeout"]))
+    sock.sendall(
+        launcher_hello(
+            str(job_context["token"]), int(job_context["job"]), os.environ.get("SLURM_JOB_ID")
+        )
+    )
+    return sock
+
+
+def main_job(payload_path: str) -> int:
+    """A job's node launcher: connect, load the payload file (checked
+    against its digest), then serve the server's requests."""
+    from daisy._daisy import read_payload
+
+    _worker.log_daisy_messages()
+    job_context = json.loads(os.environ.pop(JOB_CONTEXT_VARIABLE))
+    sock = connect_job(job_context)
+    try:
+        payload = read_payload(payload_path, str(job_context["payload_sha256"]))
+        function, post_check = _worker.load_payload(payload)
+    except BaseException as e:
+        traceback.print_exc()
+        failed = f"the task's function did not load in the job's launcher: {type(e).__name__}: {e}"
+        say(sock, event="cold", reason=failed)
+        return 1
+    del payload
+    reason = fork_unsafe_reason()
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError) as e:
+        reason = f"this system cannot watch forked workers (pidfd_open: {e})"
+    if reason is not None:
+        print(
+            f"daisy job launcher: starting workers as fresh interpreters: {reason}", file=sys.stderr
+        )
+    launcher = JobLauncher(sock, function, post_check, job_context, payload_path, reason)
+    launcher.say(event="ready")
+    try:
+        launcher.serve()
+    finally:
+        launcher.kill_all()
+    return 0
+
+
 def main() -> int:
     """Load the payload from stdin, then serve fork requests."""
     _worker.log_daisy_messages()
@@ -244,7 +428,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    code = main()
+    if len(sys.argv) == 4 and sys.argv[1:3] == ["--job", "--payload"]:
+        code = main_job(sys.argv[3])
+    else:
+        code = main()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     # not the worker's leave: the launcher runs no at_worker_exit hook, and

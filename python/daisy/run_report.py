@@ -595,13 +595,17 @@ class WorkerRecord:
     exit: str | None = None
     #: "warm" (forked by the task's launcher) or "cold" (a fresh process)
     start: str = "cold"
+    #: the job that hosted it where workers share jobs (``workers_per_job``):
+    #: the batch system's job id, or "job N"; None for a worker with a
+    #: process (or job) of its own
+    job_id: str | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], strict: bool = False) -> WorkerRecord:
         """From the report JSON. ``strict``: every key must be there."""
         defaults: dict[str, Any] = {"worker_id": None, "startup": None, "blocks_ok": 0}
         defaults.update(blocks_failed=0, idle=None, compute=None)
-        defaults.update(final_wait=None, teardown=None, exit=None, start="cold")
+        defaults.update(final_wait=None, teardown=None, exit=None, start="cold", job_id=None)
         f = _fields(d, defaults, "a worker record", strict)
         return cls(
             worker_id=int(f["worker_id"]),
@@ -614,6 +618,7 @@ class WorkerRecord:
             teardown=f["teardown"],
             exit=f["exit"],
             start=str(f["start"]),
+            job_id=None if f["job_id"] is None else str(f["job_id"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -629,12 +634,56 @@ class WorkerRecord:
             "teardown": self.teardown,
             "exit": self.exit,
             "start": self.start,
+            # written only where there is one, as the core writes it
+            **({} if self.job_id is None else {"job_id": self.job_id}),
         }
 
     @property
     def blocks(self) -> int:
         """Blocks this worker handled, completed or failed."""
         return self.blocks_ok + self.blocks_failed
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job that hosted several workers of a task (``workers_per_job``),
+    in seconds."""
+
+    #: the batch system's job id, or "job N" where it gave none
+    job_id: str
+    #: the workers it hosted, by id (replacements included)
+    workers: tuple[int, ...] = ()
+    #: submission to its launcher connecting (queue wait and interpreter
+    #: start); None: it never connected
+    queue_wait: float | None = None
+    #: its launcher connecting to it having loaded the function
+    launcher_startup: float | None = None
+    #: the launcher being ready to each worker's start, in order
+    starts: tuple[float, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], strict: bool = False) -> JobRecord:
+        """From the report JSON. ``strict``: every key must be there."""
+        defaults: dict[str, Any] = {"job_id": None, "workers": [], "queue_wait": None}
+        defaults.update(launcher_startup=None, starts=[])
+        f = _fields(d, defaults, "a job record", strict)
+        return cls(
+            job_id=str(f["job_id"]),
+            workers=tuple(int(w) for w in f["workers"]),
+            queue_wait=_opt_float(f["queue_wait"]),
+            launcher_startup=_opt_float(f["launcher_startup"]),
+            starts=tuple(float(s) for s in f["starts"]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report JSON."""
+        return {
+            "job_id": self.job_id,
+            "workers": list(self.workers),
+            "queue_wait": self.queue_wait,
+            "launcher_startup": self.launcher_startup,
+            "starts": list(self.starts),
+        }
 
 
 @dataclass(frozen=True)
@@ -668,6 +717,11 @@ class WorkerSummary:
     idle_seconds: float = 0.0
     #: the idle timeout the workers ran under (seconds), or None
     idle_timeout: float | None = None
+    #: the jobs that hosted several workers each (``workers_per_job``);
+    #: empty where every worker had a process (or job) of its own
+    jobs: tuple[JobRecord, ...] = ()
+    #: the jobs' queue waits (one sample per job that connected)
+    job_queue_wait: Stat = field(default_factory=Stat)
 
     @property
     def handed_back(self) -> int:
@@ -680,7 +734,7 @@ class WorkerSummary:
         defaults: dict[str, Any] = {"count": 0, "unmanaged_clients": 0, "exits": {}, "by_id": []}
         defaults.update(dict.fromkeys(("startup", "idle", "compute", "teardown")), spawner="")
         defaults.update(warm_starts=0, launcher_startup=None, cold_start_reason=None)
-        defaults.update(idle_seconds=0.0, idle_timeout=None)
+        defaults.update(idle_seconds=0.0, idle_timeout=None, jobs=[], job_queue_wait=None)
         f = _fields({} if d is None and not strict else d, defaults, "workers", strict)
         records = [WorkerRecord.from_dict(r, strict) for r in f["by_id"]]
         return cls(
@@ -700,6 +754,8 @@ class WorkerSummary:
             ),
             idle_seconds=float(f["idle_seconds"]),
             idle_timeout=_opt_float(f["idle_timeout"]),
+            jobs=tuple(JobRecord.from_dict(j, strict) for j in f["jobs"] or ()),
+            job_queue_wait=Stat.from_dict(f["job_queue_wait"], strict),
         )
 
     def __repr__(self) -> str:
@@ -731,7 +787,25 @@ class WorkerSummary:
             "cold_start_reason": self.cold_start_reason,
             "idle_seconds": self.idle_seconds,
             "idle_timeout": self.idle_timeout,
+            # written only where there are some, as the core writes them
+            **({"jobs": [j.to_dict() for j in self.jobs]} if self.jobs else {}),
+            "job_queue_wait": self.job_queue_wait.to_dict(),
         }
+
+    def jobs_line(self) -> str | None:
+        """The jobs that hosted the workers, in words: ``8 workers in 2
+        jobs; queue wait median 1.20 s (max 1.50 s)``; None without such
+        jobs."""
+        if not self.jobs:
+            return None
+        hosted = sum(len(j.workers) for j in self.jobs)
+        text = f"{hosted} workers in {len(self.jobs)} jobs"
+        if self.job_queue_wait.n:
+            text += (
+                f"; queue wait mean {format_seconds(self.job_queue_wait.mean)} "
+                f"(max {format_seconds(self.job_queue_wait.max)})"
+            )
+        return text
 
     def idle_line(self) -> str:
         """The idle worker-seconds and what the idle timeout handed back:
@@ -1164,6 +1238,9 @@ class TaskReport:
             lines.append(tail)
             lines.append(f"             starts {w.starts_line()}")
             lines.append(f"             {w.idle_line()}")
+            jobs = w.jobs_line()
+            if jobs is not None:
+                lines.append(f"             {jobs}")
             lines.extend(self._worker_table(max_workers))
         elif w.unmanaged_clients:
             lines.append(f"    workers  {w.unmanaged_clients} unmanaged client(s)")

@@ -301,6 +301,7 @@ class Server(ServerObservee):
                 # private, and checked by the worker against this digest
                 payload_sha256 = write_payload(str(payload_file), payload)
             cmds = t.spawner.commands(run_tag, payload, payload_file)
+            job = t.spawner.job_commands(run_tag, payload_file) if payload_sha256 else None
             configs.append(
                 TaskConfig(
                     tid,
@@ -316,6 +317,10 @@ class Server(ServerObservee):
                     launcher_args=(t.spawner.launcher_args() if warm and t.warm_start else None),
                     payload_sha256=payload_sha256,
                     spawner_idle_timeout=t.spawner.idle_timeout,
+                    job_program=None if job is None else job.program,
+                    job_args=[] if job is None else job.args,
+                    job_stop=[] if job is None else job.stop,
+                    workers_per_job=t.spawner.workers_per_job if job is not None else 1,
                 )
             )
         resources = dict(resources or {})

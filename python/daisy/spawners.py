@@ -87,6 +87,19 @@ class Spawner:
         spawner's workers always start cold."""
         return None
 
+    #: workers one job hosts: above 1, `job_commands` says how to submit a
+    #: job running a node launcher (``python -m daisy._launcher --job
+    #: --payload FILE``) that connects back to the server and forks that
+    #: many workers from one loaded function
+    workers_per_job: int = 1
+
+    def job_commands(self, run_tag: str, payload_file: Path) -> WorkerCommands | None:
+        """The start (and stop) command of one job hosting up to
+        `workers_per_job` workers (``{job}`` and ``{task_id}`` are replaced
+        by the server; the job gets ``DAISY_JOB_CONTEXT`` in its
+        environment), or None: every worker has a job of its own."""
+        return None
+
 
 class LocalSpawner(Spawner):
     """Worker processes on this machine (the default): ``python -m
@@ -108,6 +121,26 @@ class LocalSpawner(Spawner):
 def job_name(run_tag: str) -> str:
     """The SLURM job name of a worker (placeholders for the server)."""
     return f"daisy-{run_tag}-{{task_id}}-{{worker_id}}"
+
+
+def shared_job_name(run_tag: str) -> str:
+    """The SLURM job name of a job hosting several workers (placeholders
+    for the server; ``scancel-run`` finds both kinds by the prefix)."""
+    return f"daisy-{run_tag}-{{task_id}}-job{{job}}"
+
+
+def scaled_memory(mem: str, n: int) -> str:
+    """A SLURM ``--mem`` value (``"4G"``, ``"500M"``, ``"2048"``) times
+    ``n``: a job of n workers asks for n workers' memory."""
+    text = str(mem).strip()
+    digits = text.rstrip("KMGTkmgt")
+    unit = text[len(digits) :]
+    if not digits.isdigit() or len(unit) > 1:
+        raise ValueError(
+            f"mem: {mem!r} is not a SLURM memory size such as '4G' or '500M'; with "
+            "workers_per_job above 1 it is per worker and daisy multiplies it for the job"
+        )
+    return f"{int(digits) * n}{unit}"
 
 
 @dataclass
@@ -133,6 +166,14 @@ class SlurmSpawner(Spawner):
             blocks are ready); 300 by default, None to keep idle jobs.
             ``Task(idle_timeout=...)`` and ``run_blockwise(idle_timeout=...)``
             take precedence.
+        workers_per_job: workers one job hosts (1 by default: a job per
+            worker). Above 1, each job runs a node launcher that loads the
+            function once and forks its workers (milliseconds apart); a
+            worker that dies is replaced inside its job while the job
+            lives, and the job ends when its last worker has. ``cpus``,
+            ``mem`` and ``gpus`` stay per worker: the job asks for that
+            many times as much. The report gives each worker's job id and
+            each job's queue wait.
     """
 
     partition: str | None = None
@@ -144,38 +185,77 @@ class SlurmSpawner(Spawner):
     sbatch: str = "sbatch"
     scancel: str = "scancel"
     idle_timeout: float | None = REMOTE_IDLE_TIMEOUT
+    workers_per_job: int = 1
 
     is_local = False
     name = "slurm"
 
-    def commands(self, run_tag: str, payload: bytes, payload_file: Path) -> WorkerCommands:
-        """``sbatch --wait`` of a job running the worker; ``scancel`` to stop it."""
-        logs = payload_file.parent
+    def __post_init__(self) -> None:
+        from daisy._daisy import validated_workers_per_job
+
+        if isinstance(self.workers_per_job, bool) or not isinstance(self.workers_per_job, int):
+            raise ValueError(
+                f"workers_per_job: expected a whole number of workers per job, got "
+                f"{self.workers_per_job!r}"
+            )
+        self.workers_per_job = validated_workers_per_job(self.workers_per_job)
+        if self.mem and self.workers_per_job > 1:
+            scaled_memory(self.mem, self.workers_per_job)  # a bad size fails here
+
+    def _sbatch_args(self, name: str, out: Path, err: Path, n: int) -> list[str]:
         args = [
             "--wait",
             "--job-name",
-            job_name(run_tag),
+            name,
             "--output",
-            str(logs / "worker_{worker_id}.out"),
+            str(out),
             "--error",
-            str(logs / "worker_{worker_id}.err"),
+            str(err),
             "--open-mode=append",
             "--export=ALL",
         ]
         if self.partition:
             args += ["--partition", self.partition]
         if self.cpus:
-            args += ["--cpus-per-task", str(self.cpus)]
+            args += ["--cpus-per-task", str(self.cpus * n)]
         if self.mem:
-            args += ["--mem", str(self.mem)]
+            args += ["--mem", scaled_memory(self.mem, n) if n > 1 else str(self.mem)]
         if self.gpus:
-            args += [f"--gres=gpu:{self.gpus}"]
+            args += [f"--gres=gpu:{self.gpus * n}"]
         if self.time:
             args += ["--time", str(self.time)]
-        args += list(self.extra_args)
+        return args + list(self.extra_args)
+
+    def commands(self, run_tag: str, payload: bytes, payload_file: Path) -> WorkerCommands:
+        """``sbatch --wait`` of a job running the worker; ``scancel`` to stop it."""
+        logs = payload_file.parent
+        args = self._sbatch_args(
+            job_name(run_tag), logs / "worker_{worker_id}.out", logs / "worker_{worker_id}.err", 1
+        )
         worker = [sys.executable, "-m", "daisy._worker", "--payload", str(payload_file)]
         args += ["--wrap", shlex.join(worker)]
         return WorkerCommands(self.sbatch, args, stop=[self.scancel, "--name", job_name(run_tag)])
+
+    def job_commands(self, run_tag: str, payload_file: Path) -> WorkerCommands | None:
+        """With ``workers_per_job`` above 1: ``sbatch --wait`` of a job
+        running the node launcher; ``scancel`` to cancel the job."""
+        if self.workers_per_job <= 1:
+            return None
+        logs = payload_file.parent
+        name = shared_job_name(run_tag)
+        args = self._sbatch_args(
+            name, logs / "job_{job}.out", logs / "job_{job}.err", self.workers_per_job
+        )
+        launcher = [
+            sys.executable,
+            "-m",
+            "daisy._launcher",
+            "--job",
+            "--payload",
+            str(payload_file),
+        ]
+        args += ["--wrap", shlex.join(launcher)]
+        return WorkerCommands(self.sbatch, args, stop=[self.scancel, "--name", name])
 
     def stop_all(self, run_tag: str) -> list[str]:
         """Cancel every job whose name says it belongs to this run."""

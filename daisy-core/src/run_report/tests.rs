@@ -290,6 +290,7 @@ fn utilisation_is_block_seconds_over_worker_seconds() {
         teardown: Some(teardown),
         exit: None,
         start: StartKind::Cold,
+        job_id: None,
     };
     let workers = WorkerSummary {
         count: 2,
@@ -410,6 +411,7 @@ fn the_report_says_when_idle_nodes_could_have_been_handed_back() {
         teardown: Some(0.0),
         exit: None,
         start: StartKind::Cold,
+        job_id: None,
     };
     let slurm = WorkerSummary {
         spawner: "slurm".into(),

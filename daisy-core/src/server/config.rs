@@ -36,6 +36,25 @@ impl WorkerCommand {
         arg.replace("{worker_id}", &worker_id.to_string())
             .replace("{task_id}", task_id)
     }
+
+    /// Substitute `{job}` and `{task_id}` in an argument of a job's command
+    /// (`JobCommand`), so a spawner can name the job and its log files.
+    pub fn expand_job(arg: &str, task_id: &str, job: u32) -> String {
+        arg.replace("{job}", &job.to_string())
+            .replace("{task_id}", task_id)
+    }
+}
+
+/// How to start a job that hosts several workers of a task (see
+/// `server::jobs`): a batch job (`sbatch --wait ...`) running a node
+/// launcher that connects back to the server, loads the function once and
+/// forks the workers the server asks of it.
+#[derive(Clone, Debug)]
+pub struct JobCommand {
+    /// The job's local handle; `{job}` and `{task_id}` are substituted.
+    pub command: WorkerCommand,
+    /// At most this many workers share one job.
+    pub workers_per_job: u32,
 }
 
 /// Per-task runtime settings.
@@ -62,6 +81,9 @@ pub struct TaskRuntime {
     /// worker starts cold from `worker`, which is also the fallback when
     /// the launcher cannot fork.
     pub launcher: Option<WorkerCommand>,
+    /// Where set, workers start in jobs of several workers each instead of
+    /// one process (or job) per worker (`SlurmSpawner(workers_per_job=N)`).
+    pub job: Option<JobCommand>,
     /// Blocks must come back measured (`resource_tracking=True`).
     pub resource_tracking: bool,
     /// Those measurements include GPU figures (`gpu_tracking`).
@@ -201,6 +223,7 @@ mod tests {
             requires: [("gpu".to_string(), 2)].into(),
             worker: None,
             launcher: None,
+            job: None,
             resource_tracking: false,
             gpu_tracking: false,
             spawner: "local".into(),

@@ -268,13 +268,29 @@ async fn handle_connection<H: RunHooks + 'static>(
     shared.0.borrow_mut().pending_hellos[door as usize] -= 1;
     conn.codec_mut()
         .set_max_frame_length(protocol::MAX_FRAME_BYTES);
-    let Ok(Some(ClientMessage::Hello {
-        token,
-        task_id,
-        worker_id,
-    })) = hello
-    else {
-        return; // no hello: close without a word
+    let (token, task_id, worker_id) = match hello {
+        Ok(Some(ClientMessage::Hello {
+            token,
+            task_id,
+            worker_id,
+        })) => (token, task_id, worker_id),
+        Ok(Some(ClientMessage::LauncherHello {
+            token,
+            job,
+            batch_job_id,
+        })) => {
+            // a job's node launcher: its conversation continues on this
+            // connection, as JSON lines (`server::jobs`)
+            if !protocol::tokens_match(&token, &shared.0.borrow().config.token) {
+                tracing::warn!("refused a launcher with a wrong token");
+                return;
+            }
+            let parts = conn.into_parts();
+            let leftover = parts.read_buf.to_vec();
+            super::launcher::serve_job(shared, job, batch_job_id, parts.io, leftover).await;
+            return;
+        }
+        _ => return, // no hello: close without a word
     };
     let task = match admit(&shared, &token, &task_id, worker_id) {
         Ok(task) => task,
@@ -344,9 +360,11 @@ async fn handle_connection<H: RunHooks + 'static>(
                 Ok(ServerMessage::ReleaseAck)
             }
             ClientMessage::Disconnect => break,
-            ClientMessage::Hello { .. } => Ok(ServerMessage::Error {
-                message: "hello sent twice".into(),
-            }),
+            ClientMessage::Hello { .. } | ClientMessage::LauncherHello { .. } => {
+                Ok(ServerMessage::Error {
+                    message: "hello sent twice".into(),
+                })
+            }
         };
         let reply = match reply {
             Ok(reply) => reply,

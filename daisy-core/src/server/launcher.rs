@@ -30,7 +30,7 @@
 //! The server only asks; the launcher's replies are untrusted bytes (a
 //! line that does not parse turns warm starts off, nothing panics).
 
-use super::state::{ExitEvent, ForkRequest, LauncherPhase, Shared, State};
+use super::state::{ExitEvent, ForkRequest, LauncherPhase, LauncherRequest, Shared, State};
 use super::supervision;
 use crate::block::TaskIndex;
 use crate::worker_timeline::StartKind;
@@ -41,10 +41,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Instant;
-use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 /// The longest line a launcher may send: its replies are a few dozen
 /// bytes, a reason a few hundred; a launcher that sends more is broken.
@@ -67,12 +68,19 @@ pub const LAUNCHER_GRACE: std::time::Duration = std::time::Duration::from_secs(2
 /// task's next workers start cold.
 pub const FORK_REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// What the server writes for a [`ForkRequest`], one JSON line (the
-/// descriptors travel beside it).
+/// What the server writes for a [`ForkRequest`], one JSON line (to a
+/// local launcher the descriptors travel beside it).
 #[derive(Serialize)]
 struct RequestLine<'a> {
     worker_id: u32,
     context: &'a str,
+}
+
+/// What the server writes to have a job's launcher kill one of its
+/// workers, one JSON line.
+#[derive(Serialize)]
+struct KillLine {
+    kill: u32,
 }
 
 /// What a launcher says, one JSON line each.
@@ -92,6 +100,10 @@ pub enum Reply {
         worker_id: u32,
         /// The worker's pid (also its process group).
         pid: u32,
+        /// A job's launcher that cannot fork starts the worker as a fresh
+        /// interpreter instead, and says so here.
+        #[serde(default)]
+        cold: bool,
     },
     /// A forked worker ended.
     Exited {
@@ -120,7 +132,7 @@ pub fn request<H>(st: &mut State<H>, task: TaskIndex, req: ForkRequest) {
     if let LauncherPhase::Active { requests, .. } = &st.launchers[task as usize].phase {
         // a closed queue: the launcher's task already ended, and with it
         // warm starts; the next tick starts this worker cold
-        let _ = requests.send(req);
+        let _ = requests.send(LauncherRequest::Fork(req));
     }
 }
 
@@ -182,6 +194,7 @@ pub fn start_wanted<H: 'static>(shared: &Shared<H>, exit_tx: &mpsc::UnboundedSen
                 let session = Session {
                     shared: shared.clone(),
                     task: t,
+                    host: Host::Task,
                     exit_tx: exit_tx.clone(),
                     started,
                 };
@@ -192,7 +205,9 @@ pub fn start_wanted<H: 'static>(shared: &Shared<H>, exit_tx: &mpsc::UnboundedSen
                 let mut st = shared.0.borrow_mut();
                 let mut queued = Vec::new();
                 while let Ok(req) = rx.try_recv() {
-                    queued.push(req.worker_id);
+                    if let LauncherRequest::Fork(req) = req {
+                        queued.push(req.worker_id);
+                    }
                 }
                 go_cold(
                     &mut st,
@@ -225,10 +240,33 @@ fn go_cold<H>(st: &mut State<H>, task: TaskIndex, reason: &str, unserved: Vec<u3
     st.main_wake.notify_one();
 }
 
+/// Whose launcher a session serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Host {
+    /// A task's launcher on this machine: its workers are watched through
+    /// pidfds and killed by their pids, and their outputs are passed to it.
+    Task,
+    /// The node launcher of job N (`server::jobs`), on another machine:
+    /// its word is all the server knows of its workers.
+    Job(u32),
+}
+
+/// The server's end of a launcher's conversation, for writing: a local
+/// launcher's socket (descriptors go with the requests) or a job's TCP
+/// connection.
+enum ControlWrite {
+    Local(tokio::net::unix::OwnedWriteHalf),
+    Remote(tokio::io::WriteHalf<Box<dyn crate::protocol::Stream>>),
+}
+
+/// The same conversation, for reading.
+type ControlRead = Box<dyn tokio::io::AsyncRead + Unpin>;
+
 /// The server's side of one running launcher.
 struct Session<H> {
     shared: Shared<H>,
     task: TaskIndex,
+    host: Host,
     exit_tx: mpsc::UnboundedSender<ExitEvent>,
     started: Instant,
 }
@@ -251,12 +289,18 @@ impl<H: 'static> Session<H> {
     async fn run(
         self,
         spawned: supervision::SpawnedLauncher,
-        mut requests: mpsc::UnboundedReceiver<ForkRequest>,
+        mut requests: mpsc::UnboundedReceiver<LauncherRequest>,
     ) {
         let supervision::SpawnedLauncher { mut child, socket } = spawned;
         // our end of the socket closes as `converse` returns: a launcher
         // still running sees the end of its socket and leaves
-        let ended = self.converse(socket, &mut requests).await;
+        let ended = match local_control(socket) {
+            Ok((read, write)) => {
+                self.converse(read, write, Vec::new(), &mut requests, None)
+                    .await
+            }
+            Err(e) => Err((format!("its socket is unusable: {e}"), Ledger::default())),
+        };
         match ended {
             Ok(never_forked) => {
                 // the run ended before these were forked: they never ran
@@ -286,26 +330,87 @@ impl<H: 'static> Session<H> {
     /// one has ended (`Ok` with the ids of requests never sent: the run
     /// ended while the launcher was loading), or until the launcher goes
     /// cold, dies or misbehaves (`Err` with the reason and what was left).
+    ///
+    /// `buf` holds what the launcher sent before the session began (a
+    /// job's launcher may say `ready` right behind its hello); `ended`
+    /// is cancelled when the launcher's job ended under it.
     async fn converse(
         &self,
-        socket: std::os::unix::net::UnixStream,
-        requests: &mut mpsc::UnboundedReceiver<ForkRequest>,
+        mut read: ControlRead,
+        mut write: ControlWrite,
+        mut buf: Vec<u8>,
+        requests: &mut mpsc::UnboundedReceiver<LauncherRequest>,
+        ended: Option<CancellationToken>,
     ) -> Result<Vec<u32>, (String, Ledger)> {
         let mut ledger = Ledger::default();
-        let stream = match socket
-            .set_nonblocking(true)
-            .and_then(|()| UnixStream::from_std(socket))
-        {
-            Ok(s) => s,
-            Err(e) => return Err((format!("its socket is unusable: {e}"), ledger)),
-        };
         let (died_tx, mut died) = mpsc::unbounded_channel::<u32>();
+        let ended = ended.unwrap_or_default();
         let mut ready = false;
         let mut open = true;
         let mut last_heard = Instant::now();
-        let mut buf: Vec<u8> = Vec::new();
         let mut chunk = vec![0u8; 4096];
         loop {
+            // whole lines first: those read last time, and on the first
+            // turn what came before the session began
+            while let Some(end) = buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=end).collect();
+                let reply = match parse_reply(&line[..end]) {
+                    Ok(r) => r,
+                    Err(e) => return Err((e, ledger)),
+                };
+                match reply {
+                    Reply::Ready => {
+                        ready = true;
+                        {
+                            let mut st = self.shared.0.borrow_mut();
+                            match self.host {
+                                Host::Task => {
+                                    st.launchers[self.task as usize].startup =
+                                        Some(self.started.elapsed().as_secs_f64());
+                                    prewarm_next(&mut st, self.task);
+                                }
+                                Host::Job(job) => super::jobs::on_ready(&mut st, job),
+                            }
+                        }
+                        for req in std::mem::take(&mut ledger.queued) {
+                            self.send(&mut write, LauncherRequest::Fork(req), &mut ledger)
+                                .await?;
+                        }
+                    }
+                    Reply::Cold { reason } => return Err((reason, ledger)),
+                    Reply::Forked {
+                        worker_id,
+                        pid,
+                        cold,
+                    } => {
+                        if ledger.sent.remove(&worker_id).is_some() {
+                            ledger.alive.insert(worker_id, pid);
+                            match self.host {
+                                Host::Task => {
+                                    self.on_forked(worker_id, pid);
+                                    watch_worker(worker_id, pid, died_tx.clone());
+                                }
+                                Host::Job(job) => super::jobs::on_started(
+                                    &mut self.shared.0.borrow_mut(),
+                                    job,
+                                    worker_id,
+                                    cold,
+                                ),
+                            }
+                        }
+                    }
+                    Reply::Exited { worker_id, status } => {
+                        ledger.unreported.remove(&worker_id);
+                        if ledger.alive.remove(&worker_id).is_some() {
+                            let status = ExitStatus::from_raw(status);
+                            let _ = self.exit_tx.send((worker_id, Some(status)));
+                        }
+                    }
+                }
+            }
+            if buf.len() > MAX_REPLY_LINE {
+                return Err(("it sent an overlong line".into(), ledger));
+            }
             if !open && ledger.sent.is_empty() && ledger.alive.is_empty() {
                 return Ok(ledger.queued.iter().map(|r| r.worker_id).collect());
             }
@@ -325,11 +430,8 @@ impl<H: 'static> Session<H> {
                 // thread (a long hook, the driver stopped and resumed) the
                 // answers already waiting count before the time is judged
                 biased;
-                readable = stream.readable() => {
-                    if let Err(e) = readable {
-                        return Err((format!("its socket failed: {e}"), ledger));
-                    }
-                    match stream.try_read(&mut chunk) {
+                got = read.read(&mut chunk) => {
+                    match got {
                         Ok(0) => return Err(("the launcher exited".into(), ledger)),
                         Ok(n) => {
                             buf.extend_from_slice(&chunk[..n]);
@@ -338,51 +440,22 @@ impl<H: 'static> Session<H> {
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                         Err(e) => return Err((format!("its socket failed: {e}"), ledger)),
                     }
-                    while let Some(end) = buf.iter().position(|&b| b == b'\n') {
-                        let line: Vec<u8> = buf.drain(..=end).collect();
-                        let reply = match parse_reply(&line[..end]) {
-                            Ok(r) => r,
-                            Err(e) => return Err((e, ledger)),
-                        };
-                        match reply {
-                            Reply::Ready => {
-                                ready = true;
-                                {
-                                    let mut st = self.shared.0.borrow_mut();
-                                    st.launchers[self.task as usize].startup =
-                                        Some(self.started.elapsed().as_secs_f64());
-                                    prewarm_next(&mut st, self.task);
-                                }
-                                for req in std::mem::take(&mut ledger.queued) {
-                                    self.send(&stream, req, &mut ledger).await?;
-                                }
-                            }
-                            Reply::Cold { reason } => return Err((reason, ledger)),
-                            Reply::Forked { worker_id, pid } => {
-                                if ledger.sent.remove(&worker_id).is_some() {
-                                    ledger.alive.insert(worker_id, pid);
-                                    self.on_forked(worker_id, pid);
-                                    watch_worker(worker_id, pid, died_tx.clone());
-                                }
-                            }
-                            Reply::Exited { worker_id, status } => {
-                                ledger.unreported.remove(&worker_id);
-                                if ledger.alive.remove(&worker_id).is_some() {
-                                    let status = ExitStatus::from_raw(status);
-                                    let _ = self.exit_tx.send((worker_id, Some(status)));
-                                }
-                            }
-                        }
-                    }
-                    if buf.len() > MAX_REPLY_LINE {
-                        return Err(("it sent an overlong line".into(), ledger));
-                    }
                 }
                 req = requests.recv(), if open => match req {
-                    Some(req) if ready => self.send(&stream, req, &mut ledger).await?,
-                    Some(req) => ledger.queued.push(req),
+                    Some(req) if ready => self.send(&mut write, req, &mut ledger).await?,
+                    Some(LauncherRequest::Fork(req)) => ledger.queued.push(req),
+                    // a kill of a worker not yet asked for: it is never sent
+                    Some(LauncherRequest::Kill(id)) => {
+                        if let Some(at) = ledger.queued.iter().position(|r| r.worker_id == id) {
+                            ledger.queued.remove(at);
+                            let _ = self.exit_tx.send((id, None));
+                        }
+                    }
                     None => open = false,
                 },
+                () = ended.cancelled() => {
+                    return Err(("its job ended".into(), ledger));
+                }
                 Some(id) = died.recv() => {
                     if ledger.alive.contains_key(&id) {
                         ledger.unreported.entry(id).or_insert_with(Instant::now);
@@ -404,13 +477,44 @@ impl<H: 'static> Session<H> {
         }
     }
 
-    /// Send one request with its descriptors.
+    /// Send one request (a fork's descriptors go with it to a local
+    /// launcher). A job's worker stopped while its request waited is not
+    /// asked for: it ends here, never having run.
     async fn send(
         &self,
-        stream: &UnixStream,
-        req: ForkRequest,
+        write: &mut ControlWrite,
+        req: LauncherRequest,
         ledger: &mut Ledger,
     ) -> Result<(), (String, Ledger)> {
+        let req = match req {
+            LauncherRequest::Kill(id) => {
+                if let ControlWrite::Remote(w) = write {
+                    let mut line = serde_json::to_vec(&KillLine { kill: id }).unwrap_or_default();
+                    line.push(b'\n');
+                    if let Err(e) = w.write_all(&line).await {
+                        return Err((
+                            format!("a kill of worker {id} could not be sent: {e}"),
+                            std::mem::take(ledger),
+                        ));
+                    }
+                }
+                return Ok(());
+            }
+            LauncherRequest::Fork(req) => req,
+        };
+        if matches!(self.host, Host::Job(_)) {
+            let stopped = self
+                .shared
+                .0
+                .borrow()
+                .workers
+                .get(&req.worker_id)
+                .is_none_or(|w| w.expected_exit.is_some());
+            if stopped {
+                let _ = self.exit_tx.send((req.worker_id, None));
+                return Ok(());
+            }
+        }
         let mut line = match serde_json::to_vec(&RequestLine {
             worker_id: req.worker_id,
             context: &req.context,
@@ -425,28 +529,27 @@ impl<H: 'static> Session<H> {
             }
         };
         line.push(b'\n');
-        let fds = [req.outputs.0.as_raw_fd(), req.outputs.1.as_raw_fd()];
-        let mut written = 0;
-        while written < line.len() {
-            // the descriptors go with the first byte only
-            let with: &[RawFd] = if written == 0 { &fds } else { &[] };
-            let rest = &line[written..];
-            match stream
-                .async_io(Interest::WRITABLE, || send_with_fds(stream, rest, with))
+        let id = req.worker_id;
+        let sent = match (write, &req.outputs) {
+            (ControlWrite::Remote(w), _) => w.write_all(&line).await,
+            (ControlWrite::Local(w), Some(outputs)) => {
+                send_line_with_fds(
+                    w.as_ref(),
+                    &line,
+                    [outputs.0.as_raw_fd(), outputs.1.as_raw_fd()],
+                )
                 .await
-            {
-                Ok(n) => written += n,
-                Err(e) => {
-                    let id = req.worker_id;
-                    ledger.queued.push(req);
-                    return Err((
-                        format!("a request for worker {id} could not be sent: {e}"),
-                        std::mem::take(ledger),
-                    ));
-                }
             }
+            (ControlWrite::Local(_), None) => Err(io::Error::other("it has no outputs to pass")),
+        };
+        if let Err(e) = sent {
+            ledger.queued.push(req);
+            return Err((
+                format!("a request for worker {id} could not be sent: {e}"),
+                std::mem::take(ledger),
+            ));
         }
-        ledger.sent.insert(req.worker_id, Instant::now());
+        ledger.sent.insert(id, Instant::now());
         Ok(())
     }
 
@@ -473,20 +576,101 @@ impl<H: 'static> Session<H> {
         &self,
         reason: &str,
         ledger: Ledger,
-        requests: &mut mpsc::UnboundedReceiver<ForkRequest>,
+        requests: &mut mpsc::UnboundedReceiver<LauncherRequest>,
     ) {
         let mut st = self.shared.0.borrow_mut();
         let mut unserved: Vec<u32> = ledger.queued.iter().map(|r| r.worker_id).collect();
         unserved.extend(ledger.sent.keys().copied());
         requests.close();
         while let Ok(req) = requests.try_recv() {
-            unserved.push(req.worker_id);
+            if let LauncherRequest::Fork(req) = req {
+                unserved.push(req.worker_id);
+            }
         }
-        for (&id, &pid) in &ledger.alive {
-            supervision::kill(Some(pid), &[]);
-            let _ = self.exit_tx.send((id, None));
+        match self.host {
+            Host::Task => {
+                for (&id, &pid) in &ledger.alive {
+                    supervision::kill(Some(pid), &[]);
+                    let _ = self.exit_tx.send((id, None));
+                }
+                go_cold(&mut st, self.task, reason, unserved);
+            }
+            Host::Job(job) => {
+                // on another machine: its workers are lost with it (the
+                // job is cancelled), and those never started died too, so
+                // that staffing replaces them in another job
+                for id in ledger.alive.keys().copied().chain(unserved) {
+                    let _ = self.exit_tx.send((id, None));
+                }
+                super::jobs::on_lost(&mut st, job, reason);
+            }
         }
-        go_cold(&mut st, self.task, reason, unserved);
+    }
+}
+
+/// A local launcher's socket, split for the session.
+fn local_control(
+    socket: std::os::unix::net::UnixStream,
+) -> io::Result<(ControlRead, ControlWrite)> {
+    socket.set_nonblocking(true)?;
+    let (read, write) = UnixStream::from_std(socket)?.into_split();
+    Ok((Box::new(read), ControlWrite::Local(write)))
+}
+
+/// Write `line` to a local launcher, its two descriptors with the first
+/// byte.
+async fn send_line_with_fds(stream: &UnixStream, line: &[u8], fds: [RawFd; 2]) -> io::Result<()> {
+    let mut written = 0;
+    while written < line.len() {
+        let with: &[RawFd] = if written == 0 { &fds } else { &[] };
+        let rest = &line[written..];
+        written += stream
+            .async_io(Interest::WRITABLE, || send_with_fds(stream, rest, with))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Serve the launcher of job `job` over the connection it opened with its
+/// hello (`leftover`: what it sent behind the hello), until the job's
+/// queue closes and its workers have ended, or the launcher is lost.
+pub async fn serve_job<H: 'static>(
+    shared: Shared<H>,
+    job: u32,
+    batch_job_id: Option<String>,
+    stream: Box<dyn crate::protocol::Stream>,
+    leftover: Vec<u8>,
+) {
+    let Some((task, mut requests, exit_tx, ended)) =
+        super::jobs::attach(&shared, job, batch_job_id)
+    else {
+        return;
+    };
+    let session = Session {
+        shared,
+        task,
+        host: Host::Job(job),
+        exit_tx,
+        started: Instant::now(),
+    };
+    let (read, write) = tokio::io::split(stream);
+    let read: ControlRead = Box::new(read);
+    let done = session
+        .converse(
+            read,
+            ControlWrite::Remote(write),
+            leftover,
+            &mut requests,
+            Some(ended),
+        )
+        .await;
+    match done {
+        Ok(never_sent) => {
+            for id in never_sent {
+                let _ = session.exit_tx.send((id, None));
+            }
+        }
+        Err((reason, ledger)) => session.fail(&reason, ledger, &mut requests),
     }
 }
 
@@ -584,7 +768,16 @@ mod tests {
             parse_reply(br#"{"event":"forked","worker_id":3,"pid":4242}"#),
             Ok(Reply::Forked {
                 worker_id: 3,
-                pid: 4242
+                pid: 4242,
+                cold: false
+            })
+        );
+        assert_eq!(
+            parse_reply(br#"{"event":"forked","worker_id":3,"pid":4242,"cold":true}"#),
+            Ok(Reply::Forked {
+                worker_id: 3,
+                pid: 4242,
+                cold: true
             })
         );
         assert_eq!(
@@ -633,6 +826,7 @@ mod tests {
             let session = Session {
                 shared,
                 task: 0,
+                host: Host::Task,
                 exit_tx,
                 started: Instant::now(),
             };
@@ -641,16 +835,18 @@ mod tests {
             let null = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
             let (requests, mut incoming) = mpsc::unbounded_channel();
             requests
-                .send(ForkRequest {
+                .send(LauncherRequest::Fork(ForkRequest {
                     worker_id: 7,
                     context: "{}".into(),
-                    outputs: (null(), null()),
-                })
+                    outputs: Some((null(), null())),
+                }))
                 .unwrap();
             let begun = tokio::time::Instant::now();
             // an hour of virtual time: a broken deadline fails here at once
             let waited = std::time::Duration::from_secs(3600);
-            let ended = tokio::time::timeout(waited, session.converse(ours, &mut incoming)).await;
+            let (read, write) = local_control(ours).unwrap();
+            let talk = session.converse(read, write, Vec::new(), &mut incoming, None);
+            let ended = tokio::time::timeout(waited, talk).await;
             let Ok(Err((reason, ledger))) = ended else {
                 panic!("the silent launcher was not given up");
             };

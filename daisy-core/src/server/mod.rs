@@ -46,6 +46,7 @@
 pub mod config;
 pub mod connection;
 pub mod hooks;
+pub mod jobs;
 pub mod launcher;
 pub mod live;
 pub mod policy;
@@ -88,6 +89,12 @@ pub const TEARDOWN_GRACE: Duration = Duration::from_secs(10);
 /// SIGKILL is immediate, so this only covers the kernel and the monitors;
 /// the driver must exit promptly after Ctrl-C.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+
+/// How long the run's end waits for the jobs hosting several workers
+/// (`server::jobs`) to end once their workers have: `sbatch --wait`
+/// notices a job's end within seconds; one that takes longer is cancelled,
+/// as is any job of the run still queued.
+pub const JOB_GRACE: Duration = Duration::from_secs(10);
 
 /// How long a task waits before it tries again to start a worker after a
 /// start failed for want of descriptors, processes or memory: long enough
@@ -236,8 +243,12 @@ async fn main_loop<H: RunHooks + 'static>(
         let snap = {
             let mut st = shared.0.borrow_mut();
             sweep_timeouts(&mut st);
+            jobs::sweep(&mut st);
             abandon_crashing_tasks(&mut st);
             staff(&mut st, exit_tx);
+            // after staffing, which put the replacements it wanted into
+            // the jobs of the workers they replace
+            jobs::close_empty(&mut st);
             start_cold_queue(&mut st, exit_tx);
             // a mark the disk had no room for: stop before more are lost
             if st.stop.is_none() {
@@ -442,7 +453,8 @@ fn start_worker<H>(
         return Ok(());
     }
     let id = st.next_worker_id;
-    let warm = st.warm_wanted(task);
+    let in_job = st.config.tasks[task as usize].job.is_some();
+    let warm = !in_job && st.warm_wanted(task);
     st.workers.insert(id, WorkerSlot::starting(task));
     let kind = if warm {
         StartKind::Warm
@@ -451,7 +463,11 @@ fn start_worker<H>(
     };
     st.timelines
         .insert(id, WorkerTimeline::new(id, Instant::now(), kind));
-    let started = if warm {
+    let started = if in_job {
+        let task_id = st.task_id(task);
+        let context = launch(st, &task_id, id).context;
+        jobs::start_in_job(st, task, id, context, exit_tx)
+    } else if warm {
         let task_id = st.task_id(task);
         let launch = launch(st, &task_id, id);
         let context = launch.context.clone();
@@ -462,7 +478,7 @@ fn start_worker<H>(
                 ForkRequest {
                     worker_id: id,
                     context,
-                    outputs,
+                    outputs: Some(outputs),
                 },
             )
         })
@@ -549,6 +565,8 @@ fn start_cold<H>(
         tl.restart_at(Instant::now(), StartKind::Cold);
     }
     if let Some(w) = st.workers.get_mut(&id) {
+        w.job = None;
+        w.remote_kill = None;
         w.pid = spawned.pid;
         w.stop = std::mem::take(&mut spawned.stop);
         if w.expected_exit.is_some() {
@@ -570,7 +588,11 @@ fn on_worker_exit<H>(st: &mut State<H>, id: u32, status: Option<ExitStatus>) {
     let Some(w) = st.workers.get_mut(&id) else {
         return;
     };
+    if !w.flags.alive {
+        return; // its end was reported already (a job's, on two paths)
+    }
     w.flags.alive = false;
+    jobs::on_worker_exit(&mut st.jobs, w, id);
     w.flags.busy = false;
     w.hang_up.cancel();
     let mut status_text = status
@@ -715,8 +737,11 @@ async fn teardown<H>(
             }
             w.flags.retire = true;
         }
+        // no job takes another worker; a job still queued is cancelled
+        jobs::close_all(st);
     }
     shared.1.notify_waiters();
+    let wake = shared.0.borrow().main_wake.clone();
     let grace = if interrupted {
         INTERRUPT_GRACE
     } else {
@@ -737,6 +762,8 @@ async fn teardown<H>(
             Some((id, status)) = exits.recv() => {
                 on_worker_exit(&mut shared.0.borrow_mut(), id, status);
             }
+            // a job's handle exited: its workers that never ran end
+            () = wake.notified() => jobs::sweep(&mut shared.0.borrow_mut()),
             () = tokio::time::sleep_until(deadline) => {
                 tracing::warn!("killing {} worker(s) that did not exit", alive(shared));
                 for w in shared.0.borrow().workers.values().filter(|w| w.flags.alive) {
@@ -758,8 +785,26 @@ async fn teardown<H>(
         }
     }
     wait_for_launchers(shared).await;
+    wait_for_jobs(shared).await;
     // cancel whatever remote work of the run may still be queued
     supervision::run_stop_command(&shared.0.borrow().config.stop_all);
+}
+
+/// Wait until every job's handle has exited (each job's launcher leaves
+/// once its connection closes and its workers are gone, and the job with
+/// it), at most [`JOB_GRACE`]; then the jobs still running are cancelled.
+async fn wait_for_jobs<H>(shared: &Shared<H>) {
+    let wake = shared.0.borrow().main_wake.clone();
+    let deadline = tokio::time::Instant::now() + JOB_GRACE;
+    while jobs::any_running(&shared.0.borrow()) {
+        tokio::select! {
+            () = wake.notified() => {}
+            () = tokio::time::sleep_until(deadline) => {
+                jobs::cancel_running(&shared.0.borrow());
+                return;
+            }
+        }
+    }
 }
 
 /// Wait until every launcher has left and been reaped (each leaves once

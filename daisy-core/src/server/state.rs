@@ -65,6 +65,13 @@ pub struct WorkerSlot {
     /// closed, so a remote half still running (a Dask task behind a local
     /// handle) learns it was dropped and stops (see `client`).
     pub hang_up: CancellationToken,
+    /// The job hosting it (`server::jobs`), if it runs in one.
+    pub job: Option<u32>,
+    /// How to kill it when it runs in a job: a request to its job's
+    /// launcher (its pid is on another machine; nothing local is
+    /// signalled). Weak, so that closing the job's queue is not held up by
+    /// the workers it hosted.
+    pub remote_kill: Option<(u32, mpsc::WeakUnboundedSender<LauncherRequest>)>,
 }
 
 impl WorkerSlot {
@@ -80,11 +87,20 @@ impl WorkerSlot {
             expected_exit: None,
             stop: Vec::new(),
             hang_up: CancellationToken::new(),
+            job: None,
+            remote_kill: None,
         }
     }
 
-    /// Kill the worker's process group and cancel its remote part.
+    /// Kill the worker's process group and cancel its remote part; a
+    /// worker in a job is killed by its job's launcher.
     pub fn kill(&self) {
+        if let Some((id, requests)) = &self.remote_kill {
+            if let Some(requests) = requests.upgrade() {
+                let _ = requests.send(LauncherRequest::Kill(*id));
+            }
+            return;
+        }
         supervision::kill(self.pid, &self.stop);
     }
 }
@@ -92,15 +108,37 @@ impl WorkerSlot {
 /// A worker process ended: its id and exit status (None: unknown).
 pub type ExitEvent = (u32, Option<std::process::ExitStatus>);
 
-/// One warm start asked of a task's launcher (see `server::launcher`).
+/// One warm start asked of a launcher (see `server::launcher`).
 #[derive(Debug)]
 pub struct ForkRequest {
     /// The worker's id.
     pub worker_id: u32,
     /// Its `DAISY_CONTEXT`.
     pub context: String,
-    /// Its stdout and stderr.
-    pub outputs: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
+    /// Its stdout and stderr, passed to a local launcher; None for a job's
+    /// launcher on another machine, which opens the worker's log files
+    /// itself.
+    pub outputs: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
+}
+
+/// What the server asks of a launcher.
+#[derive(Debug)]
+pub enum LauncherRequest {
+    /// Start a worker.
+    Fork(ForkRequest),
+    /// Kill a worker it started (a job's worker: the server cannot signal
+    /// a process on another machine).
+    Kill(u32),
+}
+
+impl LauncherRequest {
+    /// The worker it is about.
+    pub fn worker_id(&self) -> u32 {
+        match self {
+            Self::Fork(r) => r.worker_id,
+            Self::Kill(id) => *id,
+        }
+    }
 }
 
 /// Where a task's launcher (warm starts) stands.
@@ -113,9 +151,9 @@ pub enum LauncherPhase {
     /// other end until the launcher is started (the next tick).
     Active {
         /// Warm starts asked of it.
-        requests: mpsc::UnboundedSender<ForkRequest>,
+        requests: mpsc::UnboundedSender<LauncherRequest>,
         /// The queue's receiving end, until its session takes it.
-        to_start: Option<mpsc::UnboundedReceiver<ForkRequest>>,
+        to_start: Option<mpsc::UnboundedReceiver<LauncherRequest>>,
         /// The launcher's pid once started.
         pid: Option<u32>,
     },
@@ -213,6 +251,11 @@ pub struct State<H> {
     pub recent_round_trips: Vec<(TaskIndex, f64)>,
     /// Per task: its launcher (warm starts).
     pub launchers: Vec<LauncherSlot>,
+    /// The jobs of the run that host several workers each, by number
+    /// (`server::jobs`).
+    pub jobs: BTreeMap<u32, super::jobs::JobSlot>,
+    /// The number the next job gets.
+    pub next_job: u32,
     /// Workers whose warm start failed, to be started cold by the main
     /// loop (their slots exist).
     pub start_cold: Vec<u32>,
@@ -263,6 +306,8 @@ impl<H> State<H> {
             stop: None,
             recent_round_trips: Vec::new(),
             launchers: (0..n).map(|_| LauncherSlot::default()).collect(),
+            jobs: BTreeMap::new(),
+            next_job: 0,
             start_cold: Vec::new(),
             live: LiveWindow::new(n),
             main_wake: Rc::new(Notify::new()),
@@ -556,6 +601,8 @@ impl<H> State<H> {
                 launcher_startup: self.launchers[t as usize].startup,
                 cold_start_reason: self.launchers[t as usize].cold_reason.clone(),
                 idle_timeout: self.idle_timeout(t).map(|d| d.as_secs_f64()),
+                jobs: super::jobs::records(self, t),
+                job_queue_wait: super::jobs::queue_waits(self, t),
                 ..WorkerSummary::fold(
                     self.timelines
                         .iter()
@@ -624,6 +671,7 @@ pub(crate) mod test_support {
             requires: BTreeMap::new(),
             worker: None,
             launcher: None,
+            job: None,
             resource_tracking: false,
             gpu_tracking: false,
             spawner: "local".into(),

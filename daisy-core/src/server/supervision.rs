@@ -235,6 +235,48 @@ pub fn spawn_launcher(
     })
 }
 
+/// Name of the environment variable that tells a job's node launcher
+/// where the server is and which job it is ([`WorkerContext::to_job_json`]).
+pub const JOB_CONTEXT_VARIABLE: &str = "DAISY_JOB_CONTEXT";
+
+/// Start the local handle of job `job` of `task_id` (`sbatch --wait ...`,
+/// see `server::jobs`): `{job}` and `{task_id}` expanded in its arguments
+/// and stop command, its context in [`JOB_CONTEXT_VARIABLE`], its own
+/// output in `job_<job>.out|.err` of the task's log directory.
+pub fn spawn_job(
+    cmd: &WorkerCommand,
+    task_id: &str,
+    job: u32,
+    context: &str,
+    log_dir: &Option<PathBuf>,
+) -> io::Result<Spawned> {
+    let expanded = WorkerCommand {
+        args: cmd
+            .args
+            .iter()
+            .map(|a| WorkerCommand::expand_job(a, task_id, job))
+            .collect(),
+        ..cmd.clone()
+    };
+    let mut command = process_command(&expanded, task_id, job);
+    command.env(JOB_CONTEXT_VARIABLE, context);
+    if let Some(base) = log_dir {
+        let (out, err) = open_logs(base, task_id, &format!("job_{job}"))?;
+        command.stdout(Stdio::from(out)).stderr(Stdio::from(err));
+    }
+    let mut child = command.spawn()?;
+    feed_stdin(&mut child, cmd);
+    Ok(Spawned {
+        pid: child.id(),
+        stop: cmd
+            .stop
+            .iter()
+            .map(|a| WorkerCommand::expand_job(a, task_id, job))
+            .collect(),
+        child,
+    })
+}
+
 /// What a worker is told in its `DAISY_CONTEXT` ([`WorkerContext::to_json`]).
 pub struct WorkerContext<'a> {
     /// Where the server is.
@@ -277,6 +319,18 @@ impl WorkerContext<'_> {
             "log_dir": log_dir,
         })
         .to_string()
+    }
+
+    /// The context of job `job`'s node launcher: the worker context's
+    /// keys (its `worker_id` is meaningless) and the job's number.
+    pub fn to_job_json(&self, job: u32) -> String {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&self.to_json()).unwrap_or(serde_json::Value::Null);
+        if let Some(map) = v.as_object_mut() {
+            map.remove("worker_id");
+            map.insert("job".into(), job.into());
+        }
+        v.to_string()
     }
 }
 

@@ -1,0 +1,434 @@
+//! Jobs that host several workers each (`SlurmSpawner(workers_per_job=N)`):
+//! one batch job, one node launcher, N workers forked from it.
+//!
+//! On a cluster a worker of its own costs a queue entry and a cold
+//! interpreter importing what the function needs (a second, or tens of
+//! seconds on a busy shared file system). A task whose runtime has a
+//! [`JobCommand`] therefore starts its workers inside jobs:
+//!
+//! * A worker to start goes into a job of its task that has a free slot
+//!   and is still open ([`start_in_job`]); where there is none a job is
+//!   submitted: its command (`sbatch --wait ...`) runs locally as the job's
+//!   handle, with the job's context in `DAISY_JOB_CONTEXT`.
+//! * The job runs a node launcher (`daisy._launcher --job`) that connects
+//!   back over TCP with a `LauncherHello` (the run token and the job's
+//!   number) and then talks the local launcher's conversation (JSON lines,
+//!   `server::launcher`) over that connection: it loads the function once
+//!   and forks the workers the server asks for, opening their log files
+//!   itself. Where it cannot fork (a thread in the loaded function) it
+//!   starts each worker as a fresh interpreter inside the job instead.
+//! * The server knows a job's workers only by the launcher's word: their
+//!   pids are on another machine, so a worker is killed by a request to
+//!   its launcher, never by a local signal. A lost launcher (its
+//!   connection fails, its job ends) is the death of its workers: their
+//!   blocks are retried and staffing replaces them, in another job.
+//! * A worker that dies inside a job is replaced inside it while the job
+//!   has a free slot and is open. A job whose last worker ended is closed
+//!   at once ([`close_empty`]): its launcher sees its connection end and
+//!   leaves, and with it the job; new work submits a new job.
+//!
+//! The report keeps each job: its batch id, its workers, its queue wait
+//! (submission to the launcher's hello) and its launcher's load time
+//! ([`records`]).
+
+use super::config::JobCommand;
+use super::state::{ExitEvent, LauncherRequest, Shared, State, WorkerSlot};
+use super::supervision;
+use crate::block::TaskIndex;
+use crate::error::DaisyError;
+use crate::worker_timeline::{JobRecord, StartKind};
+use std::collections::BTreeSet;
+use std::time::Instant;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The most workers one job may host: a node has at most a few hundred
+/// cores, and a launcher forking more than that is a typo.
+pub const MAX_WORKERS_PER_JOB: u32 = 1024;
+
+/// Check a spawner's `workers_per_job`: a whole number from 1 (one worker
+/// per job, no node launcher) to [`MAX_WORKERS_PER_JOB`].
+pub fn check_workers_per_job(n: i64) -> Result<u32, DaisyError> {
+    match u32::try_from(n) {
+        Ok(n) if (1..=MAX_WORKERS_PER_JOB).contains(&n) => Ok(n),
+        _ => Err(DaisyError::invalid(
+            "workers_per_job",
+            format!(
+                "{n} workers per job: give a whole number from 1 (a job per worker) to \
+                 {MAX_WORKERS_PER_JOB}, at most the cores of one node"
+            ),
+        )),
+    }
+}
+
+/// One job of the run, as the server knows it.
+#[derive(Debug)]
+pub struct JobSlot {
+    /// The task whose workers it hosts.
+    pub task: TaskIndex,
+    /// New workers for its launcher; None once the job is closed (no more
+    /// workers go into it).
+    pub requests: Option<mpsc::UnboundedSender<LauncherRequest>>,
+    /// The queue's other end, until the launcher's hello takes it.
+    pub to_start: Option<mpsc::UnboundedReceiver<LauncherRequest>>,
+    /// Its workers still alive.
+    pub workers: BTreeSet<u32>,
+    /// Every worker it hosted, in order.
+    pub hosted: Vec<u32>,
+    /// When it was submitted.
+    pub submitted: Instant,
+    /// When its launcher said hello.
+    pub connected: Option<Instant>,
+    /// When its launcher had loaded the function.
+    pub ready: Option<Instant>,
+    /// When each of its workers started.
+    pub starts: Vec<Instant>,
+    /// The batch system's id of the job.
+    pub batch_job_id: Option<String>,
+    /// Its local handle's pid.
+    pub handle_pid: Option<u32>,
+    /// Its stop command, expanded (`scancel` of the job).
+    pub stop: Vec<String>,
+    /// Cancelled when its handle exited: the job is over, whatever its
+    /// launcher's connection says.
+    pub ended: CancellationToken,
+    /// Its handle has not been reaped yet.
+    pub running: bool,
+    /// Where its workers' exits are reported.
+    exit_tx: mpsc::UnboundedSender<ExitEvent>,
+}
+
+impl JobSlot {
+    /// What the report and the worker timelines call it.
+    pub fn label(&self, job: u32) -> String {
+        self.batch_job_id
+            .clone()
+            .unwrap_or_else(|| format!("job {job}"))
+    }
+
+    fn open_with_room(&self, task: TaskIndex, per_job: u32) -> bool {
+        self.task == task
+            && self.requests.is_some()
+            && !self.ended.is_cancelled()
+            && self.workers.len() < per_job as usize
+    }
+
+    /// Kill its handle and cancel the job (`scancel`).
+    fn cancel(&self) {
+        supervision::kill(self.handle_pid, &self.stop);
+    }
+}
+
+/// Start worker `id` of `task` (its slot and timeline exist) in a job: one
+/// of the task's open jobs with a free slot, or a new one.
+pub fn start_in_job<H>(
+    st: &mut State<H>,
+    task: TaskIndex,
+    id: u32,
+    context: String,
+    exit_tx: &mpsc::UnboundedSender<ExitEvent>,
+) -> std::io::Result<()> {
+    let Some(jc) = st.config.tasks[task as usize].job.clone() else {
+        return Ok(());
+    };
+    let found = st
+        .jobs
+        .iter()
+        .find(|(_, j)| j.open_with_room(task, jc.workers_per_job))
+        .map(|(n, _)| *n);
+    let job = match found {
+        Some(n) => n,
+        None => submit(st, task, &jc, exit_tx)?,
+    };
+    let Some(slot) = st.jobs.get_mut(&job) else {
+        return Ok(());
+    };
+    let Some(requests) = slot.requests.clone() else {
+        return Ok(());
+    };
+    slot.workers.insert(id);
+    slot.hosted.push(id);
+    let label = slot.batch_job_id.as_ref().map(|_| slot.label(job));
+    let weak = requests.downgrade();
+    let _ = requests.send(LauncherRequest::Fork(super::state::ForkRequest {
+        worker_id: id,
+        context,
+        outputs: None,
+    }));
+    if let Some(w) = st.workers.get_mut(&id) {
+        w.job = Some(job);
+        w.remote_kill = Some((id, weak));
+    }
+    if let (Some(label), Some(tl)) = (label, st.timelines.get_mut(&id)) {
+        tl.set_job(&label);
+    }
+    Ok(())
+}
+
+/// Submit a new job of `task`: start its handle and watch it.
+fn submit<H>(
+    st: &mut State<H>,
+    task: TaskIndex,
+    jc: &JobCommand,
+    exit_tx: &mpsc::UnboundedSender<ExitEvent>,
+) -> std::io::Result<u32> {
+    let job = st.next_job;
+    let task_id = st.task_id(task);
+    let host = st
+        .config
+        .advertise_host
+        .clone()
+        .unwrap_or_else(|| st.addr.ip().to_string());
+    let context = supervision::WorkerContext {
+        host: &host,
+        port: st.addr.port(),
+        task_id: &task_id,
+        worker_id: 0,
+        token: &st.config.token,
+        log_dir: &st.config.log_dir,
+        liveness_timeout: st.config.liveness_timeout,
+        payload_sha256: st.config.tasks[task as usize].payload_sha256.as_deref(),
+    }
+    .to_job_json(job);
+    let mut spawned =
+        supervision::spawn_job(&jc.command, &task_id, job, &context, &st.config.log_dir)?;
+    st.next_job += 1;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let ended = CancellationToken::new();
+    st.jobs.insert(
+        job,
+        JobSlot {
+            task,
+            requests: Some(tx),
+            to_start: Some(rx),
+            workers: BTreeSet::new(),
+            hosted: Vec::new(),
+            submitted: Instant::now(),
+            connected: None,
+            ready: None,
+            starts: Vec::new(),
+            batch_job_id: None,
+            handle_pid: spawned.pid,
+            stop: std::mem::take(&mut spawned.stop),
+            ended: ended.clone(),
+            running: true,
+            exit_tx: exit_tx.clone(),
+        },
+    );
+    // the handle's end is seen by the main loop (`sweep`), woken here
+    let wake = st.main_wake.clone();
+    tokio::task::spawn_local(async move {
+        let _ = spawned.child.wait().await;
+        ended.cancel();
+        wake.notify_one();
+    });
+    Ok(job)
+}
+
+/// Account for the jobs whose handle exited since the last call: each is
+/// over. Its launcher, if it ever connected, loses its session (and its
+/// workers with it, see `launcher::serve_job`); a job that never connected
+/// (cancelled or failed in the queue) takes its workers, none of which
+/// ever ran, with it.
+pub fn sweep<H>(st: &mut State<H>) {
+    let mut never_connected = Vec::new();
+    for (&job, slot) in st.jobs.iter_mut() {
+        if !slot.running || !slot.ended.is_cancelled() {
+            continue;
+        }
+        slot.running = false;
+        slot.requests = None;
+        if let Some(mut queue) = slot.to_start.take() {
+            queue.close();
+            while let Ok(req) = queue.try_recv() {
+                if let LauncherRequest::Fork(req) = req {
+                    let _ = slot.exit_tx.send((req.worker_id, None));
+                }
+            }
+            never_connected.push((slot.label(job), slot.task));
+        }
+    }
+    if st.stopping {
+        return;
+    }
+    for (label, task) in never_connected {
+        tracing::warn!(
+            "job {label} of task {:?} ended before its launcher connected (cancelled or failed \
+             in the queue); its workers count as dead",
+            st.task_id(task)
+        );
+    }
+}
+
+/// A launcher said hello for job `job`: its queue, its task and where its
+/// workers' exits go, or None where the job is unknown, already served or
+/// over (the connection is then closed).
+pub fn attach<H>(
+    shared: &Shared<H>,
+    job: u32,
+    batch_job_id: Option<String>,
+) -> Option<(
+    TaskIndex,
+    mpsc::UnboundedReceiver<LauncherRequest>,
+    mpsc::UnboundedSender<ExitEvent>,
+    CancellationToken,
+)> {
+    let mut st = shared.0.borrow_mut();
+    let st = &mut *st;
+    let Some(slot) = st.jobs.get_mut(&job) else {
+        tracing::warn!("refused a launcher claiming unknown job {job}");
+        return None;
+    };
+    let Some(queue) = slot.to_start.take() else {
+        tracing::warn!("refused a second launcher for job {job}");
+        return None;
+    };
+    slot.connected = Some(Instant::now());
+    slot.batch_job_id = batch_job_id.filter(|id| !id.is_empty() && id.len() <= 64);
+    let label = slot.label(job);
+    for id in &slot.hosted {
+        if let Some(tl) = st.timelines.get_mut(id) {
+            tl.set_job(&label);
+        }
+    }
+    Some((slot.task, queue, slot.exit_tx.clone(), slot.ended.clone()))
+}
+
+/// Job `job`'s launcher has loaded the function.
+pub fn on_ready<H>(st: &mut State<H>, job: u32) {
+    if let Some(slot) = st.jobs.get_mut(&job) {
+        slot.ready = Some(Instant::now());
+    }
+}
+
+/// Job `job`'s launcher started worker `id` (forked, or `cold`: a fresh
+/// interpreter); one stopped meanwhile is killed now. Its startup keeps
+/// counting from its request: the job's queue wait is part of it.
+pub fn on_started<H>(st: &mut State<H>, job: u32, id: u32, cold: bool) {
+    if let Some(slot) = st.jobs.get_mut(&job) {
+        slot.starts.push(Instant::now());
+    }
+    if let Some(tl) = st.timelines.get_mut(&id) {
+        tl.started_as(if cold {
+            StartKind::Cold
+        } else {
+            StartKind::Warm
+        });
+    }
+    if let Some(w) = st.workers.get(&id)
+        && w.expected_exit.is_some()
+    {
+        w.kill();
+    }
+}
+
+/// Job `job`'s launcher is lost (its connection failed, it misbehaved, its
+/// job ended): the job is closed and cancelled.
+pub fn on_lost<H>(st: &mut State<H>, job: u32, reason: &str) {
+    let task_id = st.jobs.get(&job).map(|s| st.task_id(s.task));
+    let Some(slot) = st.jobs.get_mut(&job) else {
+        return;
+    };
+    slot.requests = None;
+    if !st.stopping {
+        tracing::warn!(
+            "job {} of task {:?} lost its launcher ({reason}); its workers count as dead",
+            slot.label(job),
+            task_id.unwrap_or_default()
+        );
+    }
+    slot.cancel();
+    st.main_wake.notify_one();
+}
+
+/// Worker `id` ended: it no longer holds a slot in its job.
+pub fn on_worker_exit(
+    jobs: &mut std::collections::BTreeMap<u32, JobSlot>,
+    w: &WorkerSlot,
+    id: u32,
+) {
+    if let Some(slot) = w.job.and_then(|j| jobs.get_mut(&j)) {
+        slot.workers.remove(&id);
+    }
+}
+
+/// Close every open job with no worker left (called after staffing, which
+/// has placed the replacements it wanted): its launcher leaves, and its
+/// job with it.
+pub fn close_empty<H>(st: &mut State<H>) {
+    for slot in st.jobs.values_mut() {
+        if slot.requests.is_some() && slot.workers.is_empty() {
+            slot.requests = None;
+        }
+    }
+}
+
+/// The run is ending: no job takes another worker, and those whose
+/// launcher never connected (still queued) are cancelled.
+pub fn close_all<H>(st: &mut State<H>) {
+    for slot in st.jobs.values_mut() {
+        slot.requests = None;
+        if slot.connected.is_none() && slot.running {
+            slot.cancel();
+        }
+    }
+}
+
+/// Whether some job's handle is still running.
+pub fn any_running<H>(st: &State<H>) -> bool {
+    st.jobs
+        .values()
+        .any(|j| j.running && !j.ended.is_cancelled())
+}
+
+/// Cancel every job still running (the run's end did not wait longer).
+pub fn cancel_running<H>(st: &State<H>) {
+    for slot in st.jobs.values().filter(|j| j.running) {
+        slot.cancel();
+    }
+}
+
+/// The queue waits of task `t`'s jobs that connected.
+pub fn queue_waits<H>(st: &State<H>, t: TaskIndex) -> crate::run_stats::StatSummary {
+    let mut w = crate::run_stats::Welford::default();
+    for j in st.jobs.values().filter(|j| j.task == t) {
+        if let Some(c) = j.connected {
+            w.push(c.saturating_duration_since(j.submitted).as_secs_f64());
+        }
+    }
+    w.summary()
+}
+
+/// The report's record of each job of task `t`.
+pub fn records<H>(st: &State<H>, t: TaskIndex) -> Vec<JobRecord> {
+    let secs = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64();
+    st.jobs
+        .iter()
+        .filter(|(_, j)| j.task == t)
+        .map(|(&n, j)| JobRecord {
+            job_id: j.label(n),
+            workers: j.hosted.clone(),
+            queue_wait: j.connected.map(|c| secs(j.submitted, c)),
+            launcher_startup: j.connected.zip(j.ready).map(|(c, r)| secs(c, r)),
+            starts: j
+                .ready
+                .map(|r| j.starts.iter().map(|&s| secs(r, s)).collect())
+                .unwrap_or_default(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_per_job_is_a_whole_number_within_a_node() {
+        assert_eq!(check_workers_per_job(1), Ok(1));
+        assert_eq!(check_workers_per_job(4), Ok(4));
+        for bad in [0, -3, i64::from(MAX_WORKERS_PER_JOB) + 1, i64::MAX] {
+            let e = check_workers_per_job(bad).unwrap_err().to_string();
+            assert!(e.starts_with("workers_per_job:"), "{e}");
+        }
+    }
+}
