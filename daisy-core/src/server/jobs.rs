@@ -421,6 +421,115 @@ pub fn records<H>(st: &State<H>, t: TaskIndex) -> Vec<JobRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker_timeline::WorkerTimeline;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    /// A job's launcher, scripted over an in-memory stream: the server
+    /// sends it the queued fork requests once it is ready, asks it (not the
+    /// kernel) to kill a worker, names the workers after the job's batch id,
+    /// and counts the workers of a launcher that is lost as dead.
+    #[test]
+    fn a_job_launcher_is_asked_for_forks_and_kills_and_its_loss_ends_its_workers() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async {
+            let state = super::super::state::test_support::state();
+            let shared: Shared<()> =
+                std::rc::Rc::new((std::cell::RefCell::new(state), tokio::sync::Notify::new()));
+            let (exit_tx, mut exits) = mpsc::unbounded_channel();
+            let (tx, rx) = mpsc::unbounded_channel();
+            {
+                let mut st = shared.0.borrow_mut();
+                for id in [1, 2] {
+                    let mut w = WorkerSlot::starting(0);
+                    w.job = Some(0);
+                    w.remote_kill = Some((id, tx.downgrade()));
+                    st.workers.insert(id, w);
+                    st.timelines
+                        .insert(id, WorkerTimeline::new(id, Instant::now(), StartKind::Cold));
+                    let _ = tx.send(LauncherRequest::Fork(super::super::state::ForkRequest {
+                        worker_id: id,
+                        context: format!("{{\"worker_id\":{id}}}"),
+                        outputs: None,
+                    }));
+                }
+                st.jobs.insert(
+                    0,
+                    JobSlot {
+                        task: 0,
+                        requests: Some(tx),
+                        to_start: Some(rx),
+                        workers: [1, 2].into(),
+                        hosted: vec![1, 2],
+                        submitted: Instant::now(),
+                        connected: None,
+                        ready: None,
+                        starts: Vec::new(),
+                        batch_job_id: None,
+                        handle_pid: None,
+                        stop: Vec::new(),
+                        ended: CancellationToken::new(),
+                        running: true,
+                        exit_tx,
+                    },
+                );
+            }
+            let (ours, theirs) = tokio::io::duplex(1 << 16);
+            // it says ready right behind its hello
+            let leftover = b"{\"event\":\"ready\"}\n".to_vec();
+            let session = tokio::task::spawn_local(super::super::launcher::serve_job(
+                shared.clone(),
+                0,
+                Some("4711".into()),
+                Box::new(ours),
+                leftover,
+            ));
+            let (read, mut write) = tokio::io::split(theirs);
+            let mut lines = BufReader::new(read).lines();
+            for id in [1, 2] {
+                let line = lines.next_line().await.unwrap().unwrap();
+                assert!(line.contains(&format!("\"worker_id\":{id}")), "{line}");
+                let reply = format!("{{\"event\":\"forked\",\"worker_id\":{id},\"pid\":9{id}}}\n");
+                write.write_all(reply.as_bytes()).await.unwrap();
+            }
+            // a worker's kill is a request to its launcher
+            tokio::task::yield_now().await;
+            shared.0.borrow().workers[&2].kill();
+            let hang = std::time::Duration::from_secs(30);
+            let line = tokio::time::timeout(hang, lines.next_line()).await;
+            let line = line.expect("no kill request came").unwrap().unwrap();
+            assert_eq!(line, r#"{"kill":2}"#);
+            {
+                let st = shared.0.borrow();
+                let job = &st.jobs[&0];
+                assert_eq!(job.label(0), "4711");
+                assert_eq!(job.starts.len(), 2);
+                assert_eq!(st.timelines[&1].record().job_id.as_deref(), Some("4711"));
+                assert_eq!(st.timelines[&1].record().start, StartKind::Warm);
+                let rec = &records(&st, 0)[0];
+                assert_eq!(rec.workers, vec![1, 2]);
+                assert!(rec.queue_wait.is_some() && rec.launcher_startup.is_some());
+            }
+            // the launcher is lost: both its workers are dead
+            drop(write);
+            drop(lines);
+            session.await.unwrap();
+            let mut dead = Vec::new();
+            for _ in 0..2 {
+                let exit = tokio::time::timeout(hang, exits.recv()).await;
+                dead.push(exit.expect("a lost launcher's worker lived on").unwrap());
+            }
+            dead.sort_by_key(|(id, _)| *id);
+            assert_eq!(dead, vec![(1, None), (2, None)]);
+            assert!(
+                shared.0.borrow().jobs[&0].requests.is_none(),
+                "the job is closed"
+            );
+        });
+    }
 
     #[test]
     fn workers_per_job_is_a_whole_number_within_a_node() {
