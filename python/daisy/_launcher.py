@@ -158,12 +158,7 @@ class Launcher:
         self.fds.extend(fds)
         if not data:
             return False
-        self.buffer += data
-        if len(self.buffer) > MAX_REQUEST_BYTES:
-            raise ValueError("the server sent an overlong request")
-        while b"\n" in self.buffer:
-            line, self.buffer = self.buffer.split(b"\n", 1)
-            request = json.loads(line)
+        for request in self.whole_lines(data):
             if len(self.fds) < 2:
                 raise ValueError("a request came without its two descriptors")
             out, err = self.fds[:2]
@@ -175,6 +170,18 @@ class Launcher:
                 os.close(out)
                 os.close(err)
         return True
+
+    def whole_lines(self, data: bytes) -> list[dict[str, Any]]:
+        """The requests completed by ``data`` (the rest is kept for the
+        next read)."""
+        self.buffer += data
+        if len(self.buffer) > MAX_REQUEST_BYTES:
+            raise ValueError("the server sent an overlong request")
+        requests = []
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            requests.append(json.loads(line))
+        return requests
 
     def fork(self, worker_id: int, context: str, out: int, err: int) -> bool:
         """Fork worker ``worker_id``; False (after saying why) where forking
@@ -267,12 +274,7 @@ class JobLauncher(Launcher):
             return False  # the driver's host went away (liveness)
         if not data:
             return False
-        self.buffer += data
-        if len(self.buffer) > MAX_REQUEST_BYTES:
-            raise ValueError("the server sent an overlong request")
-        while b"\n" in self.buffer:
-            line, self.buffer = self.buffer.split(b"\n", 1)
-            request = json.loads(line)
+        for request in self.whole_lines(data):
             if "kill" in request:
                 self.kill(int(request["kill"]))
                 continue

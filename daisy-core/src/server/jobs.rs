@@ -29,14 +29,14 @@
 //!
 //! The report keeps each job: its batch id, its workers, its queue wait
 //! (submission to the launcher's hello) and its launcher's load time
-//! ([`records`]).
+//! (`State::job_records`).
 
 use super::config::JobCommand;
-use super::state::{ExitEvent, LauncherRequest, Shared, State, WorkerSlot};
+use super::state::{ExitEvent, JobSlot, LauncherRequest, Shared, State, WorkerSlot};
 use super::supervision;
 use crate::block::TaskIndex;
 use crate::error::DaisyError;
-use crate::worker_timeline::{JobRecord, StartKind};
+use crate::worker_timeline::StartKind;
 use std::collections::BTreeSet;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -58,64 +58,6 @@ pub fn check_workers_per_job(n: i64) -> Result<u32, DaisyError> {
                  {MAX_WORKERS_PER_JOB}, at most the cores of one node"
             ),
         )),
-    }
-}
-
-/// One job of the run, as the server knows it.
-#[derive(Debug)]
-pub struct JobSlot {
-    /// The task whose workers it hosts.
-    pub task: TaskIndex,
-    /// New workers for its launcher; None once the job is closed (no more
-    /// workers go into it).
-    pub requests: Option<mpsc::UnboundedSender<LauncherRequest>>,
-    /// The queue's other end, until the launcher's hello takes it.
-    pub to_start: Option<mpsc::UnboundedReceiver<LauncherRequest>>,
-    /// Its workers still alive.
-    pub workers: BTreeSet<u32>,
-    /// Every worker it hosted, in order.
-    pub hosted: Vec<u32>,
-    /// When it was submitted.
-    pub submitted: Instant,
-    /// When its launcher said hello.
-    pub connected: Option<Instant>,
-    /// When its launcher had loaded the function.
-    pub ready: Option<Instant>,
-    /// When each of its workers started.
-    pub starts: Vec<Instant>,
-    /// The batch system's id of the job.
-    pub batch_job_id: Option<String>,
-    /// Its local handle's pid.
-    pub handle_pid: Option<u32>,
-    /// Its stop command, expanded (`scancel` of the job).
-    pub stop: Vec<String>,
-    /// Cancelled when its handle exited: the job is over, whatever its
-    /// launcher's connection says.
-    pub ended: CancellationToken,
-    /// Its handle has not been reaped yet.
-    pub running: bool,
-    /// Where its workers' exits are reported.
-    exit_tx: mpsc::UnboundedSender<ExitEvent>,
-}
-
-impl JobSlot {
-    /// What the report and the worker timelines call it.
-    pub fn label(&self, job: u32) -> String {
-        self.batch_job_id
-            .clone()
-            .unwrap_or_else(|| format!("job {job}"))
-    }
-
-    fn open_with_room(&self, task: TaskIndex, per_job: u32) -> bool {
-        self.task == task
-            && self.requests.is_some()
-            && !self.ended.is_cancelled()
-            && self.workers.len() < per_job as usize
-    }
-
-    /// Kill its handle and cancel the job (`scancel`).
-    fn cancel(&self) {
-        supervision::kill(self.handle_pid, &self.stop);
     }
 }
 
@@ -388,36 +330,6 @@ pub fn cancel_running<H>(st: &State<H>) {
     }
 }
 
-/// The queue waits of task `t`'s jobs that connected.
-pub fn queue_waits<H>(st: &State<H>, t: TaskIndex) -> crate::run_stats::StatSummary {
-    let mut w = crate::run_stats::Welford::default();
-    for j in st.jobs.values().filter(|j| j.task == t) {
-        if let Some(c) = j.connected {
-            w.push(c.saturating_duration_since(j.submitted).as_secs_f64());
-        }
-    }
-    w.summary()
-}
-
-/// The report's record of each job of task `t`.
-pub fn records<H>(st: &State<H>, t: TaskIndex) -> Vec<JobRecord> {
-    let secs = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64();
-    st.jobs
-        .iter()
-        .filter(|(_, j)| j.task == t)
-        .map(|(&n, j)| JobRecord {
-            job_id: j.label(n),
-            workers: j.hosted.clone(),
-            queue_wait: j.connected.map(|c| secs(j.submitted, c)),
-            launcher_startup: j.connected.zip(j.ready).map(|(c, r)| secs(c, r)),
-            starts: j
-                .ready
-                .map(|r| j.starts.iter().map(|&s| secs(r, s)).collect())
-                .unwrap_or_default(),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -509,7 +421,7 @@ mod tests {
                 assert_eq!(job.starts.len(), 2);
                 assert_eq!(st.timelines[&1].record().job_id.as_deref(), Some("4711"));
                 assert_eq!(st.timelines[&1].record().start, StartKind::Warm);
-                let rec = &records(&st, 0)[0];
+                let rec = &st.job_records(0)[0];
                 assert_eq!(rec.workers, vec![1, 2]);
                 assert!(rec.queue_wait.is_some() && rec.launcher_startup.is_some());
             }

@@ -24,9 +24,9 @@ use crate::error::DaisyError;
 use crate::run_report::{RunLedger, RunOutcome, last_line};
 use crate::scheduler::Scheduler;
 use crate::task_state::TaskState;
-use crate::worker_timeline::{WorkerExit, WorkerSummary, WorkerTimeline};
+use crate::worker_timeline::{JobRecord, WorkerExit, WorkerSummary, WorkerTimeline};
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
@@ -138,6 +138,65 @@ impl LauncherRequest {
             Self::Fork(r) => r.worker_id,
             Self::Kill(id) => *id,
         }
+    }
+}
+
+/// One job of the run that hosts several workers, as the server knows it
+/// (see `server::jobs`).
+#[derive(Debug)]
+pub struct JobSlot {
+    /// The task whose workers it hosts.
+    pub task: TaskIndex,
+    /// New workers for its launcher; None once the job is closed (no more
+    /// workers go into it).
+    pub requests: Option<mpsc::UnboundedSender<LauncherRequest>>,
+    /// The queue's other end, until the launcher's hello takes it.
+    pub to_start: Option<mpsc::UnboundedReceiver<LauncherRequest>>,
+    /// Its workers still alive.
+    pub workers: BTreeSet<u32>,
+    /// Every worker it hosted, in order.
+    pub hosted: Vec<u32>,
+    /// When it was submitted.
+    pub submitted: Instant,
+    /// When its launcher said hello.
+    pub connected: Option<Instant>,
+    /// When its launcher had loaded the function.
+    pub ready: Option<Instant>,
+    /// When each of its workers started.
+    pub starts: Vec<Instant>,
+    /// The batch system's id of the job.
+    pub batch_job_id: Option<String>,
+    /// Its local handle's pid.
+    pub handle_pid: Option<u32>,
+    /// Its stop command, expanded (`scancel` of the job).
+    pub stop: Vec<String>,
+    /// Cancelled when its handle exited: the job is over, whatever its
+    /// launcher's connection says.
+    pub ended: CancellationToken,
+    /// Its handle has not been reaped yet.
+    pub running: bool,
+    /// Where its workers' exits are reported.
+    pub(super) exit_tx: mpsc::UnboundedSender<ExitEvent>,
+}
+
+impl JobSlot {
+    /// What the report and the worker timelines call it.
+    pub fn label(&self, job: u32) -> String {
+        self.batch_job_id
+            .clone()
+            .unwrap_or_else(|| format!("job {job}"))
+    }
+
+    pub(super) fn open_with_room(&self, task: TaskIndex, per_job: u32) -> bool {
+        self.task == task
+            && self.requests.is_some()
+            && !self.ended.is_cancelled()
+            && self.workers.len() < per_job as usize
+    }
+
+    /// Kill its handle and cancel the job (`scancel`).
+    pub(super) fn cancel(&self) {
+        supervision::kill(self.handle_pid, &self.stop);
     }
 }
 
@@ -253,7 +312,7 @@ pub struct State<H> {
     pub launchers: Vec<LauncherSlot>,
     /// The jobs of the run that host several workers each, by number
     /// (`server::jobs`).
-    pub jobs: BTreeMap<u32, super::jobs::JobSlot>,
+    pub jobs: BTreeMap<u32, JobSlot>,
     /// The number the next job gets.
     pub next_job: u32,
     /// Workers whose warm start failed, to be started cold by the main
@@ -601,8 +660,8 @@ impl<H> State<H> {
                 launcher_startup: self.launchers[t as usize].startup,
                 cold_start_reason: self.launchers[t as usize].cold_reason.clone(),
                 idle_timeout: self.idle_timeout(t).map(|d| d.as_secs_f64()),
-                jobs: super::jobs::records(self, t),
-                job_queue_wait: super::jobs::queue_waits(self, t),
+                jobs: self.job_records(t),
+                job_queue_wait: self.job_queue_waits(t),
                 ..WorkerSummary::fold(
                     self.timelines
                         .iter()
@@ -616,6 +675,36 @@ impl<H> State<H> {
                 .map(|t| self.scheduler.task_state(t).worker_start_count as u32)
                 .collect(),
         )
+    }
+
+    /// The queue waits of task `t`'s jobs that connected.
+    pub fn job_queue_waits(&self, t: TaskIndex) -> crate::run_stats::StatSummary {
+        let mut w = crate::run_stats::Welford::default();
+        for j in self.jobs.values().filter(|j| j.task == t) {
+            if let Some(c) = j.connected {
+                w.push(c.saturating_duration_since(j.submitted).as_secs_f64());
+            }
+        }
+        w.summary()
+    }
+
+    /// The report's record of each job of task `t`.
+    pub fn job_records(&self, t: TaskIndex) -> Vec<JobRecord> {
+        let secs = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64();
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.task == t)
+            .map(|(&n, j)| JobRecord {
+                job_id: j.label(n),
+                workers: j.hosted.clone(),
+                queue_wait: j.connected.map(|c| secs(j.submitted, c)),
+                launcher_startup: j.connected.zip(j.ready).map(|(c, r)| secs(c, r)),
+                starts: j
+                    .ready
+                    .map(|r| j.starts.iter().map(|&s| secs(r, s)).collect())
+                    .unwrap_or_default(),
+            })
+            .collect()
     }
 
     /// How long a worker of task `t` may wait for a block before it is
