@@ -366,6 +366,96 @@ def test_slurm_eight_workers_in_two_jobs_fork_from_one_launcher(tmp_path, slurm)
     assert our_jobs() == []
 
 
+def _key_paths(value, prefix=""):
+    """Every key path of a report's JSON (lists by their first item), so
+    two reports can be compared by what they hold, not by their timings."""
+    if isinstance(value, dict):
+        paths = set()
+        for key, item in value.items():
+            paths |= {f"{prefix}/{key}"} | _key_paths(item, f"{prefix}/{key}")
+        return paths
+    if isinstance(value, list) and value:
+        return _key_paths(value[0], f"{prefix}[]")
+    return set()
+
+
+def test_slurm_four_workers_per_job_report_as_one_job_per_worker(tmp_path, slurm):
+    """Issue 31: a task run with ``workers_per_job=4`` has the output and
+    the report of the same task run with a job per worker: every block
+    done and measured once, by the same number of workers, each exiting
+    clean with blocks and peak RSS of its own; the report differs only in
+    saying which job hosted which worker and that they started warm."""
+
+    def run(per_job: int):
+        where = tmp_path / f"per_job_{per_job}"
+        where.mkdir()
+        daisy.set_tracking_basedir(where / "tracking")
+        path = str(where / "out.npy")
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(32,))
+        out[:] = -1
+        del out
+
+        def work(block):
+            time.sleep(0.1)
+            arr = np.load(path, mmap_mode="r+")
+            arr[block.block_id[1]] = block.block_id[1] * 3
+            arr.flush()
+
+        task = line_task(
+            "a",
+            32,
+            process_function=work,
+            max_workers=8,
+            max_retries=0,
+            resource_tracking=True,
+            spawner=daisy.SlurmSpawner(workers_per_job=per_job),
+        )
+        server = daisy.Server()
+        states = server.run_blockwise([task], progress=False)
+        assert server.last_report is not None
+        report = server.last_report["a"]
+        records = {r.block_id: r for r in report.block_records()}
+        return np.load(path), states["a"], report, records
+
+    out_1, state_1, report_1, records_1 = run(1)
+    out_4, state_4, report_4, records_4 = run(4)
+
+    assert (out_1 == np.arange(32) * 3).all() and (out_4 == out_1).all()
+    for state in (state_1, state_4):
+        assert (state.completed_count, state.failed_count, state.total_block_count) == (32, 0, 32)
+        assert state.worker_restart_count == 0 and state.worker_failure_count == 0
+
+    # the blocks: each done once and measured in its own worker process
+    assert records_1.keys() == records_4.keys() and len(records_1) == 32
+    for records in (records_1, records_4):
+        assert all(r.wall_seconds is not None and r.peak_rss_bytes for r in records.values())
+    for report in (report_1, report_4):
+        assert report.outcome == "completed"
+        b = report.blocks
+        assert (b.count, b.skipped, b.failures, b.has_stats) == (32, 0, 0, True)
+        assert b.wall.n == b.peak_rss.n == b.round_trip.n == 32
+        assert b.peak_rss_source == report_1.blocks.peak_rss_source
+        assert not report.failure_causes and not report.failed_attempts
+
+    # the workers: as many, each with blocks and a life of its own
+    w1, w4 = report_1.workers, report_4.workers
+    assert w1.count == w4.count == 8 and w1.exits == w4.exits == {"clean": 8}
+    for w in (w1, w4):
+        assert sum(r.blocks_ok for r in w.by_id.values()) == 32
+        assert all(r.startup is not None and r.teardown is not None for r in w.by_id.values())
+        assert w.spawner == "slurm"
+    # what differs: the jobs that hosted them, and their warm starts
+    assert w1.jobs == () and all(r.job_id is None for r in w1.by_id.values())
+    assert len(w4.jobs) == 2 and w4.warm_starts == 8
+    assert {r.job_id for r in w4.by_id.values()} == {j.job_id for j in w4.jobs}
+    only_in_jobs = {"/workers/jobs", "/workers/by_id[]/job_id"}
+    paths_1, paths_4 = _key_paths(report_1.to_dict()), _key_paths(report_4.to_dict())
+    assert {p for p in paths_4 - paths_1 if not p.startswith("/workers/jobs")} <= only_in_jobs
+    assert paths_1 <= paths_4, paths_1 - paths_4
+    time.sleep(0.5)
+    assert our_jobs() == []
+
+
 def test_slurm_workers_per_job_is_checked_when_the_spawner_is_built():
     with pytest.raises(ValueError, match="workers_per_job"):
         daisy.SlurmSpawner(workers_per_job=0)
