@@ -2,7 +2,8 @@
 single-node cluster the tests start (`tests/slurm_cluster.py`; needs root
 and Debian's slurmctld, slurmd and munge, as `make system-deps` installs):
 
-- time to the first block of 16 SLURM workers, and the jobs submitted;
+- time to the first block of 16 SLURM workers, the jobs submitted and the
+  run's wall, with one job per worker and with 4 workers per job;
 - idle worker-seconds of a downstream task waiting on a slow upstream,
   with and without an ``idle_timeout``.
 
@@ -50,9 +51,12 @@ def _line(task_id: str, n: int, **kwargs: object) -> daisy.Task:
     )
 
 
-def first_block(tmp: Path, workers_per_job: int = 1) -> tuple[float, int]:
+def first_block(tmp: Path, workers_per_job: int = 1) -> tuple[float, int, float, list[float]]:
     """Seconds from the run's start to its first block handed to a worker,
-    for 16 workers of one task on SLURM; and the jobs submitted. (No
+    for 16 workers of one task on SLURM; the jobs submitted; and the run's
+    wall (32 blocks of 0.5 s: 1 s of work once all 16 are in); and, per
+    job of several workers, how long after its first worker its last one
+    started. (No
     ``cpus``: one CPU per job, SLURM's default, so that a job of 4 fits the
     2-CPU node.)"""
     daisy.set_tracking_basedir(tmp / f"first-{time.monotonic_ns()}")
@@ -64,13 +68,16 @@ def first_block(tmp: Path, workers_per_job: int = 1) -> tuple[float, int]:
         spawner=daisy.SlurmSpawner(workers_per_job=workers_per_job),
     )
     server = daisy.Server()
+    begun = time.monotonic()
     server.run_blockwise([task], progress=False)
+    wall = time.monotonic() - begun
     report = server.last_report
     assert report is not None
     t = report["first"]
     assert t.first_block_at is not None
     jobs = len(t.workers.jobs) if workers_per_job > 1 else t.workers.count
-    return t.first_block_at - t.started_at, jobs
+    spreads = [j.starts[-1] - j.starts[0] for j in t.workers.jobs if j.starts]
+    return t.first_block_at - t.started_at, jobs, wall, spreads
 
 
 def idle(tmp: Path, idle_timeout: float | None) -> tuple[float, int, int, float]:
@@ -107,11 +114,22 @@ def main() -> None:
         tmp = Path(d)
         for per_job in (1, 4):
             firsts = [first_block(tmp, per_job) for _ in range(args.rounds)]
-            secs = [f for f, _ in firsts]
+            secs = [f[0] for f in firsts]
+            walls = [f[2] for f in firsts]
+            spreads = [s for f in firsts for s in f[3]]
+            spread = (
+                f"; a job's workers start within {statistics.median(spreads) * 1e3:.0f} ms "
+                f"of its first (median over {len(spreads)} jobs, max "
+                f"{max(spreads) * 1e3:.0f} ms)"
+                if spreads
+                else ""
+            )
             print(
                 f"| first block, 16 workers, {per_job} per job | "
                 f"median {statistics.median(secs):.2f} s "
-                f"(min {min(secs):.2f}, max {max(secs):.2f}) | {firsts[0][1]} jobs per run |"
+                f"(min {min(secs):.2f}, max {max(secs):.2f}) | {firsts[0][1]} jobs per run, "
+                f"wall median {statistics.median(walls):.2f} s "
+                f"(min {min(walls):.2f}, max {max(walls):.2f}){spread} |"
             )
         for timeout in (None, 0.5):
             runs = [idle(tmp, timeout) for _ in range(args.rounds)]

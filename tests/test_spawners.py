@@ -6,6 +6,7 @@ retried and replaced."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import threading
@@ -354,8 +355,11 @@ def test_slurm_eight_workers_in_two_jobs_fork_from_one_launcher(tmp_path, slurm)
         assert job.queue_wait is not None and job.launcher_startup is not None
         first_four = job.starts[:4]
         assert len(first_four) == 4
-        # the 2nd-4th workers start within 50 ms of the first: forked
-        assert first_four[-1] - first_four[0] < 0.05, job.starts
+        # the 2nd-4th workers are forked by the job's launcher, not started
+        # as interpreters of their own (the spread, 20-60 ms on this 2-CPU
+        # node, is benchmarks/slurm_workers.py's figure; here only a bound
+        # that no cold start meets)
+        assert first_four[-1] - first_four[0] < 0.5, job.starts
         for worker in job.workers:
             assert w.by_id[worker].job_id == job.job_id
     assert w.warm_starts == 9 and w.count == 9, (w.warm_starts, w.count)
@@ -395,8 +399,18 @@ def test_slurm_four_workers_per_job_report_as_one_job_per_worker(tmp_path, slurm
         out[:] = -1
         del out
 
+        started = where / "started"
+        started.mkdir()
+
         def work(block):
-            time.sleep(0.1)
+            # the first blocks wait until all 8 workers hold one, so that
+            # every worker of both runs connects and works (on a loaded
+            # node a job's worker could otherwise arrive after the last
+            # block and leave without one)
+            (started / str(os.getpid())).touch()
+            deadline = time.monotonic() + 60
+            while len(list(started.iterdir())) < 8 and time.monotonic() < deadline:
+                time.sleep(0.05)
             arr = np.load(path, mmap_mode="r+")
             arr[block.block_id[1]] = block.block_id[1] * 3
             arr.flush()
@@ -442,7 +456,8 @@ def test_slurm_four_workers_per_job_report_as_one_job_per_worker(tmp_path, slurm
     assert w1.count == w4.count == 8 and w1.exits == w4.exits == {"clean": 8}
     for w in (w1, w4):
         assert sum(r.blocks_ok for r in w.by_id.values()) == 32
-        assert all(r.startup is not None and r.teardown is not None for r in w.by_id.values())
+        lives = [r for r in w.by_id.values() if r.startup is None or r.teardown is None]
+        assert not lives, lives
         assert w.spawner == "slurm"
     # what differs: the jobs that hosted them, and their warm starts
     assert w1.jobs == () and all(r.job_id is None for r in w1.by_id.values())
@@ -454,6 +469,63 @@ def test_slurm_four_workers_per_job_report_as_one_job_per_worker(tmp_path, slurm
     assert paths_1 <= paths_4, paths_1 - paths_4
     time.sleep(0.5)
     assert our_jobs() == []
+
+
+def _job_states() -> dict[str, str]:
+    """Every job the controller still knows (finished ones for MinJobAge),
+    by id: its JobState."""
+    out = subprocess.run(
+        ["scontrol", "--oneliner", "show", "job"], capture_output=True, text=True, check=True
+    ).stdout
+    states = {}
+    for line in out.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if "JobId" in fields:
+            states[fields["JobId"]] = fields.get("JobState", "")
+    return states
+
+
+@pytest.mark.parametrize("per_job", [1, 2])
+def test_slurm_workers_that_said_goodbye_are_not_waited_for_and_their_jobs_complete(
+    tmp_path, slurm, caplog, per_job
+):
+    """``sbatch --wait`` sees its job's end only when it next polls the
+    controller (2 s after submitting, then 10 s, then every 32 s). A run
+    whose workers lived past that waited the whole teardown grace for
+    handles whose workers had long left, warned it was "killing 2
+    worker(s) that did not exit", reported 10 s of teardown per worker,
+    and cancelled a job of several workers that was ending by itself. A
+    worker that said goodbye after its last block has left: its teardown
+    ends there, the run waits for its job to leave the queue, and the job
+    completes."""
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+
+    def slow(block):
+        time.sleep(11)
+
+    task = line_task(
+        "long",
+        2,
+        process_function=slow,
+        max_workers=2,
+        max_retries=0,
+        spawner=daisy.SlurmSpawner(workers_per_job=per_job),
+    )
+    before = set(_job_states())
+    caplog.set_level(logging.WARNING, logger="daisy")
+    server = daisy.Server()
+    states = server.run_blockwise([task], progress=False)
+    assert states["long"].completed_count == 2, states
+    assert our_jobs() == []  # the run waited for its jobs to leave the queue
+    w = server.last_report["long"].workers
+    assert w.exits == {"clean": 2}, w.exits
+    for record in w.by_id.values():
+        assert record.teardown is not None and record.teardown < 5, record
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("did not exit" in m for m in messages), messages
+    ours = {job: state for job, state in _job_states().items() if job not in before}
+    assert len(ours) == (2 if per_job == 1 else 1), ours
+    assert set(ours.values()) == {"COMPLETED"}, ours
 
 
 def test_slurm_workers_per_job_is_checked_when_the_spawner_is_built():

@@ -104,6 +104,7 @@ fn run(n: usize) -> Figures {
         token: token.clone(),
         advertise_host: None,
         stop_all: Vec::new(),
+        wait_all: Vec::new(),
         tick: daisy_core::server::TICK,
         liveness_timeout: daisy_core::liveness::DEFAULT_TIMEOUT,
         idle_timeout: None,

@@ -87,6 +87,7 @@ fn config(token: &str) -> ServerConfig {
         token: token.into(),
         advertise_host: None,
         stop_all: Vec::new(),
+        wait_all: Vec::new(),
         tick: daisy_core::server::TICK,
         liveness_timeout: daisy_core::liveness::DEFAULT_TIMEOUT,
         idle_timeout: None,

@@ -51,9 +51,11 @@ impl PyTaskConfig {
     /// one. `job_program`/`job_args`/`job_stop`, where given, are the
     /// command of a job hosting up to `workers_per_job` workers (its node
     /// launcher reads the payload file; `{job}` and `{task_id}` are
-    /// expanded).
+    /// expanded). `polls`: the worker's (and the job's) command is a local
+    /// handle that learns of its job's end only by polling (`sbatch
+    /// --wait`), ended once its worker has left.
     #[new]
-    #[pyo3(signature = (task_id, options, *, program, args, stdin, stop, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, payload_sha256=None, spawner_idle_timeout=None, job_program=None, job_args=Vec::new(), job_stop=Vec::new(), workers_per_job=1))]
+    #[pyo3(signature = (task_id, options, *, program, args, stdin, stop, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, payload_sha256=None, spawner_idle_timeout=None, job_program=None, job_args=Vec::new(), job_stop=Vec::new(), workers_per_job=1, polls=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         task_id: String,
@@ -73,6 +75,7 @@ impl PyTaskConfig {
         job_args: Vec<String>,
         job_stop: Vec<String>,
         workers_per_job: i64,
+        polls: bool,
     ) -> PyResult<Self> {
         let workers_per_job =
             daisy_core::server::jobs::check_workers_per_job(workers_per_job).py()?;
@@ -102,6 +105,7 @@ impl PyTaskConfig {
                         env: Vec::new(),
                         stdin: Arc::from(Vec::new()),
                         stop: job_stop,
+                        polls,
                     },
                     workers_per_job,
                 }),
@@ -112,6 +116,7 @@ impl PyTaskConfig {
                         env: Vec::new(),
                         stdin: stdin.clone(),
                         stop: Vec::new(),
+                        polls: false,
                     }
                 }),
                 worker: program.map(|program| WorkerCommand {
@@ -120,6 +125,7 @@ impl PyTaskConfig {
                     env: Vec::new(),
                     stdin,
                     stop,
+                    polls,
                 }),
                 resource_tracking: options.measure != Measure::Off,
                 gpu_tracking: options.measure == Measure::WithGpu,
@@ -148,6 +154,7 @@ pub struct PyRunConfig {
     log_mode: LogMode,
     advertise_host: Option<String>,
     stop_all: Vec<String>,
+    wait_all: Vec<String>,
     liveness_timeout: std::time::Duration,
     block_tracking: bool,
     idle_timeout: Option<std::time::Duration>,
@@ -158,13 +165,16 @@ impl PyRunConfig {
     /// `log_mode` is `"console"`, `"file"` or `"both"`; `advertise_host`
     /// the name workers connect to (None: the listen address); `stop_all`
     /// a command run once when the run ends (cancels remote jobs);
+    /// `wait_all` a command waited for (bounded) at the end of a run not
+    /// interrupted, before `stop_all`: it returns once no remote job of
+    /// the run is left;
     /// `liveness_timeout` the seconds a silent TCP peer is waited for;
     /// `block_tracking=False` runs without the tasks' tracking stores;
     /// `idle_timeout` the seconds a worker of a task that sets none of its
     /// own may wait for a block before it is handed back (None: each
     /// task's spawner's).
     #[new]
-    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), liveness_timeout=None, block_tracking=true, idle_timeout=None))]
+    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), wait_all=Vec::new(), liveness_timeout=None, block_tracking=true, idle_timeout=None))]
     #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         host: String,
@@ -174,6 +184,7 @@ impl PyRunConfig {
         log_mode: &str,
         advertise_host: Option<String>,
         stop_all: Vec<String>,
+        wait_all: Vec<String>,
         liveness_timeout: Option<f64>,
         block_tracking: bool,
         idle_timeout: Option<f64>,
@@ -187,6 +198,7 @@ impl PyRunConfig {
             log_mode: log_mode.parse().py()?,
             advertise_host,
             stop_all,
+            wait_all,
             liveness_timeout: match liveness_timeout {
                 Some(s) => daisy_core::liveness::timeout_from_secs(s).py()?,
                 None => daisy_core::liveness::DEFAULT_TIMEOUT,
@@ -381,6 +393,7 @@ pub fn run_distributed(
         token: token.clone(),
         advertise_host: run.advertise_host.clone(),
         stop_all: run.stop_all.clone(),
+        wait_all: run.wait_all.clone(),
         tick: daisy_core::server::TICK,
         liveness_timeout: run.liveness_timeout,
         idle_timeout: run.idle_timeout,

@@ -283,6 +283,7 @@ class TaskConfig:
         job_args: Sequence[str] = ...,
         job_stop: Sequence[str] = ...,
         workers_per_job: int = 1,
+        polls: bool = False,
     ) -> TaskConfig: ...
     @property
     def task_id(self) -> str: ...
@@ -332,6 +333,7 @@ class RunConfig:
         log_mode: str,
         advertise_host: str | None = None,
         stop_all: Sequence[str] = ...,
+        wait_all: Sequence[str] = ...,
         liveness_timeout: float | None = None,
         block_tracking: bool = True,
         idle_timeout: float | None = None,

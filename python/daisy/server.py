@@ -321,6 +321,7 @@ class Server(ServerObservee):
                     job_args=[] if job is None else job.args,
                     job_stop=[] if job is None else job.stop,
                     workers_per_job=t.spawner.workers_per_job if job is not None else 1,
+                    polls=cmds.polls,
                 )
             )
         resources = dict(resources or {})
@@ -339,6 +340,7 @@ class Server(ServerObservee):
             # can reach, not the wildcard
             advertise = advertised_host()
         stop_all: list[str] = next((c for c in (s.stop_all(run_tag) for s in remote) if c), [])
+        wait_all: list[str] = next((c for c in (s.wait_all(run_tag) for s in remote) if c), [])
         run = RunConfig(
             host=listen_host,
             port=self.port,
@@ -347,6 +349,7 @@ class Server(ServerObservee):
             log_mode=daisy_logging.get_log_mode(),
             advertise_host=advertise,
             stop_all=stop_all,
+            wait_all=wait_all,
             liveness_timeout=self.liveness_timeout,
             block_tracking=block_tracking,
             idle_timeout=self.idle_timeout,

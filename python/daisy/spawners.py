@@ -32,6 +32,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,11 +56,17 @@ class WorkerCommands:
     stdin: bytes = b""
     #: run when the server stops this worker on purpose
     stop: list[str] = field(default_factory=list)
+    #: the program is a local handle that learns of its job's end only by
+    #: polling the batch system (``sbatch --wait``, ``bsub -K``): once its
+    #: worker has been told to stop and has closed its connection, the
+    #: server ends the handle (not the job, which ends by itself) instead
+    #: of waiting for its next poll
+    polls: bool = False
 
 
 class Spawner:
     """How to start and stop the workers of a task. Subclasses implement
-    `commands`; `stop_all` and `is_local` have defaults."""
+    `commands`; `stop_all`, `wait_all` and `is_local` have defaults."""
 
     #: whether workers run on this machine (then the server may stay on
     #: the loopback interface)
@@ -79,6 +86,14 @@ class Spawner:
 
     def stop_all(self, run_tag: str) -> list[str]:
         """A command cancelling every remote worker of the run (empty: none)."""
+        return []
+
+    def wait_all(self, run_tag: str) -> list[str]:
+        """A command that returns once no remote job of the run is left
+        (empty: nothing to wait for). The end of a run that was not
+        interrupted waits for it, at most 10 s, before `stop_all`: a job
+        whose worker has left is ending by itself, and cancelling it then
+        would cut its exit short."""
         return []
 
     def launcher_args(self) -> list[str] | None:
@@ -234,7 +249,9 @@ class SlurmSpawner(Spawner):
         )
         worker = [sys.executable, "-m", "daisy._worker", "--payload", str(payload_file)]
         args += ["--wrap", shlex.join(worker)]
-        return WorkerCommands(self.sbatch, args, stop=[self.scancel, "--name", job_name(run_tag)])
+        return WorkerCommands(
+            self.sbatch, args, stop=[self.scancel, "--name", job_name(run_tag)], polls=True
+        )
 
     def job_commands(self, run_tag: str, payload_file: Path) -> WorkerCommands | None:
         """With ``workers_per_job`` above 1: ``sbatch --wait`` of a job
@@ -255,11 +272,16 @@ class SlurmSpawner(Spawner):
             str(payload_file),
         ]
         args += ["--wrap", shlex.join(launcher)]
-        return WorkerCommands(self.sbatch, args, stop=[self.scancel, "--name", name])
+        return WorkerCommands(self.sbatch, args, stop=[self.scancel, "--name", name], polls=True)
 
     def stop_all(self, run_tag: str) -> list[str]:
         """Cancel every job whose name says it belongs to this run."""
         return [sys.executable, "-m", "daisy.spawners", "scancel-run", run_tag, self.scancel]
+
+    def wait_all(self, run_tag: str) -> list[str]:
+        """Return once ``squeue`` lists no job whose name says it belongs
+        to this run."""
+        return [sys.executable, "-m", "daisy.spawners", "wait-run", run_tag]
 
 
 @dataclass
@@ -321,8 +343,9 @@ def advertised_host() -> str:
         return name
 
 
-def scancel_run(run_tag: str, scancel: str = "scancel") -> None:
-    """Cancel every queued or running job of a run (by its job names)."""
+def run_jobs(run_tag: str) -> list[str] | None:
+    """The ids of the queued or running jobs of a run (by their names), or
+    None where ``squeue`` could not be asked."""
     prefix = f"daisy-{run_tag}-"
     try:
         out = subprocess.run(
@@ -332,16 +355,37 @@ def scancel_run(run_tag: str, scancel: str = "scancel") -> None:
             timeout=30,
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        return
+        return None
     ids = []
     for line in out.splitlines():
         parts = line.split(None, 1)
         if len(parts) == 2 and parts[1].startswith(prefix):
             ids.append(parts[0])
+    return ids
+
+
+def scancel_run(run_tag: str, scancel: str = "scancel") -> None:
+    """Cancel every queued or running job of a run (by its job names)."""
+    ids = run_jobs(run_tag)
     if ids:
         subprocess.run([scancel, *ids], timeout=30, check=False)
+
+
+#: how often `wait_run` asks ``squeue``: a job whose worker left ends in
+#: well under a second, and one call per run (not per job) this often
+#: costs the controller nothing noticeable
+WAIT_RUN_POLL = 0.2
+
+
+def wait_run(run_tag: str) -> None:
+    """Return once ``squeue`` lists no job of the run (or cannot be
+    asked); the run's end bounds how long this may take."""
+    while run_jobs(run_tag):
+        time.sleep(WAIT_RUN_POLL)
 
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "scancel-run":
         scancel_run(sys.argv[2], *(sys.argv[3:4]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "wait-run":
+        wait_run(sys.argv[2])

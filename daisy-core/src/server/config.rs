@@ -27,6 +27,11 @@ pub struct WorkerCommand {
     /// local handle on remote work, such as `sbatch --wait`, this cancels
     /// the remote part (`scancel`). Empty: nothing to run.
     pub stop: Vec<String>,
+    /// The process is a local handle that learns of its remote part's end
+    /// only by polling (`sbatch --wait`: 2 to 32 s late): once its worker
+    /// (or job) has said goodbye and left, the handle is ended instead of
+    /// waited for (see `WorkerSlot::on_connection_end`).
+    pub polls: bool,
 }
 
 impl WorkerCommand {
@@ -123,6 +128,12 @@ pub struct ServerConfig {
     /// Run once when the run ends, whatever the path (to cancel any remote
     /// job of the run still queued); empty: nothing.
     pub stop_all: Vec<String>,
+    /// Run and waited for (at most [`TEARDOWN_GRACE`](super::TEARDOWN_GRACE))
+    /// at the end of a run that was not interrupted, before `stop_all`: it
+    /// returns once the batch system lists no job of the run, so the run
+    /// leaves none behind and does not cancel jobs that are ending by
+    /// themselves; empty: nothing to wait for.
+    pub wait_all: Vec<String>,
     /// How often the main loop sweeps timeouts and calls the tick hook:
     /// [`TICK`](super::TICK) in a run; a test may make it long, to check
     /// that nothing the run waits for waits for a tick.
@@ -239,6 +250,7 @@ mod tests {
             token: String::new(),
             advertise_host: None,
             stop_all: Vec::new(),
+            wait_all: Vec::new(),
             tick: crate::server::TICK,
             liveness_timeout: crate::liveness::DEFAULT_TIMEOUT,
             idle_timeout: None,

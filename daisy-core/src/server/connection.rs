@@ -405,6 +405,9 @@ impl<H> Drop for ReclaimOnDrop<H> {
             return;
         };
         st.open_connections = st.open_connections.saturating_sub(1);
+        if let Some(w) = worker_id.and_then(|id| st.workers.get(&id)) {
+            w.on_connection_end();
+        }
         st.reclaim(
             |o| o.conn == conn_id,
             worker_id,

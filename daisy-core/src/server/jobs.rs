@@ -154,6 +154,7 @@ fn submit<H>(
             stop: std::mem::take(&mut spawned.stop),
             ended: ended.clone(),
             running: true,
+            polls: jc.command.polls,
             exit_tx: exit_tx.clone(),
         },
     );
@@ -283,6 +284,17 @@ pub fn on_lost<H>(st: &mut State<H>, job: u32, reason: &str) {
     st.main_wake.notify_one();
 }
 
+/// Job `job`'s launcher left after its last worker ended: the job is
+/// ending by itself. A local handle that polls for its end (`sbatch
+/// --wait`, 2 to 32 s late) is ended now,
+/// quietly (no stop command), so the run's end does not wait for that
+/// poll nor cancel a job that completed.
+pub fn on_finished<H>(st: &mut State<H>, job: u32) {
+    if let Some(slot) = st.jobs.get(&job).filter(|s| s.running && s.polls) {
+        supervision::kill(slot.handle_pid, &[]);
+    }
+}
+
 /// Worker `id` ended: it no longer holds a slot in its job.
 pub fn on_worker_exit(
     jobs: &mut std::collections::BTreeMap<u32, JobSlot>,
@@ -385,6 +397,7 @@ mod tests {
                         stop: Vec::new(),
                         ended: CancellationToken::new(),
                         running: true,
+                        polls: false,
                         exit_tx,
                     },
                 );

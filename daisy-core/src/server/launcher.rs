@@ -669,6 +669,7 @@ pub async fn serve_job<H: 'static>(
             for id in never_sent {
                 let _ = session.exit_tx.send((id, None));
             }
+            super::jobs::on_finished(&mut session.shared.0.borrow_mut(), job);
         }
         Err((reason, ledger)) => session.fail(&reason, ledger, &mut requests),
     }

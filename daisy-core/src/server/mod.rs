@@ -569,6 +569,7 @@ fn start_cold<H>(
         w.remote_kill = None;
         w.pid = spawned.pid;
         w.stop = std::mem::take(&mut spawned.stop);
+        w.polls = cmd.polls;
         if w.expected_exit.is_some() {
             w.kill(); // stopped while it waited for its launcher
         }
@@ -786,6 +787,12 @@ async fn teardown<H>(
     }
     wait_for_launchers(shared).await;
     wait_for_jobs(shared).await;
+    if !interrupted {
+        // the jobs whose workers left end by themselves: wait for the batch
+        // system to list none of them rather than cancel them mid-exit
+        let wait_all = shared.0.borrow().config.wait_all.clone();
+        supervision::run_wait_command(&wait_all, TEARDOWN_GRACE).await;
+    }
     // cancel whatever remote work of the run may still be queued
     supervision::run_stop_command(&shared.0.borrow().config.stop_all);
 }

@@ -72,6 +72,9 @@ pub struct WorkerSlot {
     /// signalled). Weak, so that closing the job's queue is not held up by
     /// the workers it hosted.
     pub remote_kill: Option<(u32, mpsc::WeakUnboundedSender<LauncherRequest>)>,
+    /// Its process is a local handle that learns of the remote worker's
+    /// end only by polling (`WorkerCommand::polls`).
+    pub polls: bool,
 }
 
 impl WorkerSlot {
@@ -89,6 +92,21 @@ impl WorkerSlot {
             hang_up: CancellationToken::new(),
             job: None,
             remote_kill: None,
+            polls: false,
+        }
+    }
+
+    /// The worker's connection ended. A worker that was dismissed (told
+    /// there is no block for it) and then closed its connection has left.
+    /// Where its process here is only a local handle that polls for its
+    /// job's end (`sbatch --wait`, 2 to 32 s late), the handle is ended
+    /// now, quietly (no stop command: the job ends by itself), so that the
+    /// worker's exit, its teardown figure and its slot do not wait for
+    /// that poll.
+    pub fn on_connection_end(&self) {
+        let left = self.flags.alive && self.flags.dismissed && !self.flags.busy;
+        if left && self.polls && self.remote_kill.is_none() {
+            supervision::kill(self.pid, &[]);
         }
     }
 
@@ -175,6 +193,9 @@ pub struct JobSlot {
     pub ended: CancellationToken,
     /// Its handle has not been reaped yet.
     pub running: bool,
+    /// Its handle learns of the job's end only by polling
+    /// (`WorkerCommand::polls`).
+    pub polls: bool,
     /// Where its workers' exits are reported.
     pub(super) exit_tx: mpsc::UnboundedSender<ExitEvent>,
 }
@@ -778,6 +799,7 @@ pub(crate) mod test_support {
             token: String::new(),
             advertise_host: None,
             stop_all: Vec::new(),
+            wait_all: Vec::new(),
             tick: crate::server::TICK,
             liveness_timeout: crate::liveness::DEFAULT_TIMEOUT,
             idle_timeout: None,
@@ -802,6 +824,66 @@ pub(crate) mod test_support {
 mod tests {
     use super::test_support::{hand_out, state};
     use super::*;
+
+    /// A process in a group of its own, standing for a worker's local
+    /// handle (`sbatch --wait`).
+    fn handle() -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("sleep starts")
+    }
+
+    #[test]
+    fn the_handle_of_a_remote_worker_that_left_is_ended_and_no_other() {
+        let remote = |dismissed: bool, polls: bool| {
+            let child = handle();
+            let mut w = WorkerSlot::starting(0);
+            w.pid = Some(child.id());
+            w.flags.dismissed = dismissed;
+            w.polls = polls;
+            // `true` stands for scancel: it must not be what ends the job
+            w.stop = vec!["true".into()];
+            (w, child)
+        };
+        // polls `tries` times, 20 ms apart, for the handle's exit
+        let ended = |mut child: std::process::Child, tries: u32| {
+            for _ in 0..tries {
+                if child.try_wait().expect("waits").is_some() {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            false
+        };
+        // dismissed, then its connection ended: it left; its handle goes
+        let (w, child) = remote(true, true);
+        w.on_connection_end();
+        assert!(
+            ended(child, 250),
+            "the handle of a worker that left is ended"
+        );
+        // its connection ended without a dismissal (a crash, a lost
+        // network): the handle tells what happened, so it stays
+        let (w, child) = remote(false, true);
+        w.on_connection_end();
+        assert!(
+            !ended(child, 25),
+            "a worker that was not dismissed keeps its handle"
+        );
+        // a worker whose process is the worker (local) or a handle that
+        // hears of its end at once (ssh): its exit is waited for
+        let (w, child) = remote(true, false);
+        w.on_connection_end();
+        assert!(
+            !ended(child, 25),
+            "a handle that does not poll is not killed"
+        );
+    }
 
     #[test]
     fn blocks_cut_short_by_an_interrupt_are_no_failed_attempts() {

@@ -449,6 +449,32 @@ pub fn kill(pid: Option<u32>, stop: &[String]) {
     run_stop_command(stop);
 }
 
+/// Run `argv` (the spawner's `wait_all`) and wait for it to exit, at most
+/// `limit`, after which it is killed and the run goes on.
+pub async fn run_wait_command(argv: &[String], limit: std::time::Duration) {
+    let Some((program, args)) = argv.split_first() else {
+        return;
+    };
+    let child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn();
+    match child {
+        Ok(mut child) => {
+            if tokio::time::timeout(limit, child.wait()).await.is_err() {
+                tracing::warn!(
+                    "the run's remote jobs were still listed after {limit:?}; cancelling them"
+                );
+                let _ = child.kill().await;
+            }
+        }
+        Err(e) => tracing::warn!("could not run {program}: {e}"),
+    }
+}
+
 /// Run a stop command (a `scancel`, say) without blocking the run for
 /// long: started, and reaped in the background.
 pub fn run_stop_command(argv: &[String]) {
