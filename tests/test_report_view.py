@@ -160,3 +160,15 @@ def test_the_view_renders_offline_in_a_browser(run, tmp_path):
         driver.quit()
     kinds = [k for k, w, h in sizes if w > 50 and h > 10]
     assert kinds.count("svg") == 1 and kinds.count("table") >= 3, sizes
+
+
+def test_the_jobs_line_counts_in_words_that_agree():
+    from daisy.run_report import JobRecord
+
+    one = WorkerSummary(count=2, jobs=(JobRecord("7", workers=(0, 1)),))
+    assert one.jobs_line() == "2 workers in 1 job"
+    two = WorkerSummary(count=5, jobs=(JobRecord("7", workers=(0,)), JobRecord("8", (1, 2, 3, 4))))
+    assert two.jobs_line() == "5 workers in 2 jobs"
+    lone = WorkerSummary(count=1, jobs=(JobRecord("9", workers=(0,)),))
+    assert lone.jobs_line() == "1 worker in 1 job"
+    assert WorkerSummary().jobs_line() is None

@@ -799,7 +799,8 @@ class WorkerSummary:
         if not self.jobs:
             return None
         hosted = sum(len(j.workers) for j in self.jobs)
-        text = f"{hosted} workers in {len(self.jobs)} jobs"
+        jobs = len(self.jobs)
+        text = f"{hosted} worker{'s' * (hosted != 1)} in {jobs} job{'s' * (jobs != 1)}"
         if self.job_queue_wait.n:
             text += (
                 f"; queue wait mean {format_seconds(self.job_queue_wait.mean)} "
