@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +52,21 @@ def _line(task_id: str, n: int, **kwargs: object) -> daisy.Task:
     )
 
 
+def quiesce() -> None:
+    """Wait (at most 30 s) until the node is idle again: each round starts
+    on a cluster done with the last one's jobs (a node still completing
+    them delays the next submission), whichever way that round ended."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = subprocess.run(
+            ["sinfo", "--noheader", "--format=%T"], capture_output=True, text=True
+        ).stdout.split()
+        jobs = subprocess.run(["squeue", "--noheader"], capture_output=True, text=True).stdout
+        if state and all(s == "idle" for s in state) and not jobs.strip():
+            return
+        time.sleep(0.2)
+
+
 def first_block(tmp: Path, workers_per_job: int = 1) -> tuple[float, int, float, list[float]]:
     """Seconds from the run's start to its first block handed to a worker,
     for 16 workers of one task on SLURM; the jobs submitted; and the run's
@@ -59,6 +75,7 @@ def first_block(tmp: Path, workers_per_job: int = 1) -> tuple[float, int, float,
     started. (No
     ``cpus``: one CPU per job, SLURM's default, so that a job of 4 fits the
     2-CPU node.)"""
+    quiesce()
     daisy.set_tracking_basedir(tmp / f"first-{time.monotonic_ns()}")
     task = _line(
         "first",
@@ -83,6 +100,7 @@ def first_block(tmp: Path, workers_per_job: int = 1) -> tuple[float, int, float,
 def idle(tmp: Path, idle_timeout: float | None) -> tuple[float, int, int, float]:
     """Idle worker-seconds, workers started and handed back of the
     downstream task, and the run's wall."""
+    quiesce()
     daisy.set_tracking_basedir(tmp / f"idle-{time.monotonic_ns()}")
     a = _line("a", 16, process_function=_slow, max_workers=2, spawner=daisy.SlurmSpawner(cpus=1))
     b = _line(
