@@ -4,6 +4,7 @@ and Debian's slurmctld, slurmd and munge, as `make system-deps` installs):
 
 - time to the first block of 16 SLURM workers, the jobs submitted and the
   run's wall, with one job per worker and with 4 workers per job;
+- how far apart the workers of one job of 4 start, alone on the node;
 - idle worker-seconds of a downstream task waiting on a slow upstream,
   with and without an ``idle_timeout``.
 
@@ -97,6 +98,26 @@ def first_block(tmp: Path, workers_per_job: int = 1) -> tuple[float, int, float,
     return t.first_block_at - t.started_at, jobs, wall, spreads
 
 
+def lone_job(tmp: Path) -> float:
+    """How long after its first worker the 4th of one job of 4 started,
+    the job alone on the node (no other launcher forking beside it)."""
+    quiesce()
+    daisy.set_tracking_basedir(tmp / f"lone-{time.monotonic_ns()}")
+    task = _line(
+        "lone",
+        8,
+        process_function=_nothing,
+        max_workers=4,
+        spawner=daisy.SlurmSpawner(workers_per_job=4),
+    )
+    server = daisy.Server()
+    server.run_blockwise([task], progress=False)
+    report = server.last_report
+    assert report is not None
+    (job,) = report["lone"].workers.jobs
+    return job.starts[3] - job.starts[0]
+
+
 def idle(tmp: Path, idle_timeout: float | None) -> tuple[float, int, int, float]:
     """Idle worker-seconds, workers started and handed back of the
     downstream task, and the run's wall."""
@@ -149,6 +170,12 @@ def main() -> None:
                 f"wall median {statistics.median(walls):.2f} s "
                 f"(min {min(walls):.2f}, max {max(walls):.2f}){spread} |"
             )
+        lone = [lone_job(tmp) for _ in range(args.rounds)]
+        print(
+            f"| one job of 4 alone: its 4th worker after its first | median "
+            f"{statistics.median(lone) * 1e3:.0f} ms (min {min(lone) * 1e3:.0f}, max "
+            f"{max(lone) * 1e3:.0f}) | forked by the job's launcher |"
+        )
         for timeout in (None, 0.5):
             runs = [idle(tmp, timeout) for _ in range(args.rounds)]
             med = statistics.median(r[0] for r in runs)
