@@ -286,9 +286,9 @@ pub fn on_lost<H>(st: &mut State<H>, job: u32, reason: &str) {
 
 /// Job `job`'s launcher left after its last worker ended: the job is
 /// ending by itself. A local handle that polls for its end (`sbatch
-/// --wait`, 2 to 32 s late) is ended now,
-/// quietly (no stop command), so the run's end does not wait for that
-/// poll nor cancel a job that completed.
+/// --wait`, 2 to 32 s late) is ended now, quietly (no stop command), so
+/// the run's end does not wait for that poll nor cancel a job that
+/// completed.
 pub fn on_finished<H>(st: &mut State<H>, job: u32) {
     if let Some(slot) = st.jobs.get(&job).filter(|s| s.running && s.polls) {
         supervision::kill(slot.handle_pid, &[]);
