@@ -87,3 +87,52 @@ def test_ctrl_c_says_the_counts_and_what_a_rerun_resumes(tmp_path):
     # the rerun skips exactly what the interrupted run said was recorded
     rerun = _run_on_a_terminal(args, interrupt_after_marks=None, marks=marks)
     assert f"SKIPPED {recorded}" in rerun, rerun[-3000:]
+
+
+def test_sigterm_says_the_same_account_and_exits_143(tmp_path):
+    """Issue 39: SLURM sends SIGTERM at the time limit and on ``scancel``.
+    The run stops as on Ctrl-C: the counts at shutdown and what a rerun
+    resumes from are printed, the workers are stopped, the driver exits
+    with 143 (what a batch system expects of a terminated job), and the
+    rerun redoes no block the store recorded."""
+    import signal
+    import subprocess
+
+    script = tmp_path / "pipeline.py"
+    script.write_text(SCRIPT)
+    store, marks = tmp_path / "smooth.store", tmp_path / "marks"
+    marks.mkdir()
+    args = [sys.executable, str(script), str(store), str(marks)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(marks.iterdir())) < 20:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        text, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, (proc.returncode, text[-3000:])
+    assert "Run terminated (SIGTERM); counts at shutdown:" in text, text[-3000:]
+    m = re.search(
+        r"smooth: (\d+) of 200 blocks are recorded as done in (\S+); rerun to resume", text
+    )
+    assert m, text[-3000:]
+    recorded = int(m.group(1))
+    assert 0 < recorded < 200 and m.group(2) == str(store)
+    import numpy as np
+    import zarr
+
+    done = np.asarray(zarr.open_group(str(store), mode="r")["done"][:]).ravel()
+    done_ids = {i for i, d in enumerate(done) if d}
+    assert len(done_ids) == recorded
+    for p in marks.iterdir():
+        p.unlink()
+    rerun = subprocess.run(args, capture_output=True, text=True, timeout=240)
+    assert f"SKIPPED {recorded}" in rerun.stdout, rerun.stdout[-3000:]
+    # ids 100-199 are smooth's alone (count's are 0-99): the rerun did
+    # every one of them the store had not recorded, and none it had
+    redone = {int(p.name) for p in marks.iterdir()} - set(range(100))
+    assert redone == set(range(100, 200)) - done_ids

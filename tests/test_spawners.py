@@ -11,6 +11,7 @@ import os
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -541,3 +542,43 @@ def test_slurm_workers_per_job_is_checked_when_the_spawner_is_built():
     assert args is not None
     assert "--cpus-per-task" in args.args and "8" in args.args and "12G" in args.args
     assert daisy.SlurmSpawner().job_commands("tag", __import__("pathlib").Path("/x")) is None
+
+
+@pytest.mark.parametrize("per_job", [1, 2], ids=["job_per_worker", "forked_in_job"])
+def test_slurm_workers_keep_what_user_code_left_for_exit(tmp_path, slurm, monkeypatch, per_job):
+    """Issue 39: on SLURM, cold workers (a job each) and workers forked by
+    a job's launcher keep a results file left open until exit, run the
+    function's ``atexit`` handler and let its non-daemon writer thread
+    finish: 40 of 40 lines, counts adding up to 40."""
+    workloads = Path(__file__).resolve().parents[2] / "shared" / "workloads"
+    monkeypatch.syspath_prepend(str(workloads))
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    monkeypatch.setenv("DAISY_WL_DIR", str(evidence))
+    import blockfns
+
+    spawner = daisy.SlurmSpawner(workers_per_job=per_job)
+    tasks = [
+        line_task(name, 40, size=1, process_function=function, max_workers=2, spawner=spawner)
+        for name, function in (
+            ("results", blockfns.per_worker_results),
+            ("summary", blockfns.atexit_summary),
+            ("threaded", blockfns.threaded_writer),
+        )
+    ]
+    server = daisy.Server()
+    states = server.run_blockwise(tasks, progress=False)
+    assert all(s.completed_count == 40 for s in states.values()), states
+
+    def lines(pattern):
+        return sorted(
+            int(line) for p in evidence.glob(pattern) for line in p.read_text().splitlines()
+        )
+
+    assert lines("results-*.csv") == list(range(40))
+    assert lines("threaded-*.csv") == list(range(40))
+    assert sum(int(p.read_text()) for p in evidence.glob("summary-*.txt")) == 40
+    for task in tasks:
+        assert server.last_report[task.task_id].workers.exits.get("clean", 0) >= 1
+    time.sleep(0.5)
+    assert our_jobs() == []

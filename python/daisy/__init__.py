@@ -89,6 +89,7 @@ _LAZY: dict[str, str] = {
     "SlurmSpawner": "daisy.spawners:SlurmSpawner",
     "Spawner": "daisy.spawners:Spawner",
     "Task": "daisy.task:Task",
+    "Terminated": "daisy.server:Terminated",
     "TaskState": "daisy.task_state:TaskState",
     "get_done_marker_basedir": "daisy.tracking_store:get_done_marker_basedir",
     "get_tracking_basedir": "daisy.tracking_store:get_tracking_basedir",
@@ -162,7 +163,7 @@ if TYPE_CHECKING:
     )
     from daisy.scheduler import Scheduler
     from daisy.serial_server import SerialServer
-    from daisy.server import Server
+    from daisy.server import Server, Terminated
     from daisy.spawners import DaskSpawner, LocalSpawner, SlurmSpawner, Spawner
     from daisy.task import Task
     from daisy.task_state import TaskState
@@ -202,6 +203,7 @@ __all__ = [
     "TaskReport",
     "Task",
     "TaskState",
+    "Terminated",
     "WorkerRecord",
     "Worker",
     "WorkerPool",

@@ -71,7 +71,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 from daisy import _worker
 from daisy.context import Context
@@ -194,7 +194,12 @@ class Launcher:
             stream.flush()
         pid = os.fork()
         if pid == 0:
-            self.become_worker(context, out, err)  # never returns
+            try:
+                self.leave_to_child(out, err)
+            except BaseException:
+                traceback.print_exc()
+                os._exit(1)  # the launcher's code must never go on in a child
+            raise ForkedWorker(ChildWorker(self.function, self.post_check, context))
         handle = os.pidfd_open(pid)  # checked to work before "ready"
         self.children[worker_id] = (pid, handle)
         self.selector.register(handle, selectors.EVENT_READ, worker_id)
@@ -209,28 +214,47 @@ class Launcher:
         _, status = os.waitpid(pid, 0)
         self.say(event="exited", worker_id=worker_id, status=status)
 
-    def become_worker(self, context: str, out: int, err: int) -> None:
-        """In the forked child: become worker ``context`` and never return."""
+    def leave_to_child(self, out: int, err: int) -> None:
+        """In the forked child: let go of everything that is the
+        launcher's (its selector, its socket, its siblings' handles, so
+        that unwinding its frames kills and closes nothing of theirs),
+        take a process group of its own, die with the launcher, and point
+        stdout and stderr at the worker's logs (``out`` and ``err`` are
+        closed by the caller's ``finally``, as in the launcher)."""
+        self.selector.close()
+        self.sock.close()
+        for _pid, handle in self.children.values():
+            os.close(handle)
+        self.children.clear()
+        os.setpgid(0, 0)
+        die_with_parent()
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, io.TextIOWrapper):
+                stream.reconfigure(line_buffering=stream.isatty())
+
+
+class ChildWorker:
+    """What a forked child is to run once it has left the launcher's
+    frames: the loaded function and the worker's context."""
+
+    def __init__(self, function: Any, post_check: Any, context: str) -> None:
+        self.function = function
+        self.post_check = post_check
+        self.context = context
+
+    def run(self) -> NoReturn:
+        """Become the worker: run the function exactly as ``daisy._worker``
+        does, then leave the interpreter's ordinary way (`_worker.leave`):
+        ``atexit`` handlers, non-daemon threads and the files the
+        function kept open are the child's own, as in a cold worker."""
         code = 1
         try:
-            self.selector.close()
-            self.sock.close()
-            for _pid, handle in self.children.values():
-                os.close(handle)
-            os.setpgid(0, 0)
-            die_with_parent()
-            os.dup2(out, 1)
-            os.dup2(err, 2)
-            for fd in (out, err):
-                if fd > 2:
-                    os.close(fd)
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.close(null)
-            for stream in (sys.stdout, sys.stderr):
-                if isinstance(stream, io.TextIOWrapper):
-                    stream.reconfigure(line_buffering=stream.isatty())
-            os.environ[Context.ENV_VARIABLE] = context
+            os.environ[Context.ENV_VARIABLE] = self.context
             numpy = sys.modules.get("numpy")
             if numpy is not None:
                 numpy.random.seed()
@@ -240,7 +264,20 @@ class Launcher:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         except BaseException:
             traceback.print_exc()
-        _worker.leave(code, forked=True)
+        _worker.leave(code)
+
+
+class ForkedWorker(BaseException):
+    """Raised in a child right after the fork: it unwinds the launcher's
+    frames (their ``finally`` clauses close only the child's copies of the
+    request's descriptors) up to ``__main__``, which runs the worker at
+    the top of the stack, where its ordinary exit unwinds no launcher
+    code. A BaseException, so that no ``except Exception`` of the
+    launcher's takes it for an error."""
+
+    def __init__(self, worker: ChildWorker) -> None:
+        super().__init__("a forked worker leaving the launcher's frames")
+        self.worker = worker
 
 
 class JobLauncher(Launcher):
@@ -429,13 +466,27 @@ def main() -> int:
     return 0
 
 
+def run_launcher(argv: list[str]) -> int | ChildWorker:
+    """Serve as a task's or a job's launcher; in a forked child, the
+    worker it is to become (the launcher's frames already left)."""
+    try:
+        if len(argv) == 3 and argv[0:2] == ["--job", "--payload"]:
+            return main_job(argv[2])
+        return main()
+    except ForkedWorker as forked:
+        return forked.worker
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1:3] == ["--job", "--payload"]:
-        code = main_job(sys.argv[3])
-    else:
-        code = main()
+    outcome = run_launcher(sys.argv[1:])
+    if isinstance(outcome, ChildWorker):
+        outcome.run()  # a forked worker: leaves the ordinary way
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    # not the worker's leave: the launcher runs no at_worker_exit hook, and
-    # its interpreter's finalisation would only cost time
-    os._exit(code)
+    # The launcher itself leaves without the interpreter's finalisation, as
+    # it did no work of the run: what loading the function left in its
+    # memory (a line a module wrote into a file buffer at import, say) is
+    # every forked worker's, and each writes it at its own exit, as each
+    # cold worker would; a finalising launcher would write one copy more.
+    # It runs no at_worker_exit hook: it is no worker.
+    os._exit(outcome)

@@ -18,7 +18,6 @@ stdout and stderr are already the worker's log files.
 
 from __future__ import annotations
 
-import atexit
 import faulthandler
 import inspect
 import io
@@ -28,7 +27,7 @@ import os
 import pickle
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import cloudpickle
 
@@ -93,44 +92,30 @@ def run_function(function: Any, post_check: Any, context: Context | None = None)
         client.close()
 
 
-#: environment variable: "0" gives workers the interpreter's ordinary exit
+#: no longer read: a worker always leaves the interpreter's ordinary way
+#: (the fast exit it chose threw away what user code left for exit time)
 FAST_EXIT_VARIABLE = "DAISY_WORKER_FAST_EXIT"
 
 
-def _fast_exit_wanted() -> bool:
-    value = os.environ.get(FAST_EXIT_VARIABLE, "1").strip()
-    if value in ("1", ""):
-        return True
-    if value != "0":
-        logging.getLogger("daisy.worker").warning(
-            "daisy: %s=%r is neither 1 (leave fast, the default) nor 0 (the interpreter's "
-            "ordinary exit, atexit included); leaving the ordinary way",
-            FAST_EXIT_VARIABLE,
-            value,
-        )
-    return False
-
-
-def leave(code: int, forked: bool = False) -> None:
-    """End the worker: run the `daisy.at_worker_exit` hooks, flush the
-    logs and both streams, then leave at once with ``os._exit`` (unless
-    ``DAISY_WORKER_FAST_EXIT=0``): the interpreter's finalisation of
-    everything the function imported is the slowest part of a worker's
-    life and does no work for the run. A worker ``forked`` by a launcher
-    never returns into the launcher's code: without the fast exit it runs
-    the ``atexit`` handlers, then leaves the same way."""
+def leave(code: int) -> NoReturn:
+    """End the worker the interpreter's ordinary way: run the
+    `daisy.at_worker_exit` hooks, then ``sys.exit(code)``, so that what
+    user code left for exit time happens as it would in a script:
+    non-daemon threads are joined, ``atexit`` handlers run (the logging
+    module's flush among them), and module globals are released, which
+    flushes and closes the files they kept open (h5py, zarr and database
+    handles close the same way). The worker is told there is no more work
+    before this, so its exit costs the run no block; its length is the
+    worker's teardown in the report. Called from the top of the worker's
+    stack only (cold workers at ``__main__``, forked ones after leaving the
+    launcher's frames), so no daisy code is left to unwind through."""
     run_exit_hooks()
-    fast = _fast_exit_wanted()
-    if forked and not fast:
-        atexit._run_exitfuncs()
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass  # a closed or broken stream: nothing left to save
-    if fast or forked:
-        os._exit(code)
+    if os.environ.get(FAST_EXIT_VARIABLE, "").strip() not in ("", "0"):
+        logging.getLogger("daisy.worker").info(
+            "daisy: %s is no longer read; workers leave the interpreter's ordinary way "
+            "(atexit handlers, open files and non-daemon threads are kept)",
+            FAST_EXIT_VARIABLE,
+        )
     sys.exit(code)
 
 

@@ -18,7 +18,7 @@ from daisy.progress import check_interval
 from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.serial_server import SerialServer
-from daisy.server import Server
+from daisy.server import Server, Terminated
 
 logger = logging.getLogger(__name__)
 
@@ -80,14 +80,17 @@ class RunFailed(RuntimeError):
 def _says_where_an_interrupted_run_stands(
     runner: Server | SerialServer, tasks: Any, block_tracking: bool, summary: bool
 ) -> Iterator[None]:
-    """On Ctrl-C, print the counts at shutdown and what a rerun resumes
-    from (the summary's place), then let the KeyboardInterrupt go on."""
+    """On Ctrl-C or SIGTERM, print the counts at shutdown and what a rerun
+    resumes from (the summary's place), then let the exception go on
+    (`KeyboardInterrupt`, or `Terminated`: exit status 143)."""
     try:
         yield
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as e:
         states = runner.stopped_states
         if summary and states is not None:
-            print(format_interrupted(states, Pipeline.of(tasks).tasks, block_tracking), flush=True)
+            how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+            text = format_interrupted(states, Pipeline.of(tasks).tasks, block_tracking, how)
+            print(text, flush=True)
         raise
 
 

@@ -68,13 +68,17 @@ def print_execution_summary(
 
 
 def format_interrupted(
-    states: Mapping[str, TaskState], tasks: Iterable[Any], block_tracking: bool = True
+    states: Mapping[str, TaskState],
+    tasks: Iterable[Any],
+    block_tracking: bool = True,
+    how: str = "interrupted",
 ) -> str:
-    """What a run stopped early (Ctrl-C) says: the summary at shutdown and,
-    per task, what a rerun finds done. The counts are the core's final
-    ones, the blocks its tracking store records (what a rerun skips)."""
+    """What a run stopped early (Ctrl-C, or ``how="terminated (SIGTERM)"``)
+    says: the summary at shutdown and, per task, what a rerun finds done.
+    The counts are the core's final ones, the blocks its tracking store
+    records (what a rerun skips)."""
     by_id = {t.task_id: t for t in tasks}
-    lines = ["", "Run interrupted; counts at shutdown:", format_execution_summary(states), ""]
+    lines = ["", f"Run {how}; counts at shutdown:", format_execution_summary(states), ""]
     for task_id, s in states.items():
         task = by_id.get(task_id)
         done, total = s.completed_count, s.total_block_count

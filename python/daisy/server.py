@@ -138,15 +138,24 @@ def worker_payload(function: object, post_check: object = None, task_id: str = "
     return pickle.dumps((list(sys.path), sources)) + pickled
 
 
+class Terminated(SystemExit):
+    """SIGTERM stopped a run: a `SystemExit` with status 143 (128 + 15),
+    what a batch system expects of a job it terminated (SLURM's time
+    limit, ``scancel``), raised once the run has stopped its workers and
+    kept its stores. ``daisy.run_blockwise`` prints, before it goes on, the
+    same account as for Ctrl-C: the counts at shutdown and what a rerun
+    resumes from. Catch it (or `SystemExit`) to do something else."""
+
+
 @contextlib.contextmanager
 def _sigterm_stops_the_run() -> Iterator[None]:
     """While a run goes, SIGTERM (``kill``, a batch system's time limit)
-    stops it like Ctrl-C: the server kills every worker and the driver
-    exits with status 143. A handler the program installed itself is left
-    alone."""
+    stops it like Ctrl-C: the server kills every worker and `Terminated`
+    (exit status 143) is raised. A handler the program installed itself
+    is left alone."""
 
     def stop(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
+        raise Terminated(128 + signum)
 
     try:
         previous = signal.getsignal(signal.SIGTERM)

@@ -29,17 +29,15 @@ _exit_hooks: list[Callable[[], Any]] = []
 
 def at_worker_exit(function: Callable[[], Any]) -> Callable[[], Any]:
     """Run ``function()`` when this worker process leaves, after its last
-    block (or its worker function) and before its logs are flushed.
-
-    daisy's workers leave without the interpreter's slow finalisation (it
-    took 0.24–0.66 s with dask and zarr loaded), so ``atexit`` handlers and
-    objects' finalisers do not run there: register here what must (close a
-    file you kept open across blocks, flush a cache). Each function runs
+    block (or its worker function) and before the interpreter's ordinary
+    exit, which then runs ``atexit`` handlers, joins non-daemon threads
+    and closes the files module globals kept open, as in any script.
+    Use it for what must happen before that finalisation begins (while
+    every module is still whole), or to say in the worker's log what the
+    worker did. Each function runs
     once per registration; one that raises is logged and the others still
     run. Outside a daisy worker it is never called. Returns ``function``,
-    so it works as a decorator. ``DAISY_WORKER_FAST_EXIT=0`` in the
-    driver's environment gives workers the ordinary exit, ``atexit``
-    included."""
+    so it works as a decorator."""
     if not callable(function):
         raise TypeError(
             f"at_worker_exit: expected a function to call when the worker leaves, got "
