@@ -394,6 +394,42 @@ impl BlockGrid {
         self.grid.len()
     }
 
+    /// The interval block position `k` of axis `d` reads, `[begin, end)`
+    /// (cut to the total ROI under `shrink`, as [`Self::block_at`] cuts
+    /// it): blocks are a box of positions, so what a task's blocks read
+    /// along one axis is known without making a block.
+    pub fn read_interval(&self, d: usize, k: i64) -> (i64, i64) {
+        let begin = self.first_read.begin()[d] + k * self.stride[d];
+        let end = begin + self.first_read.shape()[d];
+        if self.fit == Fit::Shrink {
+            let (lo, hi) = (self.total_read.begin()[d], self.total_read.end()[d]);
+            return (begin.max(lo), end.min(hi));
+        }
+        (begin, end)
+    }
+
+    /// The region the task's blocks may write: its total ROI without the
+    /// read context.
+    pub fn total_write_roi(&self) -> Roi {
+        self.total_write
+    }
+
+    /// The region the blocks write, as one box: the total write ROI from
+    /// its begin, as far as the last block's write ROI reaches inside it
+    /// (`valid` leaves its last partial block of each axis out; `shrink`
+    /// and `overhang` reach its end). Empty when the task has no blocks.
+    pub fn written_roi(&self) -> Roi {
+        let dims = self.stride.dims();
+        let mut end = self.total_write.end();
+        for d in 0..dims {
+            let reach = self.first_write.begin()[d] + self.grid.shape()[d] * self.stride[d];
+            end[d] = end[d].min(reach).max(self.total_write.begin()[d]);
+        }
+        let begin = self.total_write.begin();
+        // end >= begin on every axis and both lie in the total write ROI
+        Roi::new_unchecked(begin, end.sub(&begin))
+    }
+
     /// The levels in world units (daisy 1.x's `compute_level_*`).
     pub fn level_layout(&self) -> LevelLayout {
         let base = self.first_read.begin().sub(&self.total_read.begin());

@@ -19,6 +19,7 @@ pub mod gpu_profile;
 pub mod hang_up;
 pub mod liveness;
 pub mod pipeline;
+pub mod pipeline_coverage;
 pub mod private_files;
 pub mod process_group;
 pub mod protocol;

@@ -15,6 +15,7 @@
 
 use crate::error::DaisyError;
 use crate::pipeline::Pipeline;
+use crate::pipeline_coverage::{UncoveredRead, uncovered_reads};
 use crate::scheduler::Scheduler;
 use crate::serial::Measure;
 use crate::server::LogMode;
@@ -49,6 +50,10 @@ pub struct RunPlan {
     /// `block_tracking`; False: no block is skipped for a mark, none is
     /// marked, and every history goes next to the logs).
     pub block_tracking: bool,
+    /// Whether a downstream task whose blocks read where no upstream
+    /// block writes ([`crate::pipeline_coverage`]) refuses the run instead
+    /// of warning (`run_blockwise(strict=True)`).
+    pub strict: bool,
 }
 
 impl Default for RunPlan {
@@ -57,6 +62,7 @@ impl Default for RunPlan {
             tasks: Vec::new(),
             history_base: None,
             block_tracking: true,
+            strict: false,
         }
     }
 }
@@ -92,6 +98,30 @@ impl RunPlan {
         Ok(())
     }
 
+    /// The downstream tasks of `pipeline` that read where no upstream
+    /// block writes ([`crate::pipeline_coverage::uncovered_reads`]), to
+    /// warn of; under [`Self::strict`] the first refuses the run.
+    pub fn check_coverage(&self, pipeline: &Pipeline) -> Result<Vec<UncoveredRead>, DaisyError> {
+        let found = uncovered_reads(pipeline);
+        match found.first() {
+            Some(first) if self.strict => {
+                let more = match found.len() - 1 {
+                    0 => String::new(),
+                    n => format!(" ({n} more pair(s) of tasks like it)"),
+                };
+                Err(DaisyError::invalid(
+                    "strict",
+                    format!(
+                        "True refuses this pipeline: {}{more}; fix the geometry, or drop \
+                         strict=True to run with a warning",
+                        first.text
+                    ),
+                ))
+            }
+            _ => Ok(found),
+        }
+    }
+
     /// The history base of a run that logs to `log_dir` in `mode`: the
     /// directory itself, unless output stays on the console.
     pub fn history_base_for(log_dir: Option<&Path>, mode: LogMode) -> Option<PathBuf> {
@@ -109,7 +139,15 @@ impl RunPlan {
     pub fn scheduler(&self) -> Result<Scheduler, DaisyError> {
         self.check()?;
         let pipeline = Pipeline::new(self.tasks.iter().map(|t| t.spec.clone()).collect())?;
+        let uncovered = self.check_coverage(&pipeline)?;
         let mut scheduler = Scheduler::new(pipeline);
+        for found in uncovered {
+            tracing::warn!(
+                "daisy: {}; run_blockwise(strict=True) makes this an error",
+                found.text
+            );
+            scheduler.add_plan_notice(found.task, found.text);
+        }
         for plan in &self.tasks {
             let t = scheduler.pipeline().index_of(&plan.spec.task_id)?;
             if let Some(path) = plan.tracking_path.as_ref().filter(|_| self.block_tracking) {
@@ -144,6 +182,7 @@ impl RunPlan {
 mod tests {
     use super::*;
     use crate::geometry::{Coord, Roi};
+    use crate::task_spec::Fit;
     use crate::tracking_store::history_file;
 
     fn roi(offset: i64, shape: i64) -> Roi {
@@ -216,6 +255,7 @@ mod tests {
             ],
             history_base: Some(dir.as_path().join("logs")),
             block_tracking: true,
+            strict: false,
         };
         let scheduler = run.scheduler().unwrap();
         let a = scheduler.pipeline().index_of("a").unwrap();
@@ -241,6 +281,7 @@ mod tests {
             }],
             history_base: None,
             block_tracking: true,
+            strict: false,
         };
         assert!(bad.scheduler().is_err());
         let _ = std::fs::remove_dir_all(&dir);
@@ -259,6 +300,7 @@ mod tests {
             }],
             history_base: None,
             block_tracking,
+            strict: false,
         };
         let e = run(None, true).check().unwrap_err().to_string();
         assert!(
@@ -277,8 +319,63 @@ mod tests {
             tasks: vec![plan("p")],
             history_base: None,
             block_tracking: false,
+            strict: false,
         };
         assert!(plain.check().is_ok());
         assert!(plain.scheduler().is_ok());
+    }
+
+    #[test]
+    fn a_read_of_what_no_upstream_block_writes_warns_or_under_strict_refuses() {
+        let line = |o: i64, s: i64| Roi::from_slices(&[o], &[s]).unwrap();
+        // up (fit valid) writes [0, 90) of [0, 95); down reads all of [0, 100)
+        let up = TaskSpec::new(
+            "up",
+            line(0, 95),
+            line(0, 10),
+            line(0, 10),
+            Fit::Valid,
+            false,
+            0,
+            vec![],
+        )
+        .unwrap();
+        let down = TaskSpec::new(
+            "down",
+            line(0, 100),
+            line(0, 10),
+            line(0, 10),
+            Fit::Valid,
+            false,
+            0,
+            vec!["up".into()],
+        )
+        .unwrap();
+        let task = |spec: &TaskSpec| TaskPlan {
+            spec: spec.clone(),
+            ..plan("x")
+        };
+        let mut run = RunPlan {
+            tasks: vec![task(&up), task(&down)],
+            ..RunPlan::default()
+        };
+        let scheduler = run.scheduler().unwrap();
+        let notices = scheduler.plan_notices();
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        let down_index = scheduler.pipeline().index_of("down").unwrap();
+        assert_eq!(notices[0].0, down_index);
+        assert!(
+            notices[0]
+                .1
+                .contains("1 of its 10 blocks read where no block"),
+            "{}",
+            notices[0].1
+        );
+        run.strict = true;
+        let e = run.scheduler().err().unwrap().to_string();
+        assert!(
+            e.starts_with("strict: True refuses this pipeline: task \"down\""),
+            "{e}"
+        );
     }
 }

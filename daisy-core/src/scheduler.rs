@@ -84,6 +84,10 @@ pub struct Scheduler {
     scratch2: Vec<BlockKey>,
     /// Where untracked tasks' histories go (see [`Self::history_file`]).
     history_base: Option<std::path::PathBuf>,
+    /// What the run plan found to say about tasks before the run (see
+    /// [`crate::pipeline_coverage`]): each becomes a notice of its task's
+    /// report.
+    plan_notices: Vec<(TaskIndex, String)>,
 }
 
 impl Scheduler {
@@ -120,6 +124,7 @@ impl Scheduler {
             scratch: Vec::new(),
             scratch2: Vec::new(),
             history_base: None,
+            plan_notices: Vec::new(),
         }
     }
 
@@ -133,6 +138,16 @@ impl Scheduler {
     /// [`crate::tracking_store::history_file`]); None: nowhere.
     pub fn set_history_base(&mut self, base: Option<std::path::PathBuf>) {
         self.history_base = base;
+    }
+
+    /// Keep `text` to say in `task`'s report (a finding of the run plan).
+    pub fn add_plan_notice(&mut self, task: TaskIndex, text: String) {
+        self.plan_notices.push((task, text));
+    }
+
+    /// What the run plan found to say, per task, in the order found.
+    pub fn plan_notices(&self) -> &[(TaskIndex, String)] {
+        &self.plan_notices
     }
 
     /// The `runs.jsonl` a task's report goes to at the end of a run, if

@@ -51,7 +51,7 @@ pub fn run_serial(
     hooks: &mut impl SerialHooks,
 ) -> RunOutcome {
     let n = scheduler.pipeline().len();
-    let mut ledger = RunLedger::new(n);
+    let mut ledger = RunLedger::planned(scheduler);
     scheduler.begin_run();
     let stopped = sweep(scheduler, measure, hooks, &mut ledger)
         .err()

@@ -163,6 +163,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cantor_number, m)?)?;
     m.add_function(wrap_pyfunction!(py_task_spec::validated_roi, m)?)?;
     m.add_function(wrap_pyfunction!(py_task_spec::pipeline_order, m)?)?;
+    m.add_function(wrap_pyfunction!(py_task_spec::uncovered_reads, m)?)?;
     m.add_function(wrap_pyfunction!(reset_tracking, m)?)?;
     m.add_function(wrap_pyfunction!(adopt_tracking, m)?)?;
     m.add_function(wrap_pyfunction!(write_payload, m)?)?;

@@ -70,6 +70,7 @@ pub fn run_plan(
             .collect(),
         history_base: RunPlan::history_base_for(log_dir, log_mode),
         block_tracking,
+        strict: false, // the runs that take `strict` set it
     }
 }
 
@@ -213,9 +214,11 @@ impl PyScheduler {
     /// store directories, `skip_masks` task ids to one byte per block;
     /// `resource_tracking` and `gpu_tracking` name the tasks that measure
     /// their blocks, and those that add GPU figures; `block_tracking=False`
-    /// runs without the stores (daisy 2.0.0's option).
+    /// runs without the stores (daisy 2.0.0's option); `strict=True`
+    /// refuses a pipeline whose downstream blocks read where no upstream
+    /// block writes.
     #[new]
-    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None, resource_tracking=Vec::new(), gpu_tracking=Vec::new(), log_dir=None, log_mode="file", block_tracking=true))]
+    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None, resource_tracking=Vec::new(), gpu_tracking=Vec::new(), log_dir=None, log_mode="file", block_tracking=true, strict=false))]
     #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         specs: Vec<PyRef<'_, PyTaskSpec>>,
@@ -227,6 +230,7 @@ impl PyScheduler {
         log_dir: Option<std::path::PathBuf>,
         log_mode: &str,
         block_tracking: bool,
+        strict: bool,
     ) -> PyResult<Self> {
         let mut stores = Vec::with_capacity(specs.len());
         for spec in &specs {
@@ -237,13 +241,14 @@ impl PyScheduler {
                 measure: Measure::of(resource_tracking.contains(tid), gpu_tracking.contains(tid)),
             });
         }
-        let plan = run_plan(
+        let mut plan = run_plan(
             &specs,
             &stores,
             log_dir.as_deref(),
             log_mode.parse().py()?,
             block_tracking,
         );
+        plan.strict = strict;
         let inner = plan.scheduler().py()?;
         let checks = callables_by_task(inner.pipeline(), check_functions)?;
         let task_ids = inner

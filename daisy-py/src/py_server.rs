@@ -158,6 +158,7 @@ pub struct PyRunConfig {
     liveness_timeout: std::time::Duration,
     block_tracking: bool,
     idle_timeout: Option<std::time::Duration>,
+    strict: bool,
 }
 
 #[pymethods]
@@ -172,9 +173,10 @@ impl PyRunConfig {
     /// `block_tracking=False` runs without the tasks' tracking stores;
     /// `idle_timeout` the seconds a worker of a task that sets none of its
     /// own may wait for a block before it is handed back (None: each
-    /// task's spawner's).
+    /// task's spawner's); `strict=True` refuses a pipeline whose
+    /// downstream blocks read where no upstream block writes.
     #[new]
-    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), wait_all=Vec::new(), liveness_timeout=None, block_tracking=true, idle_timeout=None))]
+    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), wait_all=Vec::new(), liveness_timeout=None, block_tracking=true, idle_timeout=None, strict=false))]
     #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         host: String,
@@ -188,6 +190,7 @@ impl PyRunConfig {
         liveness_timeout: Option<f64>,
         block_tracking: bool,
         idle_timeout: Option<f64>,
+        strict: bool,
     ) -> PyResult<Self> {
         let resources: Vec<(String, i128)> = resources.into_iter().collect();
         Ok(Self {
@@ -208,6 +211,7 @@ impl PyRunConfig {
                 .map(daisy_core::task_options::idle_timeout)
                 .transpose()
                 .py()?,
+            strict,
         })
     }
 }
@@ -327,13 +331,15 @@ fn distributed_plan(
     for spec in specs {
         stores.push(config_of(tasks, &spec.spec.task_id)?.store.clone());
     }
-    Ok(run_plan(
+    let mut plan = run_plan(
         specs,
         &stores,
         run.log_dir.as_deref(),
         run.log_mode,
         run.block_tracking,
-    ))
+    );
+    plan.strict = run.strict;
+    Ok(plan)
 }
 
 /// `check_run(specs, tasks, run)`: the run plan's rules (a task that

@@ -167,3 +167,17 @@ pub fn pipeline_order(specs: Vec<PyRef<'_, PyTaskSpec>>) -> PyResult<Vec<String>
         daisy_core::Pipeline::new(specs.iter().map(|s| s.spec.clone()).collect()).py()?;
     Ok(pipeline.specs().iter().map(|s| s.task_id.clone()).collect())
 }
+
+/// `uncovered_reads(specs)`: the downstream tasks of `specs` whose blocks
+/// read where no upstream block writes, as `(task_id, text)` pairs in
+/// pipeline order (the core's `pipeline_coverage`; the run plan warns of
+/// the same, and the summary repeats it).
+#[pyfunction]
+pub fn uncovered_reads(specs: Vec<PyRef<'_, PyTaskSpec>>) -> PyResult<Vec<(String, String)>> {
+    let pipeline =
+        daisy_core::Pipeline::new(specs.iter().map(|s| s.spec.clone()).collect()).py()?;
+    Ok(daisy_core::pipeline_coverage::uncovered_reads(&pipeline)
+        .into_iter()
+        .map(|f| (pipeline.spec(f.task).task_id.clone(), f.text))
+        .collect())
+}

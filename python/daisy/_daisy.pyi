@@ -42,6 +42,7 @@ __all__ = [
     "at_interpreter_exit",
     "validated_roi",
     "pipeline_order",
+    "uncovered_reads",
     "BlockStats",
     "profile_block",
     "TrackingStore",
@@ -200,6 +201,7 @@ class Scheduler:
         log_dir: str | os.PathLike[str] | None = None,
         log_mode: str = "file",
         block_tracking: bool = True,
+        strict: bool = False,
     ) -> Scheduler: ...
     def flush(self) -> None: ...
     @property
@@ -337,6 +339,7 @@ class RunConfig:
         liveness_timeout: float | None = None,
         block_tracking: bool = True,
         idle_timeout: float | None = None,
+        strict: bool = False,
     ) -> RunConfig: ...
 
 @final
@@ -357,6 +360,7 @@ class LiveDetail:
 
 def validated_roi(value: Any, param: str) -> Roi: ...
 def pipeline_order(specs: Sequence[TaskSpec]) -> list[str]: ...
+def uncovered_reads(specs: Sequence[TaskSpec]) -> list[tuple[str, str]]: ...
 def read_tracking_array(path: str, name: str) -> tuple[str, list[int], bytes] | None: ...
 def history_file(
     task_id: str,

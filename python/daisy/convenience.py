@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from daisy import _v1_names
+from daisy._daisy import uncovered_reads
 from daisy.execution_summary import format_interrupted, print_execution_summary
 from daisy.pipeline import Pipeline
 from daisy.progress import check_interval
@@ -113,6 +114,7 @@ def run_blockwise(
     progress_interval: float | None = None,
     liveness_timeout: float | None = None,
     idle_timeout: float | None = None,
+    strict: bool = False,
 ) -> Any:
     """Run every block of ``tasks`` (a Task, a list of tasks or a
     Pipeline; upstream tasks are included) in dependency order.
@@ -175,6 +177,14 @@ def run_blockwise(
         raise_on_failure: raise `RunFailed` (carrying the states, the run
             report and the failed attempts) instead of returning False
             when a block failed, was orphaned or was left unprocessed.
+        strict: raise ``ValueError`` before any block runs when a
+            downstream task's blocks read part of an upstream task's
+            output that no upstream block writes (an upstream ``fit=
+            "valid"`` that drops its last partial blocks, under a
+            downstream task that reads the whole volume). By default the
+            run warns of it before it starts and says it again in its
+            summary and report. Context that reaches past the upstream's
+            total write ROI is never counted.
 
     Returns:
         True if every block of every task completed; False if any block
@@ -192,6 +202,8 @@ def run_blockwise(
         raise TypeError(f"raise_on_failure: expected True or False, got {raise_on_failure!r}")
     if not isinstance(return_states, bool):
         raise TypeError(f"return_states: expected True or False, got {return_states!r}")
+    if not isinstance(strict, bool):
+        raise TypeError(f"strict: expected True or False, got {strict!r}")
     if pipeline is not None:
         if tasks is not None:
             raise TypeError("run_blockwise: tasks and pipeline name the same thing; pass one")
@@ -230,6 +242,7 @@ def run_blockwise(
                 dashboard_port=dashboard_port,
                 block_tracking=block_tracking,
                 progress_interval=progress_interval,
+                strict=strict,
             )
         notes = server.failure_notes()
         failures = list(server.failures)
@@ -248,18 +261,21 @@ def run_blockwise(
         serial = SerialServer()
         with _says_where_an_interrupted_run_stands(serial, tasks, block_tracking, summary):
             states = serial.run_blockwise(
-                tasks, scheduler=Scheduler(tasks, block_tracking=block_tracking)
+                tasks, scheduler=Scheduler(tasks, block_tracking=block_tracking, strict=strict)
             )
         notes = {}
         report = serial.last_report
     if summary:
-        # a fit that left part of the volume out is said again where the
-        # run says it processed everything
-        for t in Pipeline.of(tasks).tasks:
-            uncovered = t.coverage_note
-            if uncovered is not None and t.task_id in states:
-                lines = textwrap.wrap(uncovered, 88, subsequent_indent="  ")
-                notes = {**notes, t.task_id: [*notes.get(t.task_id, []), *lines]}
+        # a fit that left part of the volume out, and a downstream task
+        # that reads what no upstream block writes, are said again where
+        # the run says it processed everything
+        planned = Pipeline.of(tasks)
+        said = [(t.task_id, t.coverage_note) for t in planned.tasks]
+        said += uncovered_reads(planned.specs())
+        for task_id, text in said:
+            if text is not None and task_id in states:
+                lines = textwrap.wrap(text, 88, subsequent_indent="  ")
+                notes = {**notes, task_id: [*notes.get(task_id, []), *lines]}
         print_execution_summary(states, notes)
         if report is not None:
             panel = report.render(task_order=list(states))

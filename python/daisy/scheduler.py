@@ -34,10 +34,16 @@ class Scheduler:
         block_tracking: False runs without the tasks' tracking stores: no
             block is skipped for a done marker, none is marked (daisy
             2.0.0's option).
+        strict: True refuses a pipeline whose downstream blocks read where
+            no upstream block writes (by default that is a warning).
     """
 
     def __init__(
-        self, tasks: Any, count_all_orphans: bool = True, block_tracking: bool = True
+        self,
+        tasks: Any,
+        count_all_orphans: bool = True,
+        block_tracking: bool = True,
+        strict: bool = False,
     ) -> None:
         self._pipeline = Pipeline.of(tasks)
         log_dir = get_log_basedir()  # untracked tasks' run histories go next to their logs
@@ -53,6 +59,7 @@ class Scheduler:
             log_dir=None if log_dir is None else Path(log_dir).absolute(),
             log_mode=get_log_mode(),
             block_tracking=block_tracking,
+            strict=strict,
         )
 
     @property

@@ -268,6 +268,7 @@ class Server(ServerObservee):
         block_tracking: bool = True,
         progress_interval: float | None = None,
         dashboard_port: int | None = None,
+        strict: bool = False,
     ) -> dict[str, TaskState]:
         """Run every block of ``tasks`` and return the task states by id,
         in pipeline order. ``progress`` is True (bars, or lines on stderr
@@ -282,7 +283,9 @@ class Server(ServerObservee):
         `daisy.dashboard`; the same server as ``metrics_port`` where both
         are equal); ``block_tracking=False``
         runs without the tasks' tracking stores (nothing skipped, nothing
-        marked)."""
+        marked); ``strict=True`` refuses, before any block runs, a pipeline
+        whose downstream blocks read where no upstream block writes (a
+        warning otherwise: see ``daisy.run_blockwise``)."""
         check_port(dashboard_port, "dashboard_port")
         pipeline = scheduler._pipeline if scheduler is not None else Pipeline.of(tasks)
         task_map = {t.task_id: t for t in pipeline.tasks}
@@ -362,6 +365,7 @@ class Server(ServerObservee):
             liveness_timeout=self.liveness_timeout,
             block_tracking=block_tracking,
             idle_timeout=self.idle_timeout,
+            strict=strict,
         )
         # the core's order (upstream first), which every view lists
         given = pipeline.specs()

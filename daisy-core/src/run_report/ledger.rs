@@ -234,6 +234,16 @@ impl RunLedger {
         }
     }
 
+    /// A fresh ledger for a run of `scheduler`, holding what its run plan
+    /// found to say about its tasks ([`Scheduler::plan_notices`]).
+    pub fn planned(scheduler: &Scheduler) -> Self {
+        let mut ledger = Self::new(scheduler.pipeline().len());
+        for (task, text) in scheduler.plan_notices() {
+            ledger.note(*task, text);
+        }
+        ledger
+    }
+
     /// Something to say once in `task`'s report (a worker's note): kept
     /// unless already said or [`MAX_NOTES`] are kept; cut to
     /// [`MAX_NOTE_BYTES`].

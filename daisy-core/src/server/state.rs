@@ -358,6 +358,7 @@ impl<H> State<H> {
     pub fn new(mut scheduler: Scheduler, config: ServerConfig, hooks: H, addr: SocketAddr) -> Self {
         let n = scheduler.pipeline().len();
         scheduler.begin_run();
+        let ledger = RunLedger::planned(&scheduler);
         for (t, task) in config.tasks.iter().enumerate() {
             scheduler.task_state_mut(t as TaskIndex).timeout = task.timeout;
         }
@@ -382,7 +383,7 @@ impl<H> State<H> {
             interrupted: false,
             open_connections: 0,
             timelines: BTreeMap::new(),
-            ledger: RunLedger::new(n),
+            ledger,
             stop: None,
             recent_round_trips: Vec::new(),
             launchers: (0..n).map(|_| LauncherSlot::default()).collect(),
