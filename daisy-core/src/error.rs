@@ -67,6 +67,27 @@ pub enum DaisyError {
         /// The task that opened it.
         task: String,
     },
+    /// A declared output was deleted or made again since the tracking
+    /// store marked blocks done (Python: `daisy.LayoutMismatch`): a rerun
+    /// would skip blocks whose results are gone.
+    #[error(
+        "task {task:?}: output {output} was {how} since tracking store {store} marked {marked} \
+         block(s) done, so their results are not in it and a rerun would skip them. To redo \
+         the task, call task.reset() once (the run history is kept); or give the task another \
+         tracking_path"
+    )]
+    OutputReplaced {
+        /// The store's directory.
+        store: String,
+        /// The task.
+        task: String,
+        /// The output's directory.
+        output: String,
+        /// "deleted" or "deleted and made again".
+        how: String,
+        /// How many blocks the store marks done.
+        marked: u64,
+    },
     /// A tracking store lost a file it cannot do without and still holds
     /// marks (Python: `OSError`).
     #[error("{0}")]

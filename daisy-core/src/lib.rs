@@ -30,6 +30,7 @@ pub mod scheduler;
 pub mod serial;
 pub mod server;
 pub mod task_options;
+pub mod task_outputs;
 pub mod task_spec;
 pub mod task_state;
 pub mod tracking_store;

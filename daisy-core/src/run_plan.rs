@@ -19,6 +19,7 @@ use crate::pipeline_coverage::{UncoveredRead, uncovered_reads};
 use crate::scheduler::Scheduler;
 use crate::serial::Measure;
 use crate::server::LogMode;
+use crate::task_outputs::{DeclaredOutput, check_chunks};
 use crate::task_spec::TaskSpec;
 use crate::tracking_store::TrackingStore;
 use std::path::{Path, PathBuf};
@@ -36,6 +37,10 @@ pub struct TaskPlan {
     pub skip_mask: Option<Vec<u8>>,
     /// Whether and how its blocks are measured.
     pub measure: Measure,
+    /// The arrays it declares it writes (`Task(outputs=...)`): their
+    /// chunks are checked against its write blocks, and their identities
+    /// against what its store recorded ([`crate::task_outputs`]).
+    pub outputs: Vec<DeclaredOutput>,
 }
 
 /// A whole run's tasks and where untracked tasks' histories go.
@@ -149,9 +154,15 @@ impl RunPlan {
             scheduler.add_plan_notice(found.task, found.text);
         }
         for plan in &self.tasks {
+            for output in &plan.outputs {
+                check_chunks(&plan.spec, output)?;
+            }
+        }
+        for plan in &self.tasks {
             let t = scheduler.pipeline().index_of(&plan.spec.task_id)?;
             if let Some(path) = plan.tracking_path.as_ref().filter(|_| self.block_tracking) {
                 let tracking = TrackingStore::open(path, &plan.spec, plan.measure != Measure::Off)?;
+                tracking.check_outputs(&plan.spec.task_id, &plan.outputs)?;
                 scheduler.set_tracking(t, tracking);
             }
             if let Some(mask) = &plan.skip_mask {
@@ -210,6 +221,7 @@ mod tests {
             tracking_path: None,
             skip_mask: None,
             measure: Measure::Off,
+            outputs: Vec::new(),
         }
     }
 

@@ -27,9 +27,9 @@ pub fn to_pyerr(e: DaisyError) -> PyErr {
         | DaisyError::Cycle(_)
         | DaisyError::DuplicateTask(_)
         | DaisyError::UnknownBlock(_) => PyValueError::new_err(e.to_string()),
-        DaisyError::LayoutMismatch { .. } | DaisyError::StoreOfAnotherTask { .. } => {
-            LayoutMismatch::new_err(e.to_string())
-        }
+        DaisyError::LayoutMismatch { .. }
+        | DaisyError::StoreOfAnotherTask { .. }
+        | DaisyError::OutputReplaced { .. } => LayoutMismatch::new_err(e.to_string()),
         DaisyError::Unsafe(_) => PyPermissionError::new_err(e.to_string()),
         DaisyError::Io(_) | DaisyError::StoreDamaged(_) => PyOSError::new_err(e.to_string()),
         DaisyError::Connection(_) => PyConnectionError::new_err(e.to_string()),

@@ -18,7 +18,8 @@ use daisy_core::dependency_graph::DependencyGraph;
 use daisy_core::run_plan::{RunPlan, TaskPlan};
 use daisy_core::serial::{Measure, SerialHooks};
 use daisy_core::server::LogMode;
-use daisy_core::{Block, BlockKey, BlockStatus, DaisyError, Pipeline, Scheduler, TaskIndex};
+use daisy_core::task_outputs::DeclaredOutput;
+use daisy_core::{Block, BlockKey, BlockStatus, Coord, DaisyError, Pipeline, Scheduler, TaskIndex};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyDict};
@@ -37,6 +38,27 @@ pub struct TaskStoreOptions {
     pub skip_mask: Option<Vec<u8>>,
     /// How its blocks are measured.
     pub measure: Measure,
+    /// The arrays it declares it writes.
+    pub outputs: Vec<DeclaredOutput>,
+}
+
+/// One declared output as Python describes it: its directory, the shape
+/// of the unit its store writes whole in world units (None: not known yet)
+/// and where its chunk grid starts.
+pub type OutputArgs = (std::path::PathBuf, Option<Vec<i64>>, Vec<i64>);
+
+/// The core's declared outputs from their Python descriptions.
+pub fn declared_outputs(outputs: Vec<OutputArgs>) -> PyResult<Vec<DeclaredOutput>> {
+    outputs
+        .into_iter()
+        .map(|(path, chunk, offset)| {
+            Ok(DeclaredOutput {
+                path,
+                chunk: chunk.map(|c| Coord::new(&c)).transpose().py()?,
+                offset: Coord::new(&offset).py()?,
+            })
+        })
+        .collect()
 }
 
 /// The value of `tid` in an optional dict, None for a missing key or None.
@@ -66,6 +88,7 @@ pub fn run_plan(
                 tracking_path: store.tracking_path.clone(),
                 skip_mask: store.skip_mask.clone(),
                 measure: store.measure,
+                outputs: store.outputs.clone(),
             })
             .collect(),
         history_base: RunPlan::history_base_for(log_dir, log_mode),
@@ -216,9 +239,10 @@ impl PyScheduler {
     /// their blocks, and those that add GPU figures; `block_tracking=False`
     /// runs without the stores (daisy 2.0.0's option); `strict=True`
     /// refuses a pipeline whose downstream blocks read where no upstream
-    /// block writes.
+    /// block writes; `outputs` maps task ids to their declared outputs
+    /// (`(directory, chunk or None, offset)` in world units).
     #[new]
-    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None, resource_tracking=Vec::new(), gpu_tracking=Vec::new(), log_dir=None, log_mode="file", block_tracking=true, strict=false))]
+    #[pyo3(signature = (specs, check_functions=None, tracking=None, skip_masks=None, resource_tracking=Vec::new(), gpu_tracking=Vec::new(), log_dir=None, log_mode="file", block_tracking=true, strict=false, outputs=None))]
     #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         specs: Vec<PyRef<'_, PyTaskSpec>>,
@@ -231,14 +255,20 @@ impl PyScheduler {
         log_mode: &str,
         block_tracking: bool,
         strict: bool,
+        outputs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let mut stores = Vec::with_capacity(specs.len());
         for spec in &specs {
             let tid = &spec.spec.task_id;
+            let declared: Vec<OutputArgs> = entry(outputs, tid)?
+                .map(|o| o.extract())
+                .transpose()?
+                .unwrap_or_default();
             stores.push(TaskStoreOptions {
                 tracking_path: entry(tracking, tid)?.map(|p| p.extract()).transpose()?,
                 skip_mask: entry(skip_masks, tid)?.map(|m| m.extract()).transpose()?,
                 measure: Measure::of(resource_tracking.contains(tid), gpu_tracking.contains(tid)),
+                outputs: declared_outputs(declared)?,
             });
         }
         let mut plan = run_plan(

@@ -12,7 +12,7 @@ use crate::interpreter;
 use crate::py_block::PyBlock;
 use crate::py_live::PyLiveDetail;
 use crate::py_run_result::PyRunResult;
-use crate::py_scheduler::{TaskStoreOptions, run_plan};
+use crate::py_scheduler::{OutputArgs, TaskStoreOptions, declared_outputs, run_plan};
 use crate::py_task_options::PyTaskOptions;
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
@@ -53,9 +53,11 @@ impl PyTaskConfig {
     /// launcher reads the payload file; `{job}` and `{task_id}` are
     /// expanded). `polls`: the worker's (and the job's) command is a local
     /// handle that learns of its job's end only by polling (`sbatch
-    /// --wait`), ended once its worker has left.
+    /// --wait`), ended once its worker has left. `outputs`: the task's
+    /// declared outputs (`(directory, chunk or None, offset)` in world
+    /// units).
     #[new]
-    #[pyo3(signature = (task_id, options, *, program, args, stdin, stop, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, payload_sha256=None, spawner_idle_timeout=None, job_program=None, job_args=Vec::new(), job_stop=Vec::new(), workers_per_job=1, polls=false))]
+    #[pyo3(signature = (task_id, options, *, program, args, stdin, stop, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, payload_sha256=None, spawner_idle_timeout=None, job_program=None, job_args=Vec::new(), job_stop=Vec::new(), workers_per_job=1, polls=false, outputs=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         task_id: String,
@@ -76,6 +78,7 @@ impl PyTaskConfig {
         job_stop: Vec<String>,
         workers_per_job: i64,
         polls: bool,
+        outputs: Vec<OutputArgs>,
     ) -> PyResult<Self> {
         let workers_per_job =
             daisy_core::server::jobs::check_workers_per_job(workers_per_job).py()?;
@@ -87,6 +90,7 @@ impl PyTaskConfig {
                 tracking_path,
                 skip_mask,
                 measure: options.measure,
+                outputs: declared_outputs(outputs)?,
             },
             runtime: TaskRuntime {
                 max_workers: options.max_workers,

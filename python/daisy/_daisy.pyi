@@ -202,6 +202,8 @@ class Scheduler:
         log_mode: str = "file",
         block_tracking: bool = True,
         strict: bool = False,
+        outputs: Mapping[str, Sequence[tuple[str, Sequence[int] | None, Sequence[int]]]]
+        | None = None,
     ) -> Scheduler: ...
     def flush(self) -> None: ...
     @property
@@ -286,6 +288,7 @@ class TaskConfig:
         job_stop: Sequence[str] = ...,
         workers_per_job: int = 1,
         polls: bool = False,
+        outputs: Sequence[tuple[str, Sequence[int] | None, Sequence[int]]] = ...,
     ) -> TaskConfig: ...
     @property
     def task_id(self) -> str: ...

@@ -14,6 +14,7 @@ from daisy._daisy import DependencyGraph as _NativeGraph
 from daisy._daisy import Scheduler as _NativeScheduler
 from daisy.logging import get_log_basedir, get_log_mode
 from daisy.pipeline import Pipeline
+from daisy.task_outputs import describe_outputs
 from daisy.tracking_store import (
     TrackedTask,
     check_block_tracking,
@@ -60,6 +61,11 @@ class Scheduler:
             log_mode=get_log_mode(),
             block_tracking=block_tracking,
             strict=strict,
+            outputs={
+                tid: describe_outputs(t.outputs, len(t.total_roi.shape))
+                for tid, t in self._tasks.items()
+                if t.outputs
+            },
         )
 
     @property

@@ -50,6 +50,7 @@ from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.server_observer import ServerObservee, StateEvents
 from daisy.spawners import advertised_host, warm_starts_enabled
+from daisy.task_outputs import describe_outputs
 from daisy.tracking_store import check_block_tracking, log_skips
 
 logger = logging.getLogger(__name__)
@@ -334,6 +335,7 @@ class Server(ServerObservee):
                     job_stop=[] if job is None else job.stop,
                     workers_per_job=t.spawner.workers_per_job if job is not None else 1,
                     polls=cmds.polls,
+                    outputs=describe_outputs(t.outputs, len(t.total_roi.shape)),
                 )
             )
         resources = dict(resources or {})

@@ -33,6 +33,7 @@ from daisy._worker import _count_required_args
 from daisy.convenience import run_blockwise
 from daisy.pipeline import Composable
 from daisy.run_report import BlockRecord, TaskReport, read_last_run, runs_file_for
+from daisy.task_outputs import parse_outputs
 from daisy.tracking_store import resolve_tracking_path
 
 logger = logging.getLogger(__name__)
@@ -126,6 +127,16 @@ class Task(Composable):
             a block runs; utilisation comes from NVML's per-process samples
             (the whole device's where the driver has none); each block costs
             a few NVML calls per device.
+        outputs: the arrays the task writes (zarr arrays, funlib.persistence
+            ``Array`` objects, or paths to zarr arrays), optional. With
+            them, before any block runs, daisy refuses an output whose
+            chunks two blocks that may run at once would both write (each
+            would read, change and write back the whole chunk, and one
+            block's writes would be lost), saying which chunk shape fits;
+            and the tracking store records which array each output is, so
+            that a rerun over an output deleted or re-created since its
+            blocks were marked done is refused (`daisy.LayoutMismatch`,
+            offering ``task.reset()``) instead of skipping every block.
     """
 
     def __init__(
@@ -157,6 +168,7 @@ class Task(Composable):
         warm_start: bool = True,
         gpu_tracking: bool | None = None,
         idle_timeout: float | None = None,
+        outputs: Any = None,
     ) -> None:
         if isinstance(task_id, numbers.Integral) and not isinstance(task_id, bool):
             task_id = str(task_id)  # daisy 1.x accepted int ids
@@ -165,6 +177,7 @@ class Task(Composable):
                 f"task_id: expected a non-empty string naming the task, got {task_id!r}"
             )
         self.task_id = validated_task_id(task_id)
+        self.outputs = parse_outputs(outputs)
         self.total_roi = validated_roi(total_roi, "total_roi")
         self.orig_total_roi = self.total_roi
         self.read_roi = validated_roi(read_roi, "read_roi")

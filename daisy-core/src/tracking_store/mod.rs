@@ -9,7 +9,8 @@
 //!
 //! ## Layout
 //! ```text
-//! <store>/zarr.json            group metadata: daisy_task_hash, daisy_layout
+//! <store>/zarr.json            group metadata: daisy_task_hash, daisy_layout,
+//!                              daisy_task_id, daisy_outputs (see [`outputs`])
 //! <store>/done/zarr.json       uint8, one element per block
 //! <store>/done/c/0/../0        the single chunk: raw little-endian elements
 //! <store>/failures/...         uint32, likewise
@@ -47,6 +48,7 @@
 pub mod layout;
 pub mod lock;
 pub mod migration;
+pub mod outputs;
 pub mod zarr_array;
 
 /// Name of a task's run history file: one report line per run (and one
@@ -922,6 +924,12 @@ fn write_group(path: &Path, layout: &Layout, task_id: &str) -> Result<(), DaisyE
     attrs.insert("daisy_task_hash".into(), Value::String(layout.hash()));
     attrs.insert("daisy_layout".into(), layout.to_json());
     attrs.insert(TASK_ID_ATTR.into(), Value::String(task_id.to_string()));
+    // what the store recorded of the task's outputs outlives a rewrite
+    if let Ok(identities) = outputs::recorded(path)
+        && !identities.is_empty()
+    {
+        attrs.insert(outputs::OUTPUTS_ATTR.into(), Value::Object(identities));
+    }
     let meta = GroupMetadataV3::new().with_attributes(attrs);
     let text = serde_json::to_string_pretty(&meta).map_err(|e| DaisyError::Io(e.to_string()))?;
     write_atomic(&path.join("zarr.json"), text.as_bytes())
