@@ -5,6 +5,8 @@ it; defined in the benchmark file, that would import pytest into every
 worker and time pytest's start-up instead of daisy's. Only daisy's shared
 (1.x) API is used, as in the benchmark file."""
 
+import os as _os
+
 import daisy
 
 
@@ -64,10 +66,27 @@ def threshold(block):
     out[block.write_roi] = (smoothed[block.write_roi] > 127).astype(np.uint8)
 
 
+_results = None
+
+
+def threshold_keeping_results(block):
+    """`threshold`, plus what a scientist adds (``worker_exit.py``): a
+    per-worker results file kept open until the worker exits, a line per
+    block, and the time the block ended (written and closed at once)."""
+    global _results
+    import time
+
+    threshold(block)
+    base = _os.environ["DAISY_BENCH_EXIT_DIR"]
+    if _results is None:
+        _results = open(_os.path.join(base, f"results-{_os.getpid()}.csv"), "a")
+    _results.write(f"{block.block_id[1]}\n")
+    with open(_os.path.join(base, f"ends-{_os.getpid()}-{block.block_id[1]}"), "w") as f:
+        f.write(repr(time.time()))
+
+
 #: where the pipeline's datasets are: set by the benchmark before pickling
 #: (the workers import this module and read the paths from the environment)
-import os as _os  # noqa: E402
-
 PIPELINE_PATHS = {
     name: _os.path.join(_os.environ.get("DAISY_BENCH_PIPELINE_DIR", "/nonexistent"), f"{name}.zarr")
     for name in ("raw", "smooth", "mask")

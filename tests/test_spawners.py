@@ -582,3 +582,57 @@ def test_slurm_workers_keep_what_user_code_left_for_exit(tmp_path, slurm, monkey
         assert server.last_report[task.task_id].workers.exits.get("clean", 0) >= 1
     time.sleep(0.5)
     assert our_jobs() == []
+
+
+def test_dask_workers_keep_what_user_code_left_for_exit(tmp_path, dask_cluster, monkeypatch):
+    """Issue 39 on Dask: the worker loop a Dask task runs leaves the
+    ordinary way too (a results file left open until exit, an ``atexit``
+    handler). The Dask workers started before this test, so the module
+    names its evidence directory itself instead of reading it from the
+    environment."""
+    import textwrap
+
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    module_dir = tmp_path / "mods"
+    module_dir.mkdir()
+    (module_dir / "dask_exit_habits.py").write_text(
+        textwrap.dedent(
+            f"""
+            import atexit, os
+            EVIDENCE = {str(evidence)!r}
+            _results = None
+            _count = [0]
+
+            def _summary():
+                with open(os.path.join(EVIDENCE, f"summary-{{os.getpid()}}.txt"), "w") as f:
+                    f.write(str(_count[0]))
+
+            def process(block):
+                global _results
+                if _results is None:
+                    _results = open(os.path.join(EVIDENCE, f"results-{{os.getpid()}}.csv"), "a")
+                    atexit.register(_summary)
+                _results.write(f"{{block.block_id[1]}}\\n")
+                _count[0] += 1
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(module_dir))
+    import dask_exit_habits
+
+    task = line_task(
+        "habits",
+        20,
+        size=1,
+        process_function=dask_exit_habits.process,
+        max_workers=2,
+        spawner=daisy.DaskSpawner(dask_cluster.scheduler_address),
+    )
+    states = daisy.Server().run_blockwise([task], progress=False)
+    assert states["habits"].completed_count == 20
+    lines = sorted(
+        int(line) for p in evidence.glob("results-*.csv") for line in p.read_text().split()
+    )
+    assert lines == list(range(20))
+    assert sum(int(p.read_text()) for p in evidence.glob("summary-*.txt")) == 20
