@@ -251,3 +251,62 @@ def test_the_launcher_runs_no_user_finaliser_of_its_own(tmp_path, monkeypatch):
     lines = (evidence / "header.txt").read_text().count("imported")
     assert lines == driver_lines + 1, (lines, driver_lines)
     del sys.modules["import_header"]
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_results_file_beside_zarr_writes_through_funlib_holds_every_block(
+    tmp_path, monkeypatch, warm
+):
+    """The benchmark's threshold step, as a scientist writes it: each block
+    writes its part of a zarr array through funlib.persistence (zarr's and
+    dask's threads start in the worker) and appends a line to a results
+    file kept open in a module global. A forked worker whose launcher still
+    held the function at exit kept the module's dictionary from being
+    cleared at interpreter exit, and lost every line (0 of 8)."""
+    funlib = pytest.importorskip("funlib.persistence")
+    import numpy as np
+
+    module_dir = tmp_path / "mods"
+    module_dir.mkdir()
+    (module_dir / "funlib_results.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+
+            _results = None
+
+            def process(block):
+                global _results
+                import numpy as np
+                from funlib.persistence import open_ds
+
+                base = os.environ["EVIDENCE"]
+                out = open_ds(os.path.join(base, "mask.zarr"), mode="r+")
+                out[block.write_roi] = np.ones(out[block.write_roi].shape, dtype=np.uint8)
+                if _results is None:
+                    _results = open(os.path.join(base, f"results-{os.getpid()}.csv"), "a")
+                _results.write(f"{block.block_id[1]}\\n")
+            """
+        )
+    )
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    funlib.prepare_ds(
+        str(evidence / "mask.zarr"), shape=(64, 64, 64), dtype=np.uint8, chunk_shape=(32,) * 3
+    )
+    monkeypatch.setenv("EVIDENCE", str(evidence))
+    monkeypatch.syspath_prepend(str(module_dir))
+    import funlib_results
+
+    task = daisy.Task(
+        "masked",
+        daisy.Roi((0, 0, 0), (64, 64, 64)),
+        daisy.Roi((0, 0, 0), (32, 32, 32)),
+        daisy.Roi((0, 0, 0), (32, 32, 32)),
+        process_function=funlib_results.process,
+        max_workers=1,
+        warm_start=warm,
+    )
+    assert daisy.run_blockwise([task])
+    assert len(blocks_written(evidence, "results-*.csv")) == 8
+    del sys.modules["funlib_results"]

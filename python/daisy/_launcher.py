@@ -253,17 +253,26 @@ class ChildWorker:
         ``atexit`` handlers, non-daemon threads and the files the
         function kept open are the child's own, as in a cold worker."""
         code = 1
+        # Only this frame may hold the function: when the interpreter
+        # finalises, a module dies before its dictionary is cleared, and a
+        # dictionary still reachable then (through a function that
+        # ``__main__`` keeps) is never cleared nor collected, so the files
+        # the module's globals kept open would never be flushed. A cold
+        # worker holds its function in a frame too (`_worker.run_payload`).
+        function, post_check = self.function, self.post_check
+        self.function = self.post_check = None
         try:
             os.environ[Context.ENV_VARIABLE] = self.context
             numpy = sys.modules.get("numpy")
             if numpy is not None:
                 numpy.random.seed()
-            _worker.run_function(self.function, self.post_check)
+            _worker.run_function(function, post_check)
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         except BaseException:
             traceback.print_exc()
+        del function, post_check
         _worker.leave(code)
 
 
