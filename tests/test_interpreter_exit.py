@@ -11,6 +11,7 @@ stopped run are recorded, so a rerun does only the rest.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -124,3 +125,65 @@ def test_a_client_call_in_a_daemon_thread_does_not_abort_the_exit(tmp_path):
     assert "main thread ends" in proc.stdout
     assert "panicked" not in out and "FATAL" not in out, out[-3000:]
     assert proc.returncode == 0, out[-3000:]
+
+
+SLOW_EXIT_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, threading, time
+    import daisy
+    from daisy import Roi
+
+    class SlowToFinalise:
+        # the interpreter's finalisation (after the exit hook let go) lasts
+        # a second: long enough for a thread still in Rust to come back
+        # (the module's own names may be gone by then: bound as a default)
+        def __del__(self, sleep=time.sleep, write=os.write):
+            write(1, b"finalising\\n")
+            sleep(1.0)
+
+    keep = SlowToFinalise()
+
+    def f(block):
+        time.sleep(0.01)
+
+    task = daisy.Task(
+        "d", total_roi=Roi((0,), (20000,)), read_roi=Roi((0,), (10,)),
+        write_roi=Roi((0,), (10,)), process_function=f, max_workers=2,
+    )
+    th = threading.Thread(target=lambda: daisy.run_blockwise([task]), daemon=True)
+    th.start()
+    time.sleep(1.5)
+    print("main thread ends", flush=True)
+    sys.exit(3)
+    """
+)
+
+
+def test_the_run_result_is_made_before_the_exit_goes_on(tmp_path):
+    """Issue 42: the `stopped` getter of a run's result normalised the
+    exception that stopped the run, which makes PyO3 release the GIL and
+    take it again, after the exit hook had let the interpreter finalise;
+    under load PyO3 found the interpreter gone and panicked. The fault
+    point ``run-result-slow`` releases the GIL where the result is made
+    (as the normalisation does), and the script's finalisation lasts a
+    second, so the old order (the result made after the run stopped
+    counting as busy) crashed every time. Now the result, its exception
+    normalised, is made while the run still counts as busy, and nothing
+    on the way back to Python releases the GIL."""
+    script = tmp_path / "slow_exit.py"
+    script.write_text(SLOW_EXIT_SCRIPT)
+    env = dict(os.environ, DAISY_FAULT_POINT="run-result-slow")
+    for attempt in range(3):
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
+        )
+        out = proc.stdout + proc.stderr
+        assert "main thread ends" in proc.stdout, out[-3000:]
+        assert "panicked" not in out, (attempt, out[-3000:])
+        assert "FATAL" not in out, (attempt, out[-3000:])
+        assert proc.returncode == 3, (attempt, proc.returncode, out[-3000:])

@@ -10,6 +10,10 @@
 //! rare paths (never per block). Unit tests arm a point for their own
 //! thread with [`arm`] instead, and the point then returns an error, which
 //! stops the operation right there without killing the test runner.
+//! A few points slow a step down instead ([`armed`]): the bindings' point
+//! `run-result-slow` releases the GIL for a moment where a finished run's
+//! result is built, as normalising a Python exception does, so that a test
+//! can make the interpreter finalise in that moment.
 
 use crate::error::DaisyError;
 use std::sync::OnceLock;
@@ -39,6 +43,13 @@ thread_local! {
 #[cfg(test)]
 pub fn arm(name: &'static str) {
     ARMED_HERE.with(|a| *a.borrow_mut() = Some(name));
+}
+
+/// Whether the process's environment names the point `name`: for points
+/// that slow a step down (to widen a race a test reproduces) instead of
+/// killing the process.
+pub fn armed(name: &str) -> bool {
+    armed_by_environment() == Some(name)
 }
 
 /// The fault point `name`: dies (SIGKILL) when the process was told to,

@@ -12,6 +12,13 @@
 //! the GIL released, until every run and client call that holds Rust frames
 //! on a Python thread ([`Busy`]) has returned to Python.
 //!
+//! Once a run stops counting as busy, the thread's way back to Python must
+//! not release the GIL: the exit may then finalise the interpreter, and a
+//! thread that takes the GIL back is ended through Rust frames. PyO3
+//! releases it to normalise an exception, so a run's result (with the
+//! exception that stopped it, normalised) is made while the run still
+//! counts ([`detach_then`]), and nothing a getter does releases it.
+//!
 //! [`EXIT_WAIT`] bounds that wait: a stopping run kills its workers and
 //! writes its report in well under a second here, so a minute is only
 //! reached by a block function that does not return, and interpreter exit
@@ -92,6 +99,47 @@ pub fn detach<T: pyo3::marker::Ungil>(
     let out = py.detach(f);
     drop(busy);
     Ok(out)
+}
+
+/// The longest the fault point `run-result-slow` holds the GIL released.
+const SLOW_POINT: Duration = Duration::from_secs(2);
+
+/// The fault point `name` (`daisy_core::fault::armed`): where armed, the
+/// GIL is released here, as PyO3 releases it to normalise an exception,
+/// until the interpreter has begun to finalise (at most [`SLOW_POINT`]):
+/// the worst moment for the race a test reproduces with it. A thread that
+/// comes back from here into a finalising interpreter is ended by CPython
+/// through Rust frames, and the process aborts.
+pub fn slow_point(py: Python<'_>, name: &str) {
+    if daisy_core::fault::armed(name) {
+        py.detach(|| {
+            let deadline = Instant::now() + SLOW_POINT;
+            // SAFETY: Py_IsInitialized reads a flag and may be called
+            // without the GIL
+            while unsafe { pyo3::ffi::Py_IsInitialized() } != 0 && Instant::now() < deadline {
+                std::thread::sleep(EXIT_POLL);
+            }
+        });
+    }
+}
+
+/// `py.detach(f)`, then `then(py, out)` with the GIL back, both counted as
+/// [`Busy`]: for a call whose result must be made before the interpreter
+/// may finalise. Making it may release the GIL again (PyO3 does, to
+/// normalise an exception), and a thread that takes the GIL back after the
+/// exit hook let go is ended by CPython through Rust frames (or finds the
+/// interpreter gone and panics); once the count drops, the way back to
+/// Python must not release the GIL.
+pub fn detach_then<T: pyo3::marker::Ungil, R>(
+    py: Python<'_>,
+    f: impl FnOnce() -> T + pyo3::marker::Ungil,
+    then: impl FnOnce(Python<'_>, T) -> R,
+) -> PyResult<R> {
+    let busy = Busy::enter()?;
+    let out = py.detach(f);
+    let made = then(py, out);
+    drop(busy);
+    Ok(made)
 }
 
 /// `atexit` callback: mark the interpreter as exiting and wait, with the

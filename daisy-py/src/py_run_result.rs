@@ -29,12 +29,18 @@ pub struct PyRunResult {
     unmanaged_clients: u32,
     workers_started: Py<PyDict>,
     report_json: String,
-    stopped: Option<PyErr>,
+    /// The exception itself, normalised when the result is made (see
+    /// [`PyRunResult::new`]).
+    stopped: Option<Py<PyAny>>,
 }
 
 impl PyRunResult {
     /// The result of `outcome`, whose tasks are `task_ids` (pipeline
-    /// order); `stop` holds the exception a hook stopped it with.
+    /// order); `stop` holds the exception a hook stopped it with. Made
+    /// while the run still counts as busy (`interpreter::Busy`): the
+    /// exception is normalised here, which releases the GIL for a moment,
+    /// so that no getter releases it later, when the interpreter may be
+    /// finalising (a run in a daemon thread at exit).
     pub fn new(
         py: Python<'_>,
         task_ids: &[String],
@@ -84,7 +90,7 @@ impl PyRunResult {
             stopped: outcome
                 .stopped
                 .clone()
-                .map(|e: DaisyError| stop.into_pyerr(e)),
+                .map(|e: DaisyError| stop.into_pyerr(e).into_value(py).into_any()),
         })
     }
 }
@@ -148,8 +154,6 @@ impl PyRunResult {
     /// a run that went to its end.
     #[getter]
     fn stopped(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.stopped
-            .as_ref()
-            .map(|e| e.clone_ref(py).into_value(py).into_any())
+        self.stopped.as_ref().map(|e| e.clone_ref(py))
     }
 }

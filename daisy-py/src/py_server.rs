@@ -419,6 +419,13 @@ pub fn run_distributed(
         token,
         stop: stop.clone(),
     };
-    let outcome = interpreter::detach(py, || run_server(scheduler, config, hooks))?.py()?;
-    PyRunResult::new(py, &task_ids, &outcome, stop)
+    interpreter::detach_then(
+        py,
+        || run_server(scheduler, config, hooks),
+        |py, outcome| {
+            let outcome = outcome.py()?;
+            interpreter::slow_point(py, "run-result-slow");
+            PyRunResult::new(py, &task_ids, &outcome, stop)
+        },
+    )?
 }
