@@ -82,6 +82,35 @@ def test_a_purged_metadata_file_is_refused_and_no_mark_is_lost(
     assert states["seg"].skipped_count == 16
 
 
+def test_a_purged_marks_directory_is_refused_with_the_fix(tmp_path: Path, calls: Path) -> None:
+    """Issue 40, item 4: a scratch purge removed the store's whole ``done``
+    directory, chunk and metadata. The next run redid
+    every block without a word. The marks are gone for good, but the run
+    history says there were some: the run is refused, naming the missing
+    directory and the two ways on (restore it, or ``task.reset()``), and
+    after the reset it runs every block again."""
+    store = tmp_path / "store"
+    purged = "done"
+    run([task(store, calls, width=40)], mp=False)
+    assert len(take_calls(calls)) == 16
+    shutil.rmtree(store / purged)
+
+    again = task(store, calls, width=40)
+    with pytest.raises(OSError) as err:
+        run([again], mp=True)
+    text = str(err.value)
+    assert f"{store / purged} is missing" in text, text
+    assert "records earlier runs" in text and "task.reset()" in text, text
+    assert "adopt_tracking_store" not in text, text  # adopting brings no mark back
+    assert not take_calls(calls), "a block ran on a store that was refused"
+    assert not (store / purged).exists(), "the refused store was changed"
+
+    again.reset()
+    states = run([again], mp=True)
+    assert len(take_calls(calls)) == 16
+    assert states["seg"].skipped_count == 0
+
+
 def test_a_second_task_on_a_store_is_refused(tmp_path: Path, calls: Path) -> None:
     """Two tasks of one layout pointed at one store (a copy-pasted
     tracking_path): the second must not take the first one's done marks for

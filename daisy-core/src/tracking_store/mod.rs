@@ -352,6 +352,20 @@ fn damaged(store: &Path, missing: &Path, evidence: &str) -> DaisyError {
     ))
 }
 
+/// A store whose directory of done marks is gone while it held marks:
+/// unlike lost metadata, nothing can write them again.
+fn marks_lost(store: &Path, missing: &Path, evidence: &str) -> DaisyError {
+    DaisyError::StoreDamaged(format!(
+        "tracking store {store} is damaged: {missing} is missing, but {evidence}. Something \
+         deleted the directory (a scratch purge?), and the marks of those runs went with it; \
+         daisy will not make it again and redo every block without a word. Restore \
+         {missing} from a backup to resume; or call task.reset() once to start afresh (every \
+         block runs again; the run history is kept)",
+        store = store.display(),
+        missing = missing.display(),
+    ))
+}
+
 /// The attributes of the store's group, None where there is no store yet,
 /// or an error (naming `expected`, this task's layout hash) for a
 /// directory that is not a daisy store, and for a store that lost its
@@ -417,13 +431,23 @@ fn read_group(store: &Path, expected: &str) -> Result<Option<Value>, DaisyError>
 /// Map one array of a store, creating it where it was never made. Its
 /// metadata gone beside a chunk that holds anything but the fill value,
 /// or the chunk of done marks or failure counts gone beside its metadata,
-/// is a damaged store: refused, never made again over the marks.
+/// is a damaged store: refused, never made again over the marks. So is
+/// the whole directory of done marks gone from a store whose history (or
+/// failure counts) records earlier runs: its marks are lost, and making it
+/// again would redo every block without a word. (A lost directory of
+/// failure counts is made again: the counts are lost, no block is redone.)
 fn open_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedArray, DaisyError> {
     if shape.product() > 0 {
         let dir = store.join(kind.name);
         let meta = dir.join("zarr.json");
         let chunk = chunk_path(&dir, shape.dims());
         let holds_marks = kind == DONE || kind == FAILURES;
+        if kind == DONE
+            && !dir.exists()
+            && let Some(evidence) = earlier_marks(store)?
+        {
+            return Err(marks_lost(store, &dir, &evidence));
+        }
         match (meta.is_file(), chunk.is_file()) {
             (false, true) if !chunk_is_blank(&chunk, &kind)? => {
                 let evidence = format!("its chunk {} holds marks", chunk.display());
@@ -1358,6 +1382,38 @@ mod tests {
         fs::remove_file(path.join("done/zarr.json")).unwrap();
         let bigger = spec(roi(&[0, 0, 0], &[40, 20, 24]), Fit::Valid);
         assert!(TrackingStore::adopt(&path, &bigger).is_err());
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_purged_marks_directory_is_refused_when_the_history_shows_runs() {
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 24]), Fit::Valid);
+        let path = tmp("purged-dir-done");
+        marked_store(&path, &s);
+        append_runs_line(&path.join(RUNS_FILE), r#"{"task_id":"t"}"#).unwrap();
+        fs::remove_dir_all(path.join("done")).unwrap();
+        let e = TrackingStore::open(&path, &s, false).unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, DaisyError::StoreDamaged(_)), "{e:?}");
+        assert!(text.contains("done is missing"), "{text}");
+        assert!(
+            text.contains("records earlier runs") && text.contains("task.reset()"),
+            "{text}"
+        );
+        assert!(!path.join("done").exists(), "a refused store was changed");
+        fs::remove_dir_all(&path).unwrap();
+        // lost failure counts are made again, the done marks kept
+        let path = tmp("purged-dir-failures");
+        let before = marked_store(&path, &s);
+        fs::remove_dir_all(path.join("failures")).unwrap();
+        drop(TrackingStore::open(&path, &s, false).unwrap());
+        assert_eq!(fs::read(path.join("done/c/0/0/0")).unwrap(), before);
+        fs::remove_dir_all(&path).unwrap();
+        // without a history, nothing shows marks were lost: made again
+        let path = tmp("purged-dir-fresh");
+        drop(TrackingStore::open(&path, &s, false).unwrap());
+        fs::remove_dir_all(path.join("done")).unwrap();
+        assert!(TrackingStore::open(&path, &s, false).is_ok());
         fs::remove_dir_all(&path).unwrap();
     }
 
