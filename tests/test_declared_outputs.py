@@ -54,8 +54,8 @@ def labels_task(path, output, conflict=False, **kwargs):
         cube(0, BLOCK),
         process_function=write_labels(str(path)),
         read_write_conflict=conflict,
-        max_workers=3,
-        outputs=[output],
+        max_workers=kwargs.pop("max_workers", 3),
+        outputs=None if output is None else [output],
         **kwargs,
     )
 
@@ -187,14 +187,6 @@ def test_a_task_without_outputs_runs_as_before(tmp_path):
     (daisy cannot see it), and the run goes ahead."""
     path = tmp_path / "labels.zarr"
     make_labels(path, 48)
-    task = daisy.Task(
-        "labels",
-        cube(0, SIZE),
-        cube(0, BLOCK),
-        cube(0, BLOCK),
-        process_function=write_labels(str(path)),
-        read_write_conflict=False,
-        max_workers=1,
-    )
+    task = labels_task(path, None, max_workers=1)
     assert daisy.run_blockwise(task)
     assert os.path.isdir(path)

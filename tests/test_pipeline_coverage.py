@@ -60,8 +60,13 @@ def label(block):
         f.write(repr(time.time()))
 
 
-def pipeline(tracking):
+def pipeline(tracking=None, fit="valid"):
+    """smooth (``fit`` as given) and label over the whole volume, each with
+    a store under ``tracking`` where one is given."""
     import blockfns
+
+    def store(name):
+        return None if tracking is None else tracking / name
 
     smooth = daisy.Task(
         "smooth",
@@ -70,7 +75,8 @@ def pipeline(tracking):
         cube(0, BLOCK),
         process_function=blockfns.smooth_zarr,
         max_workers=2,
-        tracking_path=tracking / "smooth",
+        fit=fit,
+        tracking_path=store("smooth"),
     )
     labelled = daisy.Task(
         "label",
@@ -80,7 +86,7 @@ def pipeline(tracking):
         process_function=label,
         max_workers=2,
         upstream_tasks=[smooth],
-        tracking_path=tracking / "label",
+        tracking_path=store("label"),
     )
     return [smooth, labelled]
 
@@ -121,28 +127,8 @@ def test_strict_refuses_the_pipeline_before_any_block_runs(volume, multiprocessi
 
 
 def test_a_pipeline_whose_upstream_writes_everything_it_reads_runs_silently(volume, caplog):
-    import blockfns
-
     caplog.set_level(logging.WARNING, logger="daisy")
-    smooth = daisy.Task(
-        "smooth",
-        cube(0, SIZE),
-        cube(-CONTEXT, BLOCK + 2 * CONTEXT),
-        cube(0, BLOCK),
-        process_function=blockfns.smooth_zarr,
-        max_workers=2,
-        fit="shrink",
-    )
-    down = daisy.Task(
-        "label",
-        cube(0, SIZE),
-        cube(0, BLOCK),
-        cube(0, BLOCK),
-        process_function=label,
-        max_workers=2,
-        upstream_tasks=[smooth],
-    )
-    assert daisy.run_blockwise([smooth, down], strict=True)
+    assert daisy.run_blockwise(pipeline(fit="shrink"), strict=True)
     assert not [r for r in caplog.records if "read where no block" in r.getMessage()]
     assert len(list((volume / "ran").iterdir())) == 64
 

@@ -41,6 +41,32 @@ def blockfns(tmp_path, monkeypatch):
     return blockfns, evidence
 
 
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """``make(name, source)``: the module ``name`` written from ``source``
+    into a directory on the path (workers get the driver's path) and
+    imported, with an empty evidence directory in ``EVIDENCE`` for every
+    worker; the module and that directory. Forgotten after the test."""
+    import importlib
+
+    module_dir = tmp_path / "mods"
+    module_dir.mkdir()
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    monkeypatch.setenv("EVIDENCE", str(evidence))
+    monkeypatch.syspath_prepend(str(module_dir))
+    made = []
+
+    def make(name, source):
+        (module_dir / f"{name}.py").write_text(textwrap.dedent(source))
+        made.append(name)
+        return importlib.import_module(name), evidence
+
+    yield make
+    for name in made:
+        sys.modules.pop(name, None)
+
+
 def task_of(task_id, function, warm, workers=2, **kwargs):
     return daisy.Task(
         task_id,
@@ -91,15 +117,13 @@ def test_a_non_daemon_writer_thread_finishes_its_writes(blockfns, warm):
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
-def test_a_logging_handler_of_the_user_is_flushed(tmp_path, monkeypatch, warm):
+def test_a_logging_handler_of_the_user_is_flushed(user_module, warm):
     """A buffered logging handler (MemoryHandler with a file target, the
     way results are batched) is flushed by the logging module's own exit
     hook."""
-    module_dir = tmp_path / "mods"
-    module_dir.mkdir()
-    (module_dir / "buffered_log.py").write_text(
-        textwrap.dedent(
-            """
+    buffered_log, evidence = user_module(
+        "buffered_log",
+        """
             import logging, logging.handlers, os
 
             _log = None
@@ -116,28 +140,18 @@ def test_a_logging_handler_of_the_user_is_flushed(tmp_path, monkeypatch, warm):
                     _log.setLevel(logging.INFO)
                     _log.propagate = False
                 _log.info("%d", block.block_id[1])
-            """
-        )
+            """,
     )
-    evidence = tmp_path / "evidence"
-    evidence.mkdir()
-    monkeypatch.setenv("EVIDENCE", str(evidence))
-    monkeypatch.syspath_prepend(str(module_dir))
-    import buffered_log
-
     assert daisy.run_blockwise([task_of("logged", buffered_log.process, warm)])
     assert blocks_written(evidence, "log-*.txt") == list(range(N_BLOCKS))
-    del sys.modules["buffered_log"]
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
-def test_an_h5py_file_opened_at_module_level_is_readable_after_the_run(tmp_path, monkeypatch, warm):
+def test_an_h5py_file_opened_at_module_level_is_readable_after_the_run(user_module, warm):
     h5py = pytest.importorskip("h5py", reason="h5py is in the test extra")
-    module_dir = tmp_path / "mods"
-    module_dir.mkdir()
-    (module_dir / "h5_results.py").write_text(
-        textwrap.dedent(
-            """
+    h5_results, evidence = user_module(
+        "h5_results",
+        """
             import os
             import h5py
             import numpy as np
@@ -154,22 +168,14 @@ def test_an_h5py_file_opened_at_module_level_is_readable_after_the_run(tmp_path,
                 ids = _file["ids"]
                 ids.resize((ids.shape[0] + 1,))
                 ids[-1] = block.block_id[1]
-            """
-        )
+            """,
     )
-    evidence = tmp_path / "evidence"
-    evidence.mkdir()
-    monkeypatch.setenv("EVIDENCE", str(evidence))
-    monkeypatch.syspath_prepend(str(module_dir))
-    import h5_results
-
     assert daisy.run_blockwise([task_of("h5", h5_results.process, warm)])
     seen = []
     for path in sorted(evidence.glob("w-*.h5")):
         with h5py.File(path, "r") as f:
             seen.extend(int(i) for i in f["ids"][:])
     assert sorted(seen) == list(range(N_BLOCKS))
-    del sys.modules["h5_results"]
 
 
 def test_a_worker_function_keeps_its_open_file_too(tmp_path):
@@ -217,31 +223,22 @@ def test_a_worker_exit_code_set_by_the_user_code_is_not_taken_for_a_failure(bloc
     assert report.workers.exits == {"clean": 1}, report.workers.exits
 
 
-def test_the_launcher_runs_no_user_finaliser_of_its_own(tmp_path, monkeypatch):
+def test_the_launcher_runs_no_user_finaliser_of_its_own(user_module):
     """A module that writes a line when it is imported and keeps its file
     open: the forked worker inherits the unflushed line and writes it
     once, as a cold worker does; the launcher itself, which ran no block,
     adds no copy (one worker, so that it certainly starts)."""
-    module_dir = tmp_path / "mods"
-    module_dir.mkdir()
-    (module_dir / "import_header.py").write_text(
-        textwrap.dedent(
-            """
+    import_header, evidence = user_module(
+        "import_header",
+        """
             import os
             _out = open(os.path.join(os.environ["EVIDENCE"], "header.txt"), "a")
             _out.write("imported\\n")
 
             def process(block):
                 pass
-            """
-        )
+            """,
     )
-    evidence = tmp_path / "evidence"
-    evidence.mkdir()
-    monkeypatch.setenv("EVIDENCE", str(evidence))
-    monkeypatch.syspath_prepend(str(module_dir))
-    import import_header
-
     # the driver's own import wrote one (unflushed) line: flush it now
     import_header._out.flush()
     driver_lines = (evidence / "header.txt").read_text().count("imported")
@@ -250,13 +247,10 @@ def test_the_launcher_runs_no_user_finaliser_of_its_own(tmp_path, monkeypatch):
     assert daisy.last_report()["header"].workers.warm_starts == 1
     lines = (evidence / "header.txt").read_text().count("imported")
     assert lines == driver_lines + 1, (lines, driver_lines)
-    del sys.modules["import_header"]
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
-def test_a_results_file_beside_zarr_writes_through_funlib_holds_every_block(
-    tmp_path, monkeypatch, warm
-):
+def test_a_results_file_beside_zarr_writes_through_funlib_holds_every_block(user_module, warm):
     """The benchmark's threshold step, as a scientist writes it: each block
     writes its part of a zarr array through funlib.persistence (zarr's and
     dask's threads start in the worker) and appends a line to a results
@@ -266,11 +260,9 @@ def test_a_results_file_beside_zarr_writes_through_funlib_holds_every_block(
     funlib = pytest.importorskip("funlib.persistence")
     import numpy as np
 
-    module_dir = tmp_path / "mods"
-    module_dir.mkdir()
-    (module_dir / "funlib_results.py").write_text(
-        textwrap.dedent(
-            """
+    funlib_results, evidence = user_module(
+        "funlib_results",
+        """
             import os
 
             _results = None
@@ -286,18 +278,11 @@ def test_a_results_file_beside_zarr_writes_through_funlib_holds_every_block(
                 if _results is None:
                     _results = open(os.path.join(base, f"results-{os.getpid()}.csv"), "a")
                 _results.write(f"{block.block_id[1]}\\n")
-            """
-        )
+            """,
     )
-    evidence = tmp_path / "evidence"
-    evidence.mkdir()
     funlib.prepare_ds(
         str(evidence / "mask.zarr"), shape=(64, 64, 64), dtype=np.uint8, chunk_shape=(32,) * 3
     )
-    monkeypatch.setenv("EVIDENCE", str(evidence))
-    monkeypatch.syspath_prepend(str(module_dir))
-    import funlib_results
-
     task = daisy.Task(
         "masked",
         daisy.Roi((0, 0, 0), (64, 64, 64)),
@@ -309,4 +294,3 @@ def test_a_results_file_beside_zarr_writes_through_funlib_holds_every_block(
     )
     assert daisy.run_blockwise([task])
     assert len(blocks_written(evidence, "results-*.csv")) == 8
-    del sys.modules["funlib_results"]
