@@ -103,7 +103,7 @@ impl TrackingStore {
 
     /// How many blocks the store marks done.
     pub fn done_count(&self) -> u64 {
-        self.done.bytes().iter().filter(|&&b| b != 0).count() as u64
+        self.done.count_nonzero()
     }
 }
 

@@ -20,6 +20,15 @@
 //! the array's [`failure`](MappedArray::failure) (the write is skipped, and
 //! the run stops with that error at once, see `Scheduler::tracking_failure`),
 //! never SIGBUS. One syscall per window (2 µs), nothing per mark after.
+//!
+//! Reading a hole through a shared mapping is not safe everywhere either:
+//! tmpfs (a node-local `/tmp`, `/dev/shm`) gives a page even to a read, and
+//! a full one answers with SIGBUS. So the array learns, when it is mapped,
+//! which windows have disk blocks (`lseek` with `SEEK_HOLE`/`SEEK_DATA`):
+//! only those, and those it reserved since, are read through the mapping.
+//! A window that is one hole reads as the zeros it holds, without a
+//! syscall; one partly written by another program is read with `pread`,
+//! which never allocates.
 
 use crate::error::DaisyError;
 use crate::geometry::Coord;
@@ -86,15 +95,28 @@ pub struct ArrayKind {
 pub struct MappedArray {
     kind: ArrayKind,
     map: Option<MmapMut>,
-    /// The chunk, for reserving its windows.
+    /// The chunk, for reserving its windows and reading holes.
     file: Option<fs::File>,
     chunk: PathBuf,
-    /// One bit per [`RESERVE_WINDOW`] of the chunk: its disk blocks are
-    /// reserved.
-    reserved: Vec<u64>,
+    /// What is known of each [`RESERVE_WINDOW`] of the chunk (see the
+    /// module docs); a window past the end is a [`Window::Hole`].
+    windows: Vec<Window>,
     /// The first reservation that failed (a full disk): what the run stops
     /// with.
     failure: Option<String>,
+}
+
+/// What the array knows of one window's disk blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Window {
+    /// Every byte has disk blocks (found so when mapped, or reserved
+    /// since): read and written through the mapping.
+    Backed,
+    /// One hole: it reads as zeros, and the first write reserves it.
+    Hole,
+    /// Some of it has disk blocks, some not (another program wrote it):
+    /// read with `pread`; the first write reserves it.
+    Partial,
 }
 
 /// The bytes of a chunk reserved at once, before the first write into
@@ -143,10 +165,76 @@ impl MappedArray {
     }
 
     /// Element `index`; None outside the array (or for a wrong type).
+    /// Never touches a hole through the mapping (see the module docs).
     #[inline]
     pub fn get<T: Element>(&self, index: u64) -> Option<T> {
         let range = self.slot(index, T::SIZE)?;
-        self.map.as_ref()?.get(range).map(T::read)
+        let map = self.map.as_ref()?;
+        if range.end > map.len() {
+            return None;
+        }
+        match self.window(range.start as u64) {
+            Window::Backed => map.get(range).map(T::read),
+            Window::Hole => Some(T::read(&[0u8; 8][..T::SIZE])),
+            Window::Partial => self.pread(range).map(|b| T::read(&b[..T::SIZE])),
+        }
+    }
+
+    /// What is known of the window holding byte `at`.
+    #[inline]
+    fn window(&self, at: u64) -> Window {
+        let w = (at / RESERVE_WINDOW) as usize;
+        self.windows.get(w).copied().unwrap_or(Window::Hole)
+    }
+
+    /// Bytes `range` of the chunk read from the file (at most 8), for a
+    /// window the mapping must not read.
+    #[cold]
+    fn pread(&self, range: std::ops::Range<usize>) -> Option<[u8; 8]> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 8];
+        let len = range.len().min(8);
+        self.file
+            .as_ref()?
+            .read_exact_at(&mut buf[..len], range.start as u64)
+            .ok()?;
+        Some(buf)
+    }
+
+    /// How many elements are not all zero bytes (a done mark, a failure
+    /// count), reading no hole through the mapping.
+    pub fn count_nonzero(&self) -> u64 {
+        let Some(map) = self.map.as_ref() else {
+            return 0;
+        };
+        let size = self.kind.dtype.size();
+        let mut count = 0u64;
+        let mut buf = vec![0u8; RESERVE_WINDOW as usize];
+        for (w, start) in (0..map.len()).step_by(RESERVE_WINDOW as usize).enumerate() {
+            let end = (start + RESERVE_WINDOW as usize).min(map.len());
+            let bytes: &[u8] = match self.windows.get(w).copied().unwrap_or(Window::Hole) {
+                Window::Backed => &map[start..end],
+                Window::Hole => continue,
+                Window::Partial => {
+                    use std::os::unix::fs::FileExt;
+                    let Some(file) = self.file.as_ref() else {
+                        continue;
+                    };
+                    if file
+                        .read_exact_at(&mut buf[..end - start], start as u64)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    &buf[..end - start]
+                }
+            };
+            count += bytes
+                .chunks_exact(size)
+                .filter(|e| e.iter().any(|&b| b != 0))
+                .count() as u64;
+        }
+        count
     }
 
     /// Set element `index`; nothing outside the array (or for a wrong
@@ -166,16 +254,14 @@ impl MappedArray {
     /// are; false if that failed (now or before).
     #[inline]
     fn reserve_window(&mut self, at: u64) -> bool {
-        let window = at / RESERVE_WINDOW;
-        let (word, bit) = ((window / 64) as usize, 1u64 << (window % 64));
-        if self.reserved.get(word).is_some_and(|w| w & bit != 0) {
+        if self.window(at) == Window::Backed {
             return true;
         }
-        self.reserve_slow(window, word, bit)
+        self.reserve_slow(at / RESERVE_WINDOW)
     }
 
     #[cold]
-    fn reserve_slow(&mut self, window: u64, word: usize, bit: u64) -> bool {
+    fn reserve_slow(&mut self, window: u64) -> bool {
         if self.failure.is_some() {
             return false;
         }
@@ -186,10 +272,11 @@ impl MappedArray {
         let len = RESERVE_WINDOW.min((map.len() as u64).saturating_sub(start));
         match reserve(file, start, len) {
             Ok(()) => {
-                if word >= self.reserved.len() {
-                    self.reserved.resize(word + 1, 0);
+                let w = window as usize;
+                if w >= self.windows.len() {
+                    self.windows.resize(w + 1, Window::Hole);
                 }
-                self.reserved[word] |= bit;
+                self.windows[w] = Window::Backed;
                 true
             }
             Err(e) => {
@@ -210,11 +297,6 @@ impl MappedArray {
     /// Why a write into the array could not be kept (a full disk), if so.
     pub fn failure(&self) -> Option<&str> {
         self.failure.as_deref()
-    }
-
-    /// The whole chunk, little-endian (empty for an empty array).
-    pub fn bytes(&self) -> &[u8] {
-        self.map.as_deref().unwrap_or(&[])
     }
 
     /// Write dirty pages to disk.
@@ -408,7 +490,7 @@ pub fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedA
             map: None,
             file: None,
             chunk,
-            reserved: Vec::new(),
+            windows: Vec::new(),
             failure: None,
         });
     }
@@ -434,14 +516,49 @@ pub fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedA
     // process maps it for writing (one server per run), and every access
     // goes through bounds-checked slices of the mapping.
     let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| io_err(&chunk, e))?;
+    let windows = window_states(&file, len);
     Ok(MappedArray {
         kind,
         map: Some(map),
         file: Some(file),
         chunk,
-        reserved: Vec::new(),
+        windows,
         failure: None,
     })
+}
+
+/// What each [`RESERVE_WINDOW`] of a file of `len` bytes has of disk
+/// blocks, from `lseek`'s `SEEK_DATA`/`SEEK_HOLE` (a file system that does
+/// not know its holes says it has none: every window is then backed, as
+/// on such a file system reading a hole allocates nothing).
+fn window_states(file: &fs::File, len: u64) -> Vec<Window> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    let seek = |at: u64, whence: libc::c_int| -> Option<u64> {
+        let at = libc::off_t::try_from(at).ok()?;
+        // SAFETY: lseek on a descriptor this function borrows; the file
+        // offset it moves is not used by anything else (reads are pread)
+        let to = unsafe { libc::lseek(fd, at, whence) };
+        u64::try_from(to).ok()
+    };
+    let n = len.div_ceil(RESERVE_WINDOW) as usize;
+    let mut windows = Vec::with_capacity(n);
+    for w in 0..n as u64 {
+        let (start, end) = (w * RESERVE_WINDOW, ((w + 1) * RESERVE_WINDOW).min(len));
+        let data = seek(start, libc::SEEK_DATA);
+        let state = match data {
+            // no data from here on (ENXIO), or none before the window ends
+            None => Window::Hole,
+            Some(d) if d >= end => Window::Hole,
+            Some(d) if d > start => Window::Partial,
+            Some(_) => match seek(start, libc::SEEK_HOLE) {
+                Some(h) if h >= end => Window::Backed,
+                _ => Window::Partial,
+            },
+        };
+        windows.push(state);
+    }
+    windows
 }
 
 /// An array read back whole, for readers outside a run (the CLI, the HTML
@@ -557,6 +674,56 @@ mod tests {
             ..KIND
         };
         assert_eq!(read_array(&dir, absent).unwrap(), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A sparse array learns its holes when mapped: a hole reads as zeros
+    /// without touching the mapping, a window another program wrote part
+    /// of is read with pread, and a write reserves its window first.
+    #[test]
+    fn holes_are_never_read_through_the_mapping() {
+        use std::os::unix::fs::FileExt;
+        let dir = std::env::temp_dir().join(format!("daisy-zarr-holes-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let kind = ArrayKind {
+            name: "marks",
+            dtype: ElementType::U8,
+            fill: [0; 8],
+        };
+        // three windows and a bit
+        let n = 3 * RESERVE_WINDOW + 10;
+        let shape = Coord::new(&[n as i64]).unwrap();
+        create_array(&dir, &kind, &shape).unwrap();
+        // another program writes one byte in the middle of window 1
+        let chunk = chunk_path(&dir.join("marks"), 1);
+        let file = fs::OpenOptions::new().write(true).open(&chunk).unwrap();
+        file.write_all_at(&[5], RESERVE_WINDOW + 12345).unwrap();
+        drop(file);
+        let mut a = map_array(&dir, kind, &shape).unwrap();
+        // a file system without holes (or that fills them) backs them all
+        let knows_holes = a.windows[0] == Window::Hole;
+        if knows_holes {
+            assert_eq!(a.windows[1], Window::Partial);
+            assert_eq!(&a.windows[2..], &[Window::Hole, Window::Hole]);
+        }
+        assert_eq!(a.get::<u8>(7), Some(0));
+        assert_eq!(a.get::<u8>(RESERVE_WINDOW + 12345), Some(5));
+        assert_eq!(a.get::<u8>(RESERVE_WINDOW + 12346), Some(0));
+        assert_eq!(a.count_nonzero(), 1);
+        a.set(2 * RESERVE_WINDOW + 1, 1u8);
+        assert_eq!(a.windows[2], Window::Backed, "a write reserves its window");
+        assert_eq!(a.get::<u8>(2 * RESERVE_WINDOW + 1), Some(1));
+        assert_eq!(a.count_nonzero(), 2);
+        a.flush(&dir).unwrap();
+        drop(a);
+        // mapped again: the reserved window is backed, the others as before
+        let a = map_array(&dir, kind, &shape).unwrap();
+        assert_eq!(a.windows[2], Window::Backed);
+        if knows_holes {
+            assert_eq!((a.windows[0], a.windows[3]), (Window::Hole, Window::Hole));
+        }
+        assert_eq!(a.count_nonzero(), 2);
         fs::remove_dir_all(&dir).unwrap();
     }
 }
