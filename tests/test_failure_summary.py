@@ -211,3 +211,43 @@ def test_the_advice_for_a_task_with_a_check_function_says_it_skips_the_done_bloc
         "Next: rerun to retry the failed blocks (done blocks are skipped: the task's "
         "check_function finds them)" in section
     ), section
+
+
+def test_workers_killed_alike_are_one_cause_without_their_ids(tmp_path):
+    """Issue 41: four workers SIGKILLed (each on its first block) were four
+    causes, "1× worker N died (signal: 9 (SIGKILL); ...)", one per worker
+    id and last-block figure; they are one: "4× a worker died (signal: 9
+    (SIGKILL))". Each worker's own text (its id, the OOM hint) stays in the
+    failed attempts."""
+    import daisy
+
+    marks = tmp_path / "killed"
+    marks.mkdir()
+
+    def process(block):
+        import os
+        import signal
+
+        mark = marks / str(block.block_id[1])
+        if block.block_id[1] < 4 and not mark.exists():
+            mark.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    task = daisy.Task(
+        "killed",
+        daisy.Roi((0,), (12,)),
+        daisy.Roi((0,), (1,)),
+        daisy.Roi((0,), (1,)),
+        process_function=process,
+        max_workers=1,
+        max_retries=1,
+    )
+    server = daisy.Server()
+    states = server.run_blockwise([task], progress=False)
+    assert states["killed"].completed_count == 12
+    causes = server.last_report["killed"].failure_causes
+    assert causes.messages == (("a worker died (signal: 9 (SIGKILL))", 4),), causes.messages
+    assert "4× a worker died (signal: 9 (SIGKILL))" in server.last_report.render()
+    assert sorted({reason.split(" died")[0] for _, _, _, reason in server.failures}) == [
+        f"worker {i}" for i in range(4)
+    ]

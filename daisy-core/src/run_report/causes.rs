@@ -41,7 +41,7 @@ impl FailureCauses {
     }
 
     fn note_message(&mut self, text: &str) {
-        let message = last_line(text);
+        let message = worker_end(text).unwrap_or_else(|| last_line(text));
         let cause = cause_of(text);
         let same =
             |c: &&mut CauseCount| c.cause == cause && (!cause.is_empty() || c.message == message);
@@ -59,9 +59,34 @@ impl FailureCauses {
     }
 }
 
+/// A block lost with its worker, as the server words it (`worker 7 died
+/// (signal: 9 (SIGKILL); likely killed by the OOM killer ...; its last
+/// block peaked at 1.2 GiB RSS ...)`, `worker 8 exited (exit status: 0)
+/// with the block in hand`), without what differs from worker to worker:
+/// its id and the hint's figures (`a worker died (signal: 9 (SIGKILL))`).
+/// Four workers killed alike are one cause, counted four times. None for
+/// any other text.
+fn worker_end(text: &str) -> Option<String> {
+    let rest = text.trim().strip_prefix("worker ")?;
+    let (id, rest) = rest.split_once(' ')?;
+    id.parse::<u32>().ok()?;
+    if let Some(status) = rest.strip_prefix("died (") {
+        let status = match status.split_once("; ") {
+            Some((status, _hint)) => status,
+            None => status.strip_suffix(')')?,
+        };
+        return Some(format!("a worker died ({status})"));
+    }
+    let status = rest
+        .strip_prefix("exited (")?
+        .strip_suffix(") with the block in hand")?;
+    Some(format!("a worker exited ({status}) with the block in hand"))
+}
+
 /// The cause of a failure text that is a Python traceback: its exception
 /// type and the innermost frame (the line that raised), as `"ValueError at
-/// smooth.py:12 in smooth"`; empty for any other text. The file is named
+/// smooth.py:12 in smooth"`; empty for any other text, which groups by its
+/// message (a worker's end by [`worker_end`]'s words). The file is named
 /// by its last path part: the same function fails the same way wherever
 /// the worker unpacked it.
 pub fn cause_of(text: &str) -> String {

@@ -453,3 +453,44 @@ fn the_report_says_when_idle_nodes_could_have_been_handed_back() {
         assert_eq!(idle_hint(&quiet), None, "{quiet:?}");
     }
 }
+
+/// Issue 41: worker deaths that differ only in the worker's id (and the
+/// figures of its last block) are one cause, shown without the id.
+#[test]
+fn worker_deaths_group_without_the_workers_ids() {
+    let mut causes = FailureCauses::default();
+    for (id, peak) in [(3, 139), (4, 1210), (7, 88), (9, 1400)] {
+        causes.note(&format!(
+            "worker {id} died (signal: 9 (SIGKILL); likely killed by the OOM killer (the kernel \
+             ends a process with SIGKILL when memory runs out, and its log says nothing); its \
+             last block peaked at {peak} MiB RSS; give its workers more memory)"
+        ));
+    }
+    causes.note("worker 5 died (exit status: 1)");
+    causes.note("worker 6 died (exit status: 1)");
+    causes.note("worker 8 exited (exit status: 0) with the block in hand");
+    assert_eq!(causes.messages.len(), 3, "{:?}", causes.messages);
+    let killed = &causes.messages[0];
+    assert_eq!(killed.count, 4);
+    assert_eq!(killed.message, "a worker died (signal: 9 (SIGKILL))");
+    assert_eq!(killed.cause, "", "no traceback: grouped by its message");
+    assert_eq!(
+        (
+            causes.messages[1].count,
+            causes.messages[1].message.as_str()
+        ),
+        (2, "a worker died (exit status: 1)")
+    );
+    assert_eq!(
+        causes.messages[2].message,
+        "a worker exited (exit status: 0) with the block in hand"
+    );
+    // the first whole text is kept, id and figures included
+    assert!(
+        causes
+            .first_traceback
+            .as_deref()
+            .unwrap()
+            .starts_with("worker 3 died")
+    );
+}
