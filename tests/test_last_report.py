@@ -63,3 +63,34 @@ def test_raise_on_failure_raises_run_failed_with_the_report():
     assert isinstance(err, RuntimeError)
     # the default stays 1.x's: False, no exception
     assert daisy.run_blockwise([b], progress=False, summary=False) is False
+
+
+def test_the_panel_lists_tasks_in_pipeline_order_not_by_name():
+    """Issue 41: the report listed tasks alphabetically; a pipeline whose
+    upstream task is called "z_segment" showed it after its downstream
+    "a_relabel". The run's report keeps the pipeline's order, and so does
+    its panel (also where no order is given, as ``str(report)``)."""
+    import daisy
+
+    up = daisy.Task(
+        "z_segment",
+        daisy.Roi((0,), (40,)),
+        daisy.Roi((0,), (10,)),
+        daisy.Roi((0,), (10,)),
+        process_function=lambda b: None,
+        max_workers=1,
+    )
+    down = daisy.Task(
+        "a_relabel",
+        daisy.Roi((0,), (40,)),
+        daisy.Roi((0,), (10,)),
+        daisy.Roi((0,), (10,)),
+        process_function=lambda b: None,
+        max_workers=1,
+        upstream_tasks=[up],
+    )
+    assert daisy.run_blockwise([down, up], progress=False, summary=False)
+    report = daisy.last_report()
+    assert list(report.tasks) == ["z_segment", "a_relabel"]
+    text = str(report)
+    assert text.index("z_segment ") < text.index("a_relabel "), text

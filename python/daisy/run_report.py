@@ -1389,13 +1389,14 @@ class RunReport:
 
     def render(self, task_order: list[str] | None = None, max_workers: int = 10) -> str:
         """The Resource Utilization panel: one section per task with
-        anything to show, in ``task_order``; empty when no task has any
+        anything to show, in ``task_order`` (by default the report's own
+        order: the pipeline's, upstream first); empty when no task has any
         (a table of zeros is worse than no table)."""
         shown = self.timed
         if not shown:
             return ""
         order = [t for t in (task_order or []) if t in shown]
-        order += sorted(t for t in shown if t not in order)
+        order += [t for t in shown if t not in order]
         parts = ["", "Resource Utilization", "--------------------"]
         for tid in order:
             parts += ["", shown[tid].render(max_workers=max_workers)]
