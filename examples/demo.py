@@ -112,13 +112,35 @@ def main(workdir: Path) -> bool:
 #: where the demo writes when given no directory
 DEFAULT_OUTPUT = Path("daisy_demo")
 
+
+def daisy_command() -> str:
+    """How to run the ``daisy`` command from the shell the demo was started
+    in: ``daisy`` where that is this installation's (an activated
+    virtualenv), else the script beside this interpreter (``.venv/bin/daisy``
+    after ``make demo``, which activates nothing), else ``python -m daisy``."""
+    import shlex
+    import shutil
+
+    script = Path(sys.executable).parent / "daisy"
+    found = shutil.which("daisy")
+    if found is not None and script.exists() and Path(found).resolve() == script.resolve():
+        return "daisy"
+    if script.exists():
+        try:
+            return shlex.quote(str(script.absolute().relative_to(Path.cwd())))
+        except ValueError:
+            return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m daisy"
+
+
 if __name__ == "__main__":
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_OUTPUT
     out.mkdir(parents=True, exist_ok=True)
     ok = main(out)
+    daisy = daisy_command()
     print(
         f"\nThe output is in {out}/ (run the demo again to see it resume).\n"
-        f"Where the time went: daisy report {out / 'tracking'}\n"
-        f"A page with the timelines: daisy report {out / 'tracking'} --html report.html"
+        f"Where the time went: {daisy} report {out / 'tracking'}\n"
+        f"A page with the timelines: {daisy} report {out / 'tracking'} --html report.html"
     )
     sys.exit(0 if ok else 1)

@@ -60,3 +60,35 @@ def test_make_demo_installs_only_what_the_demo_needs():
     recipe = makefile[makefile.index("\ndemo:") + 1 :].split("\n\n")[0]
     assert "[demo]" in recipe and "[test" not in recipe, recipe
     assert "install" not in recipe.splitlines()[0].split(":", 1)[1], "demo must not need install"
+
+
+def test_the_demos_hint_is_a_command_that_runs_from_the_users_shell(tmp_path):
+    """Issue 41: the demo said "daisy report daisy_demo/tracking", which a
+    shell whose PATH lacks the virtualenv (``make demo`` does not activate
+    it) cannot find. The hint names a command that runs as printed."""
+    import os
+    import re
+    import shlex
+
+    env = dict(os.environ, PATH="/usr/bin:/bin")
+    run = subprocess.run(
+        [sys.executable, str(DEMO)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    hint = re.search(r"Where the time went: (.+)", run.stdout)
+    assert hint, run.stdout
+    report = subprocess.run(
+        shlex.split(hint.group(1)),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert report.returncode == 0, (hint.group(1), report.stderr)
+    assert "smooth" in report.stdout and "threshold" in report.stdout
