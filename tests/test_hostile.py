@@ -539,22 +539,29 @@ except OSError as e:
 """
 
 
+def _tmpfs(mount: Path, size: str):
+    """A tmpfs of ``size`` mounted at ``mount`` for the test (unmounted
+    after it). Mounting needs root, which CI has; elsewhere the test is
+    skipped, saying why."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs (CI runs as root)")
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)])
+    if made.returncode != 0:
+        pytest.skip("this machine cannot mount a tmpfs")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)])
+
+
 @pytest.fixture
 def nearly_full_disk(tmp_path: Path):
     """A 2 MiB tmpfs with 128 KiB left: too little for the done markers and
     failure counts of 400,000 blocks."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a tmpfs (CI runs as root)")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)])
-    if made.returncode != 0:
-        pytest.skip("this machine cannot mount a tmpfs")
-    try:
+    for mount in _tmpfs(tmp_path / "small", "2m"):
         (mount / "filler").write_bytes(b"\1" * (2 * 2**20 - 128 * 2**10))
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)])
 
 
 def test_a_tracking_store_on_a_full_disk_is_a_clear_error_not_a_crash(
@@ -636,17 +643,7 @@ except OSError as e:
 @pytest.fixture
 def small_tmpfs(tmp_path: Path):
     """An empty 16 MiB tmpfs (a node-local /tmp or /dev/shm)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a tmpfs (CI runs as root)")
-    mount = tmp_path / "shm"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)])
-    if made.returncode != 0:
-        pytest.skip("this machine cannot mount a tmpfs")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)])
+    yield from _tmpfs(tmp_path / "shm", "16m")
 
 
 def test_a_tmpfs_filled_mid_run_is_an_oserror_never_sigbus(tmp_path: Path, small_tmpfs: Path):

@@ -71,7 +71,7 @@ pub fn check_chunks(spec: &TaskSpec, output: &DeclaredOutput) -> Result<(), Dais
     }
     let grid = BlockGrid::new(0, spec);
     let stride = spec.write_roi.shape();
-    let first = grid.total_write_roi().begin();
+    let first = spec.total_write_roi().begin();
     let (lower, upper) = (spec.context_lower(), spec.context_upper());
     for d in 0..dims {
         let (s, c) = (stride[d], chunk[d]);
@@ -153,7 +153,7 @@ fn straddle(
     a: i64,
 ) -> DaisyError {
     let stride = spec.write_roi.shape();
-    let first = BlockGrid::new(0, spec).total_write_roi().begin();
+    let first = spec.total_write_roi().begin();
     let mut fits = stride;
     for axis in 0..stride.dims() {
         // chunks that divide the stride and start on the block grid

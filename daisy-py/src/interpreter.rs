@@ -95,10 +95,7 @@ pub fn detach<T: pyo3::marker::Ungil>(
     py: Python<'_>,
     f: impl FnOnce() -> T + pyo3::marker::Ungil,
 ) -> PyResult<T> {
-    let busy = Busy::enter()?;
-    let out = py.detach(f);
-    drop(busy);
-    Ok(out)
+    detach_then(py, f, |_, out| out)
 }
 
 /// The longest the fault point `run-result-slow` holds the GIL released.

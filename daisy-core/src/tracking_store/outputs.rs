@@ -53,7 +53,6 @@ impl TrackingStore {
         if outputs.is_empty() {
             return Ok(());
         }
-        let marked = self.done_count();
         let mut identities = recorded(&self.path)?;
         let before = identities.clone();
         for output in outputs {
@@ -67,7 +66,10 @@ impl TrackingStore {
                 (Some(t), Some(n)) if t != n => Some("deleted and made again"),
                 _ => None,
             };
+            // the marks are counted only where an output changed: a scan
+            // of the done array, once per run at most
             if let Some(how) = how
+                && let marked = self.done_count()
                 && marked > 0
             {
                 return Err(DaisyError::OutputReplaced {

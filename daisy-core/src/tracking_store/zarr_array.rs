@@ -209,7 +209,8 @@ impl MappedArray {
         };
         let size = self.kind.dtype.size();
         let mut count = 0u64;
-        let mut buf = vec![0u8; RESERVE_WINDOW as usize];
+        // only a window another program wrote in part is read into it
+        let mut buf = Vec::new();
         for (w, start) in (0..map.len()).step_by(RESERVE_WINDOW as usize).enumerate() {
             let end = (start + RESERVE_WINDOW as usize).min(map.len());
             let bytes: &[u8] = match self.windows.get(w).copied().unwrap_or(Window::Hole) {
@@ -220,6 +221,7 @@ impl MappedArray {
                     let Some(file) = self.file.as_ref() else {
                         continue;
                     };
+                    buf.resize(RESERVE_WINDOW as usize, 0);
                     if file
                         .read_exact_at(&mut buf[..end - start], start as u64)
                         .is_err()
