@@ -6,6 +6,7 @@ worker and time pytest's start-up instead of daisy's. Only daisy's shared
 (1.x) API is used, as in the benchmark file."""
 
 import os as _os
+import time as _time
 
 import daisy
 
@@ -91,3 +92,24 @@ PIPELINE_PATHS = {
     name: _os.path.join(_os.environ.get("DAISY_BENCH_PIPELINE_DIR", "/nonexistent"), f"{name}.zarr")
     for name in ("raw", "smooth", "mask")
 }
+
+
+def never_done(block):
+    """A check function that finds nothing done: what a check costs when
+    every block still needs work."""
+    return False
+
+
+def slow_check(block):
+    """A check function that looks at an output on a slow shared
+    filesystem: 0.2 s a call, and nothing is done."""
+    _time.sleep(0.2)
+    return False
+
+
+def note_end(block):
+    """A fast block function that appends the time it ended to a file of
+    its process under DAISY_BENCH_ENDS_DIR."""
+    path = _os.path.join(_os.environ["DAISY_BENCH_ENDS_DIR"], str(_os.getpid()))
+    with open(path, "a") as f:
+        f.write(f"{_time.time()!r}\n")

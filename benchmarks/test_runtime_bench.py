@@ -23,14 +23,14 @@ import tempfile
 import time
 
 import pytest
-from bench_functions import client_loop, noop
+from bench_functions import client_loop, never_done, noop, note_end, slow_check
 
 import daisy
 
 N_BLOCKS = 10_000
 
 
-def make_task(task_id, process_function, workers, n_blocks=N_BLOCKS):
+def make_task(task_id, process_function, workers, n_blocks=N_BLOCKS, **kwargs):
     return daisy.Task(
         task_id,
         total_roi=daisy.Roi((0,), (n_blocks,)),
@@ -40,13 +40,14 @@ def make_task(task_id, process_function, workers, n_blocks=N_BLOCKS):
         read_write_conflict=False,
         num_workers=workers,
         max_retries=0,
+        **kwargs,
     )
 
 
-def run(task):
+def run(task, *more):
     logdir = tempfile.mkdtemp(prefix="daisy-bench-logs-")
     daisy.logging.set_log_basedir(logdir)
-    return daisy.run_blockwise([task], progress=False, summary=False)
+    return daisy.run_blockwise([task, *more], progress=False, summary=False)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4])
@@ -63,6 +64,58 @@ def test_noop_throughput(benchmark, mode, workers):
     benchmark.extra_info["blocks"] = N_BLOCKS
     if benchmark.stats is not None:  # None with --benchmark-disable: nothing was timed
         benchmark.extra_info["blocks_per_second"] = N_BLOCKS / benchmark.stats.stats.median
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_noop_throughput_with_a_check_function(benchmark, workers):
+    """10^4 no-op blocks whose check function finds nothing done: what
+    asking the check costs per block (issue 43 moved it off the server's
+    thread)."""
+    counter = iter(range(1000))
+
+    def once():
+        task_id = f"checked_{workers}_{next(counter)}"
+        return run(make_task(task_id, noop, workers, check_function=never_done))
+
+    ok = benchmark.pedantic(once, rounds=3, iterations=1)
+    assert ok is True
+    if benchmark.stats is not None:
+        benchmark.extra_info["blocks_per_second"] = N_BLOCKS / benchmark.stats.stats.median
+
+
+FAST_BLOCKS, SLOW_BLOCKS = 300, 10
+
+
+def test_fast_task_beside_a_slow_check(benchmark):
+    """Two unrelated tasks: ``slow`` (10 blocks, a check function taking
+    0.2 s a call, one worker) and ``fast`` (300 no-op blocks, two workers).
+    The time measured is the whole run (at least the slow task's 2 s of
+    checks); the figure that matters is ``fast_span_s`` in extra_info: from
+    the run's start to the fast task's last block (issue 43: 4.2 s where the
+    check ran on the server's thread, against 0.36 s without the slow task)."""
+    counter = iter(range(1000))
+    spans = []
+
+    def once():
+        k = next(counter)
+        ends = tempfile.mkdtemp(prefix="daisy-bench-ends-")
+        os.environ["DAISY_BENCH_ENDS_DIR"] = ends
+        slow = make_task(f"slow_{k}", noop, 1, SLOW_BLOCKS, check_function=slow_check)
+        fast = make_task(f"fast_{k}", note_end, 2, FAST_BLOCKS)
+        start = time.time()
+        ok = run(slow, fast)
+        last = max(
+            float(t)
+            for name in os.listdir(ends)
+            for t in open(os.path.join(ends, name)).read().split()
+        )
+        spans.append(last - start)
+        return ok
+
+    ok = benchmark.pedantic(once, rounds=3, iterations=1)
+    assert ok is True
+    benchmark.extra_info["fast_span_s"] = sorted(spans)[len(spans) // 2]
+    benchmark.extra_info["fast_spans_s"] = spans
 
 
 def test_noop_conflict_grid_20cubed(benchmark):

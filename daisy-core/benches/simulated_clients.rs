@@ -19,7 +19,7 @@
 
 use daisy_core::client::Client;
 use daisy_core::server::{RunHooks, RunSnapshot, ServerConfig, TaskRuntime, run_server};
-use daisy_core::{Block, BlockStatus, DaisyError, Fit, Pipeline, Roi, Scheduler, TaskSpec};
+use daisy_core::{BlockStatus, DaisyError, Fit, Pipeline, Roi, Scheduler, TaskSpec};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Barrier, mpsc};
@@ -37,9 +37,6 @@ struct Hooks {
 }
 
 impl RunHooks for Hooks {
-    fn already_done(&mut self, _block: &Block) -> Result<bool, DaisyError> {
-        Ok(false)
-    }
     fn tick(&mut self, _snapshot: &RunSnapshot) -> Result<(), DaisyError> {
         Ok(())
     }

@@ -49,9 +49,12 @@ struct TaskRun {
     ready: VecDeque<u64>,
     /// Blocks handed back unserved (their check raised): served first.
     put_back: VecDeque<u64>,
-    /// The block `skip_done` put back because its check said it needs
-    /// work: handed out without asking the check again.
-    vetted: Option<u64>,
+    /// Blocks out for a check ([`Scheduler::take_for_check`]): still
+    /// ready, never handed out before their check comes back.
+    checking: HashSet<u64>,
+    /// Blocks whose check said they need work: handed out first, without
+    /// asking the check again.
+    checked: VecDeque<u64>,
     attempts: HashMap<u64, u32>,
     processing: HashSet<u64>,
     max_retries: u32,
@@ -106,7 +109,8 @@ impl Scheduler {
                     roots: graph.root_cursor(t),
                     ready: VecDeque::new(),
                     put_back: VecDeque::new(),
-                    vetted: None,
+                    checking: HashSet::new(),
+                    checked: VecDeque::new(),
                     attempts: HashMap::new(),
                     processing: HashSet::new(),
                     max_retries: graph.pipeline().spec(t).max_retries,
@@ -279,6 +283,8 @@ impl Scheduler {
             run.processing.clear();
             run.ready.clear();
             run.put_back.clear();
+            run.checking.clear();
+            run.checked.clear();
             run.attempts.clear();
             for &d in self.graph.pipeline().downstream_of(t) {
                 stack.push((d, false));
@@ -329,21 +335,87 @@ impl Scheduler {
     /// whether it can be skipped. `None` if the task has no ready block now
     /// (it may have later, or be finished: see [`TaskState::is_done`]).
     /// An error from `already_done` leaves the block ready and is returned.
+    /// A block whose check already said it needs work ([`Self::check_done`])
+    /// goes first, without asking again.
     pub fn acquire_block<E>(
         &mut self,
         task: TaskIndex,
         mut already_done: impl FnMut(&Block) -> Result<bool, E>,
     ) -> Result<Option<Block>, E> {
-        if self.tasks[task as usize].abandoned {
-            return Ok(None);
+        if let Some(block) = self.acquire_checked(task) {
+            return Ok(Some(block));
         }
-        loop {
-            let Some(index) = self.pop_ready(task) else {
-                return Ok(None);
-            };
+        while let Some(block) = self.next_unmarked(task) {
+            match already_done(&block) {
+                Ok(true) => self.skip(block.key, true),
+                Ok(false) => return Ok(Some(self.hand_out(block))),
+                Err(e) => {
+                    self.tasks[task as usize]
+                        .put_back
+                        .push_front(block.key.index);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Hand out the next block of `task` that its check said needs work
+    /// ([`Self::check_done`]), if any.
+    pub fn acquire_checked(&mut self, task: TaskIndex) -> Option<Block> {
+        let run = &mut self.tasks[task as usize];
+        if run.abandoned {
+            return None;
+        }
+        let index = run.checked.pop_front()?;
+        let block = self.graph.grid(task).block(index);
+        Some(self.hand_out(block))
+    }
+
+    /// Take the next ready block of `task` that neither its done marker nor
+    /// its skip mask says is done (skipping those), to have it checked
+    /// elsewhere: the block stays ready (counted so) but is not handed out
+    /// until its check comes back ([`Self::check_done`]). How a server asks
+    /// a slow check without waiting for it.
+    pub fn take_for_check(&mut self, task: TaskIndex) -> Option<Block> {
+        let block = self.next_unmarked(task)?;
+        self.tasks[task as usize].checking.insert(block.key.index);
+        Some(block)
+    }
+
+    /// What the check of block `key` (taken with [`Self::take_for_check`])
+    /// said: done, and it is skipped like a block the check found done at
+    /// hand-out; not done, and it is handed out next by
+    /// [`Self::acquire_checked`] or [`Self::acquire_block`]. Ignored for a
+    /// block not being checked (its task was abandoned meanwhile).
+    pub fn check_done(&mut self, key: BlockKey, done: bool) {
+        let run = &mut self.tasks[key.task as usize];
+        if run.abandoned || !run.checking.remove(&key.index) {
+            return;
+        }
+        if done {
+            self.skip(key, true);
+        } else {
+            run.checked.push_back(key.index);
+        }
+    }
+
+    /// How many blocks of `task` are out for a check or back from one
+    /// waiting to be handed out.
+    pub fn checks_pending(&self, task: TaskIndex) -> (usize, usize) {
+        let run = &self.tasks[task as usize];
+        (run.checking.len(), run.checked.len())
+    }
+
+    /// The next ready block of `task` that may need work, skipping (as
+    /// done) those its done marker or its skip mask covers: the cheap
+    /// skips, a memory read each, asked before any check.
+    fn next_unmarked(&mut self, task: TaskIndex) -> Option<Block> {
+        if self.tasks[task as usize].abandoned {
+            return None;
+        }
+        while let Some(index) = self.pop_ready(task) {
             let block = self.graph.grid(task).block(index);
-            // cheapest first: the done marker (one memory read), the mask
-            // (one byte), then the caller's check (a Python call in daisy)
             let run = &self.tasks[task as usize];
             let marked = run
                 .tracking
@@ -354,37 +426,35 @@ impl Scheduler {
                     .skip_mask
                     .as_ref()
                     .is_some_and(|m| m.get(index as usize).is_some_and(|&v| v != 0));
-            let vetted = run.vetted == Some(index);
-            let checked = if marked || masked || vetted {
-                false
-            } else {
-                match already_done(&block) {
-                    Ok(done) => done,
-                    Err(e) => {
-                        self.tasks[task as usize].put_back.push_front(index);
-                        return Err(e);
-                    }
-                }
-            };
-            let run = &mut self.tasks[task as usize];
-            if vetted {
-                run.vetted = None;
+            if !(marked || masked) {
+                return Some(block);
             }
-            run.state.ready_count -= 1;
-            run.state.started = true;
-            if marked || masked || checked {
-                run.state.skipped_count += 1;
-                // a block the check function found done is marked, so the
-                // next run skips it for one memory read
-                self.complete(block.key, checked);
-                continue;
-            }
-            run.processing.insert(index);
-            run.state.processing_count += 1;
-            // handed out as created (not yet processed), as daisy 1.2.2
-            // and 2.0.0 hand it out; the worker sets SUCCESS or FAILED
-            return Ok(Some(block));
+            self.skip(block.key, false);
         }
+        None
+    }
+
+    /// Ready block `key` is done already: it counts as skipped and completed
+    /// and releases its downstream blocks. One its check found done is
+    /// marked, so the next run skips it for one memory read.
+    fn skip(&mut self, key: BlockKey, checked: bool) {
+        let run = &mut self.tasks[key.task as usize];
+        run.state.ready_count -= 1;
+        run.state.started = true;
+        run.state.skipped_count += 1;
+        self.complete(key, checked);
+    }
+
+    /// Ready `block` goes to a worker: handed out as created (not yet
+    /// processed), as daisy 1.2.2 and 2.0.0 hand it out; the worker sets
+    /// SUCCESS or FAILED.
+    fn hand_out(&mut self, block: Block) -> Block {
+        let run = &mut self.tasks[block.key.task as usize];
+        run.state.ready_count -= 1;
+        run.state.started = true;
+        run.processing.insert(block.key.index);
+        run.state.processing_count += 1;
+        block
     }
 
     /// Skip, without handing anything out, the ready blocks at the front of
@@ -394,55 +464,14 @@ impl Scheduler {
     /// server calls it before it starts a task's first worker, so a task
     /// whose blocks are all done never starts one.
     pub fn skip_marked(&mut self, task: TaskIndex) -> u64 {
-        struct MayNeedWork;
         let before = self.tasks[task as usize].state.skipped_count;
-        // the check is only reached for a block neither marked nor masked:
-        // refusing it puts that block back at the front, and stops
-        let handed_out = self.acquire_block(task, |_| Err::<bool, _>(MayNeedWork));
-        debug_assert!(!matches!(handed_out, Ok(Some(_))));
+        if let Some(block) = self.next_unmarked(task) {
+            // it may need work: back to the front, where it was
+            self.tasks[task as usize]
+                .put_back
+                .push_front(block.key.index);
+        }
         self.tasks[task as usize].state.skipped_count - before
-    }
-
-    /// [`Scheduler::skip_marked`], also asking `already_done` (the task's
-    /// check function) of each block the markers and the mask do not skip,
-    /// until one needs work: so that a task whose check says every block
-    /// is done gets no worker. The block that needs work goes back to the
-    /// front of the queue (its check is asked again when it is handed
-    /// out). An error from `already_done` does the same and is returned.
-    pub fn skip_done<E>(
-        &mut self,
-        task: TaskIndex,
-        mut already_done: impl FnMut(&Block) -> Result<bool, E>,
-    ) -> Result<u64, E> {
-        enum Stop<E> {
-            MayNeedWork,
-            Failed(E),
-        }
-        if self.tasks[task as usize].vetted.is_some() {
-            // the front block is known to need work: nothing to skip (and
-            // acquiring would hand it out, since its check is not asked)
-            return Ok(0);
-        }
-        let before = self.tasks[task as usize].state.skipped_count;
-        // refusing a block puts it back at the front, and stops; one its
-        // check said needs work is not asked about again
-        let mut needs_work = None;
-        let handed_out = self.acquire_block(task, |b| match already_done(b) {
-            Ok(true) => Ok(true),
-            Ok(false) => {
-                needs_work = Some(b.key.index);
-                Err(Stop::MayNeedWork)
-            }
-            Err(e) => Err(Stop::Failed(e)),
-        });
-        debug_assert!(!matches!(handed_out, Ok(Some(_))));
-        if needs_work.is_some() {
-            self.tasks[task as usize].vetted = needs_work;
-        }
-        if let Err(Stop::Failed(e)) = handed_out {
-            return Err(e);
-        }
-        Ok(self.tasks[task as usize].state.skipped_count - before)
     }
 
     /// Take back a block handed out by [`Scheduler::acquire_block`], with
@@ -985,7 +1014,7 @@ mod tests {
     }
 
     #[test]
-    fn skipping_checked_blocks_never_hands_one_out() {
+    fn a_check_taken_elsewhere_holds_its_block_until_it_comes_back() {
         let line = TaskSpec::new(
             "t",
             roi(&[0], &[40]),
@@ -998,19 +1027,39 @@ mod tests {
         )
         .unwrap();
         let mut s = Scheduler::new(Pipeline::new(vec![line]).unwrap());
+        let first = s.take_for_check(0).unwrap();
+        assert_eq!(first.key.index, 0);
+        // out for its check: still ready, never handed out meanwhile
+        assert_eq!(s.task_state(0).ready_count, 4);
+        assert_eq!(s.checks_pending(0), (1, 0));
+        assert!(s.acquire_checked(0).is_none());
+        // done: skipped, as a check at hand-out skips it
+        s.check_done(first.key, true);
+        assert_eq!(s.task_state(0).skipped_count, 1);
+        assert_eq!(s.task_state(0).ready_count, 3);
+        // needs work: handed out next, before any other ready block, and
+        // without its check asked again
+        let second = s.take_for_check(0).unwrap();
+        s.check_done(second.key, false);
+        assert_eq!(s.checks_pending(0), (0, 1));
         let calls = std::cell::Cell::new(0);
-        let check = |b: &Block| {
+        let check = |_: &Block| {
             calls.set(calls.get() + 1);
-            Ok::<bool, ()>(b.key.index != 2)
+            Ok::<bool, ()>(false)
         };
-        // blocks 0 and 1 are done by their check; block 2 needs work
-        assert_eq!(s.skip_done(0, check), Ok(2));
-        // asked again (every staffing of an idle task): nothing is handed out
-        assert_eq!(s.skip_done(0, check), Ok(0));
-        assert_eq!(s.task_state(0).processing_count, 0);
-        // block 2 goes to a worker without its check asked a second time
         let b = s.acquire_block(0, check).unwrap().unwrap();
-        assert_eq!(b.key.index, 2);
-        assert_eq!(calls.get(), 3);
+        assert_eq!(b.key, second.key);
+        assert_eq!(calls.get(), 0);
+        assert_eq!(s.task_state(0).processing_count, 1);
+        // a result for a block not out for a check changes nothing
+        s.check_done(second.key, true);
+        assert_eq!(s.task_state(0).skipped_count, 1);
+        // an abandoned task's check comes back to nothing
+        let third = s.take_for_check(0).unwrap();
+        s.abandon_task(0);
+        s.check_done(third.key, false);
+        assert_eq!(s.checks_pending(0), (0, 0));
+        assert!(s.acquire_checked(0).is_none());
+        assert!(s.take_for_check(0).is_none());
     }
 }

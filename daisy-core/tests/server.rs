@@ -6,7 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use daisy_core::client::Client;
-use daisy_core::server::{RunHooks, RunSnapshot, ServerConfig, TaskRuntime, run_server};
+use daisy_core::server::{
+    BlockCheck, RunHooks, RunSnapshot, ServerConfig, TaskRuntime, run_server,
+};
 use daisy_core::{Block, BlockStatus, DaisyError, Fit, Pipeline, Roi, Scheduler, TaskSpec};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
@@ -18,11 +20,12 @@ struct Hooks {
     addr: mpsc::Sender<SocketAddr>,
     /// Blocks done per task at the last tick the hook saw.
     last_tick: Arc<Mutex<Vec<u64>>>,
+    check: Option<Arc<dyn BlockCheck>>,
 }
 
 impl RunHooks for Hooks {
-    fn already_done(&mut self, _block: &Block) -> Result<bool, DaisyError> {
-        Ok(false)
+    fn block_check(&self) -> Option<Arc<dyn BlockCheck>> {
+        self.check.clone()
     }
     fn tick(&mut self, snapshot: &RunSnapshot) -> Result<(), DaisyError> {
         *self.last_tick.lock().unwrap() =
@@ -105,6 +108,19 @@ fn start(token: &'static str) -> (ServerThread, SocketAddr) {
     (server, addr)
 }
 
+/// A server for the two-task pipeline asking `check` of ready blocks.
+fn start_checking(token: &'static str, check: Arc<dyn BlockCheck>) -> (ServerThread, SocketAddr) {
+    let (tx, rx) = mpsc::channel();
+    let hooks = Hooks {
+        addr: tx,
+        last_tick: Arc::new(Mutex::new(Vec::new())),
+        check: Some(check),
+    };
+    let server =
+        std::thread::spawn(move || run_server(Scheduler::new(pipeline()), config(token), hooks));
+    (server, rx.recv().unwrap())
+}
+
 /// The same, with the main loop ticking every `tick`; also what the tick
 /// hook saw last.
 fn start_ticking(
@@ -116,6 +132,7 @@ fn start_ticking(
     let hooks = Hooks {
         addr: tx,
         last_tick: last_tick.clone(),
+        check: None,
     };
     let server = std::thread::spawn(move || {
         let config = ServerConfig {
@@ -430,4 +447,86 @@ fn the_run_ends_when_its_last_block_is_back_not_at_a_tick() {
         totals,
         "the hook saw the final counts"
     );
+}
+
+/// Task b's check: its even blocks are done. Slow, and it records how many
+/// calls ran at once.
+struct EvenDone {
+    running: Mutex<u32>,
+    most_at_once: Mutex<u32>,
+    calls: Mutex<u32>,
+}
+
+impl BlockCheck for EvenDone {
+    fn checks(&self, task: daisy_core::TaskIndex) -> bool {
+        task == 1
+    }
+    fn already_done(&self, block: &Block) -> Result<bool, DaisyError> {
+        {
+            let mut running = self.running.lock().unwrap();
+            *running += 1;
+            let mut most = self.most_at_once.lock().unwrap();
+            *most = (*most).max(*running);
+            *self.calls.lock().unwrap() += 1;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        *self.running.lock().unwrap() -= 1;
+        assert_eq!(block.key.task, 1, "only task b has a check");
+        Ok(block.key.index.is_multiple_of(2))
+    }
+}
+
+#[test]
+fn a_check_skips_its_done_blocks_one_call_at_a_time_off_the_servers_thread() {
+    let check = Arc::new(EvenDone {
+        running: Mutex::new(0),
+        most_at_once: Mutex::new(0),
+        calls: Mutex::new(0),
+    });
+    let (server, addr) = start_checking("checking", check.clone());
+    let seen = Arc::new(Mutex::new(Vec::<(u32, u64)>::new()));
+    let connected = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = ["a", "a", "b", "b"]
+        .into_iter()
+        .map(|task| {
+            let (seen, connected) = (seen.clone(), connected.clone());
+            std::thread::spawn(move || {
+                let mut c =
+                    Client::connect(&addr.ip().to_string(), addr.port(), "checking", task, None)
+                        .unwrap();
+                connected.wait();
+                while let Some(mut block) = c.acquire_block().unwrap() {
+                    seen.lock().unwrap().push((block.key.task, block.key.index));
+                    block.status = BlockStatus::Success;
+                    c.release_block(block).unwrap();
+                }
+                c.disconnect();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let outcome = server.join().unwrap().map_err(|_| "run failed").unwrap();
+    let seen = seen.lock().unwrap();
+    let b: Vec<u64> = seen
+        .iter()
+        .filter(|(t, _)| *t == 1)
+        .map(|(_, i)| *i)
+        .collect();
+    assert!(
+        b.iter().all(|i| i % 2 == 1),
+        "a block its check found done went out"
+    );
+    let unique: HashSet<_> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "a block was processed twice");
+    let (sa, sb) = (&outcome.states[0], &outcome.states[1]);
+    assert_eq!(sa.completed_count, sa.total_block_count);
+    assert_eq!(sa.skipped_count, 0, "task a has no check");
+    assert_eq!(sb.completed_count, sb.total_block_count);
+    assert_eq!(sb.skipped_count, sb.total_block_count.div_ceil(2));
+    assert_eq!(b.len() as u64, sb.total_block_count / 2);
+    // every block of b was asked once, never two at once
+    assert_eq!(*check.calls.lock().unwrap() as u64, sb.total_block_count);
+    assert_eq!(*check.most_at_once.lock().unwrap(), 1);
 }

@@ -19,7 +19,8 @@ use crate::py_task_state::PyTaskState;
 use daisy_core::serial::Measure;
 use daisy_core::server::config::JobCommand;
 use daisy_core::server::{
-    LogMode, RunHooks, RunSnapshot, ServerConfig, TaskRuntime, WorkerCommand, run_server,
+    BlockCheck, LogMode, RunHooks, RunSnapshot, ServerConfig, TaskRuntime, WorkerCommand,
+    run_server,
 };
 use daisy_core::{Block, DaisyError};
 use pyo3::prelude::*;
@@ -226,7 +227,7 @@ struct PyHooks {
     /// order (which puts upstream tasks first): the per-task lists given
     /// to `on_tick` follow the caller's order, which is the one it knows
     caller_order: Vec<usize>,
-    checks: Vec<Option<Py<PyAny>>>,
+    checks: Arc<PyChecks>,
     on_tick: Py<PyAny>,
     on_listening: Py<PyAny>,
     token: String,
@@ -250,20 +251,45 @@ fn states_list(py: Python<'_>, order: &[usize], snap: &RunSnapshot) -> PyResult<
     Ok(PyList::new(py, items)?.unbind())
 }
 
-impl RunHooks for PyHooks {
-    fn already_done(&mut self, block: &Block) -> Result<bool, DaisyError> {
-        let Some(check) = &self.checks[block.key.task as usize] else {
+/// The tasks' check functions, asked by the server on its blocking pool
+/// (`daisy_core::server::checks`): each call takes the GIL on that thread.
+struct PyChecks {
+    task_ids: Arc<Vec<String>>,
+    checks: Vec<Option<Py<PyAny>>>,
+    stop: StopCause,
+}
+
+impl BlockCheck for PyChecks {
+    fn checks(&self, task: daisy_core::TaskIndex) -> bool {
+        self.checks.get(task as usize).is_some_and(Option::is_some)
+    }
+
+    fn already_done(&self, block: &Block) -> Result<bool, DaisyError> {
+        let t = block.key.task as usize;
+        let Some(check) = self.checks.get(t).and_then(Option::as_ref) else {
             return Ok(false);
         };
         interpreter::attach(|py| {
-            Py::new(
-                py,
-                PyBlock::from_core(block, &self.task_ids[block.key.task as usize]),
-            )
-            .and_then(|b| check.call1(py, (b,))?.bind(py).is_truthy())
-            .map_err(|e| self.stop.raised(py, e))
+            Py::new(py, PyBlock::from_core(block, &self.task_ids[t]))
+                .and_then(|b| check.call1(py, (b,))?.bind(py).is_truthy())
+                .map_err(|e| self.stop.raised(py, e))
         })
         .unwrap_or_else(|| Err(self.stop.stop(interpreter::exiting_error())))
+    }
+
+    fn batch(&self, batch: &mut dyn FnMut()) {
+        // attached once for the batch (each check's own attach nests);
+        // an exiting interpreter: each check says so itself
+        if interpreter::attach(|_| batch()).is_none() {
+            batch();
+        }
+    }
+}
+
+impl RunHooks for PyHooks {
+    fn block_check(&self) -> Option<Arc<dyn BlockCheck>> {
+        let checks: Arc<dyn BlockCheck> = self.checks.clone();
+        Some(checks)
     }
 
     fn tick(&mut self, snap: &RunSnapshot) -> Result<(), DaisyError> {
@@ -410,10 +436,15 @@ pub fn run_distributed(
     };
     config.check_resources(&task_ids).py()?;
     let stop = StopCause::default();
+    let task_ids_shared = Arc::new(task_ids.clone());
     let hooks = PyHooks {
-        task_ids: Arc::new(task_ids.clone()),
+        task_ids: task_ids_shared.clone(),
         caller_order,
-        checks,
+        checks: Arc::new(PyChecks {
+            task_ids: task_ids_shared,
+            checks,
+            stop: stop.clone(),
+        }),
         on_tick,
         on_listening,
         token,

@@ -18,7 +18,6 @@
 //! dimension) or whose figures are not finite and non-negative breaks the
 //! protocol: the connection is closed and the block it held is retried.
 
-use super::hooks::RunHooks;
 use super::live::BarOutcome;
 use super::policy::{self, Returned};
 use super::state::{Shared, State};
@@ -153,10 +152,7 @@ impl std::fmt::Display for Door {
 
 /// Hands every connection `listener` accepts to [`handle_connection`] under a
 /// fresh connection id, until the returned task is aborted.
-pub fn spawn_accept_loop<H: RunHooks + 'static>(
-    shared: &Shared<H>,
-    listener: Listener,
-) -> tokio::task::JoinHandle<()> {
+pub fn spawn_accept_loop(shared: &Shared, listener: Listener) -> tokio::task::JoinHandle<()> {
     let shared = shared.clone();
     tokio::task::spawn_local(async move {
         loop {
@@ -164,7 +160,7 @@ pub fn spawn_accept_loop<H: RunHooks + 'static>(
                 Ok(None) => {}
                 Ok(Some((stream, door, here))) => {
                     let id = {
-                        let mut st = shared.0.borrow_mut();
+                        let mut st = shared.state_mut();
                         st.next_conn += 1;
                         st.next_conn
                     };
@@ -187,13 +183,13 @@ pub fn spawn_accept_loop<H: RunHooks + 'static>(
 
 /// Admit a connection's hello: the task it serves, or None to close it
 /// (an error message to send first, if any).
-fn admit<H>(
-    shared: &Shared<H>,
+fn admit(
+    shared: &Shared,
     token: &str,
     task_id: &str,
     worker_id: Option<u32>,
 ) -> Result<TaskIndex, Option<String>> {
-    let mut st = shared.0.borrow_mut();
+    let mut st = shared.state_mut();
     if !protocol::tokens_match(token, &st.config.token) {
         tracing::warn!("refused a connection with a wrong token");
         return Err(None);
@@ -219,8 +215,8 @@ fn admit<H>(
     Ok(task)
 }
 
-async fn handle_connection<H: RunHooks + 'static>(
-    shared: Shared<H>,
+async fn handle_connection(
+    shared: Shared,
     stream: Box<dyn protocol::Stream>,
     door: Door,
     in_process: bool,
@@ -231,7 +227,7 @@ async fn handle_connection<H: RunHooks + 'static>(
     conn.codec_mut()
         .set_max_frame_length(protocol::MAX_HELLO_BYTES);
     let full = {
-        let mut st = shared.0.borrow_mut();
+        let mut st = shared.state_mut();
         let waiting = &mut st.pending_hellos[door as usize];
         let full = *waiting >= MAX_PENDING_HELLOS;
         if !full {
@@ -265,7 +261,7 @@ async fn handle_connection<H: RunHooks + 'static>(
         return;
     }
     let hello = tokio::time::timeout(HELLO_TIMEOUT, recv(&mut conn)).await;
-    shared.0.borrow_mut().pending_hellos[door as usize] -= 1;
+    shared.state_mut().pending_hellos[door as usize] -= 1;
     conn.codec_mut()
         .set_max_frame_length(protocol::MAX_FRAME_BYTES);
     let (token, task_id, worker_id) = match hello {
@@ -281,7 +277,7 @@ async fn handle_connection<H: RunHooks + 'static>(
         })) => {
             // a job's node launcher: its conversation continues on this
             // connection, as JSON lines (`server::jobs`)
-            if !protocol::tokens_match(&token, &shared.0.borrow().config.token) {
+            if !protocol::tokens_match(&token, &shared.state().config.token) {
                 tracing::warn!("refused a launcher with a wrong token");
                 return;
             }
@@ -301,7 +297,7 @@ async fn handle_connection<H: RunHooks + 'static>(
         Err(None) => return,
     };
     let (resource_tracking, gpu_tracking, hang_up, timeout) = {
-        let st = shared.0.borrow();
+        let st = shared.state();
         let hang_up = worker_id
             .and_then(|id| st.workers.get(&id))
             .map(|w| w.hang_up.clone());
@@ -315,7 +311,7 @@ async fn handle_connection<H: RunHooks + 'static>(
         conn_id,
         worker_id,
     };
-    shared.0.borrow_mut().open_connections += 1;
+    shared.state_mut().open_connections += 1;
     // a worker the server did not start ends its own late attempts
     // (`block_deadline`), unless it is a thread of the driver itself, which
     // nothing may end: its late attempts are refused as before
@@ -331,7 +327,7 @@ async fn handle_connection<H: RunHooks + 'static>(
     if !send(&mut conn, &welcome).await {
         return;
     }
-    let activity = shared.0.borrow().activity.clone();
+    let activity = shared.state().activity.clone();
     loop {
         // a managed worker's connection ends with its process
         let msg = match &hang_up {
@@ -356,7 +352,7 @@ async fn handle_connection<H: RunHooks + 'static>(
                 release(&shared, task, worker_id, conn_id, block, Some(error))
             }
             ClientMessage::Note { text } => {
-                shared.0.borrow_mut().ledger.note(task, &text);
+                shared.state_mut().ledger.note(task, &text);
                 Ok(ServerMessage::ReleaseAck)
             }
             ClientMessage::Disconnect => break,
@@ -390,18 +386,18 @@ async fn handle_connection<H: RunHooks + 'static>(
 /// Reclaims what a connection still holds when its handler ends (the
 /// connection closed, broke the protocol, or its handling panicked): the
 /// block is lost and retried, the worker is no longer busy or waiting.
-struct ReclaimOnDrop<H> {
-    shared: Shared<H>,
+struct ReclaimOnDrop {
+    shared: Shared,
     conn_id: u64,
     worker_id: Option<u32>,
 }
 
-impl<H> Drop for ReclaimOnDrop<H> {
+impl Drop for ReclaimOnDrop {
     fn drop(&mut self) {
         let (conn_id, worker_id) = (self.conn_id, self.worker_id);
         // a panic while the state was borrowed has released the borrow by
         // now; should it still be held, the run's own sweep must do
-        let Ok(mut st) = self.shared.0.try_borrow_mut() else {
+        let Some(mut st) = self.shared.try_state_mut() else {
             return;
         };
         st.open_connections = st.open_connections.saturating_sub(1);
@@ -419,7 +415,7 @@ impl<H> Drop for ReclaimOnDrop<H> {
             w.flags.waiting = false;
         }
         drop(st);
-        self.shared.1.notify_waiters();
+        self.shared.notify_changed();
     }
 }
 
@@ -446,27 +442,27 @@ fn violation(own: &Block, claimed: &Block) -> Option<String> {
     })
 }
 
-async fn acquire<H: RunHooks>(
-    shared: &Shared<H>,
+async fn acquire(
+    shared: &Shared,
     task: TaskIndex,
     worker_id: Option<u32>,
     conn_id: u64,
     ends_late_attempts: bool,
 ) -> ServerMessage {
     if let Some(id) = worker_id
-        && let Some(tl) = shared.0.borrow_mut().timelines.get_mut(&id)
+        && let Some(tl) = shared.state_mut().timelines.get_mut(&id)
     {
         tl.on_acquire(Instant::now());
     }
     // a managed worker that waits this long for a block is handed back
     // (an unmanaged client is nobody's node to give back)
     let idle_deadline = worker_id
-        .and_then(|_| shared.0.borrow().idle_timeout(task))
+        .and_then(|_| shared.state().idle_timeout(task))
         .map(|d| tokio::time::Instant::now() + d);
     loop {
-        let notified = shared.1.notified();
+        let notified = shared.changes();
         {
-            let mut guard = shared.0.borrow_mut();
+            let mut guard = shared.state_mut();
             let st = &mut *guard;
             let retire = worker_id
                 .and_then(|id| st.workers.get(&id))
@@ -475,18 +471,7 @@ async fn acquire<H: RunHooks>(
                 dismiss(st, worker_id, WorkerExit::Clean);
                 return ServerMessage::NoMoreBlocks;
             }
-            let hooks = &mut st.hooks;
-            let got = st.scheduler.acquire_block(task, |b| {
-                hooks
-                    .already_done(b)
-                    .or_else(|e| policy::after_check_error(e, Some(b.spatial_id)))
-            });
-            let got = got.unwrap_or_else(|e| {
-                // the block stays ready; the main loop stops the run
-                st.stop.get_or_insert(e);
-                st.wake_main();
-                None
-            });
+            let got = st.next_block(task);
             if let Some(mut block) = got {
                 st.hand_out(&mut block, conn_id, worker_id, ends_late_attempts);
                 return ServerMessage::SendBlock { block };
@@ -521,7 +506,7 @@ async fn acquire<H: RunHooks>(
 /// Tell worker `worker_id` there is no block for it: its exit, when it
 /// comes, is `exit` (clean at the end of its task, idle when handed back),
 /// and its final wait ends now.
-fn dismiss<H>(st: &mut State<H>, worker_id: Option<u32>, exit: WorkerExit) {
+fn dismiss(st: &mut State, worker_id: Option<u32>, exit: WorkerExit) {
     if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
         w.flags.waiting = false;
         w.flags.dismissed = true;
@@ -537,7 +522,7 @@ fn dismiss<H>(st: &mut State<H>, worker_id: Option<u32>, exit: WorkerExit) {
 /// connection holds one, so only this connection's own blocks could make
 /// one ready, and it is waiting instead of returning them (a worker
 /// function that takes blocks in pairs).
-fn self_blocking<H>(st: &State<H>, conn_id: u64) -> Option<u64> {
+fn self_blocking(st: &State, conn_id: u64) -> Option<u64> {
     let mut held = st.outstanding.iter().filter(|(_, o)| o.conn == conn_id);
     let (key, _) = held.next()?;
     let others = st.outstanding.values().any(|o| o.conn != conn_id);
@@ -545,15 +530,15 @@ fn self_blocking<H>(st: &State<H>, conn_id: u64) -> Option<u64> {
     (!others && !ready).then(|| st.scheduler.graph().block(*key).spatial_id)
 }
 
-fn release<H>(
-    shared: &Shared<H>,
+fn release(
+    shared: &Shared,
     task: TaskIndex,
     worker_id: Option<u32>,
     conn_id: u64,
     block: Block,
     error: Option<String>,
 ) -> Result<ServerMessage, String> {
-    let mut guard = shared.0.borrow_mut();
+    let mut guard = shared.state_mut();
     let st = &mut *guard;
     let key = block.key;
     let owned = key.task == task && st.outstanding.get(&key).is_some_and(|o| o.conn == conn_id);
@@ -635,7 +620,7 @@ fn release<H>(
     };
     st.wake_main();
     drop(guard);
-    shared.1.notify_waiters();
+    shared.notify_changed();
     Ok(match result {
         Ok(()) => ServerMessage::ReleaseAck,
         Err(e) => ServerMessage::Error {
@@ -649,15 +634,12 @@ mod tests {
     use super::*;
     use crate::server::state::WorkerSlot;
     use crate::server::state::test_support::{hand_out, state};
-    use std::cell::RefCell;
-    use std::rc::Rc;
     use tokio::io::{AsyncReadExt, DuplexStream};
-    use tokio::sync::Notify;
 
-    fn shared_state(token: &str) -> Shared<()> {
+    fn shared_state(token: &str) -> Shared {
         let mut st = state();
         st.config.token = token.into();
-        Rc::new((RefCell::new(st), Notify::new()))
+        Shared::new(st)
     }
 
     /// The peer's end of a connection, speaking the protocol.
@@ -700,7 +682,7 @@ mod tests {
         let begun = tokio::time::Instant::now();
         let silent = async {
             tokio::time::sleep(HELLO_TIMEOUT / 2).await;
-            let waiting = shared.0.borrow().pending_hellos[Door::Tcp as usize];
+            let waiting = shared.state().pending_hellos[Door::Tcp as usize];
             let mut buf = [0u8; 16];
             let n = theirs.read(&mut buf).await.unwrap();
             (waiting, n, tokio::time::Instant::now() - begun)
@@ -715,7 +697,7 @@ mod tests {
             waited >= HELLO_TIMEOUT && waited < HELLO_TIMEOUT + Duration::from_secs(1),
             "closed after {waited:?}"
         );
-        let st = shared.0.borrow();
+        let st = shared.state();
         assert_eq!(st.pending_hellos, [0, 0], "no longer waiting");
         assert_eq!(st.unmanaged_clients, 0);
     }
@@ -723,7 +705,7 @@ mod tests {
     /// A managed worker of task "b" (waiting for "a") that says hello and
     /// asks for a block; what it hears, and when.
     async fn waiting_worker(
-        shared: &Shared<()>,
+        shared: &Shared,
         worker_id: u32,
         patience: Duration,
     ) -> (Option<ServerMessage>, Duration) {
@@ -765,7 +747,7 @@ mod tests {
         let idle = Duration::from_secs(30);
         let shared = shared_state("s3cret");
         {
-            let mut st = shared.0.borrow_mut();
+            let mut st = shared.state_mut();
             st.config.tasks[1].idle_timeout = Some(idle);
             st.workers.insert(7, WorkerSlot::starting(1));
         }
@@ -776,7 +758,7 @@ mod tests {
             "after {after:?}"
         );
         {
-            let st = shared.0.borrow();
+            let st = shared.state();
             let w = &st.workers[&7];
             assert!(w.flags.dismissed && !w.flags.waiting);
             assert_eq!(
@@ -791,7 +773,7 @@ mod tests {
         for (run, spawner) in [(Some(idle), None), (None, Some(idle))] {
             let shared = shared_state("s3cret");
             {
-                let mut st = shared.0.borrow_mut();
+                let mut st = shared.state_mut();
                 st.config.idle_timeout = run;
                 st.config.tasks[1].spawner_idle_timeout = spawner;
                 st.workers.insert(7, WorkerSlot::starting(1));
@@ -809,13 +791,12 @@ mod tests {
         // still get blocks: no churn
         let shared = shared_state("s3cret");
         shared
-            .0
-            .borrow_mut()
+            .state_mut()
             .workers
             .insert(8, WorkerSlot::starting(1));
         let (heard, _) = waiting_worker(&shared, 8, Duration::from_secs(3600)).await;
         assert_eq!(heard, None, "no reply while nothing is ready");
-        let st = shared.0.borrow();
+        let st = shared.state();
         assert!(st.workers[&8].expected_exit.is_none(), "not dismissed");
     }
 
@@ -824,13 +805,13 @@ mod tests {
         let idle = Duration::from_secs(30);
         let shared = shared_state("s3cret");
         {
-            let mut st = shared.0.borrow_mut();
+            let mut st = shared.state_mut();
             st.config.tasks[1].idle_timeout = Some(idle);
             st.workers.insert(7, WorkerSlot::starting(1));
         }
         let upstream_done = async {
             tokio::time::sleep(idle / 2).await;
-            let mut st = shared.0.borrow_mut();
+            let mut st = shared.state_mut();
             while st.scheduler.task_state(0).ready_count > 0 {
                 let key = hand_out(&mut st, 0, 99);
                 st.take_back(key, BarOutcome::Done, None, Instant::now());
@@ -839,7 +820,7 @@ mod tests {
                     .unwrap();
             }
             drop(st);
-            shared.1.notify_waiters();
+            shared.notify_changed();
         };
         let ((heard, after), ()) = tokio::join!(
             waiting_worker(&shared, 7, Duration::from_secs(3600)),
@@ -850,7 +831,7 @@ mod tests {
             "{heard:?}"
         );
         assert!(after < idle, "after {after:?}");
-        assert_eq!(shared.0.borrow().workers[&7].expected_exit, None);
+        assert_eq!(shared.state().workers[&7].expected_exit, None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -880,7 +861,7 @@ mod tests {
             "{block:?}"
         );
         {
-            let st = shared.0.borrow();
+            let st = shared.state();
             assert_eq!(st.unmanaged_clients, 1);
             assert_eq!(st.pending_hellos, [0, 0]);
             // the block of a client that said goodbye holding it is not lost
@@ -917,13 +898,13 @@ mod tests {
             }
             other => panic!("expected an error, got {other:?}"),
         }
-        assert_eq!(shared.0.borrow().unmanaged_clients, 1);
+        assert_eq!(shared.state().unmanaged_clients, 1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_full_door_says_busy_and_the_other_door_still_welcomes() {
         let shared = shared_state("s3cret");
-        shared.0.borrow_mut().pending_hellos[Door::Tcp as usize] = MAX_PENDING_HELLOS;
+        shared.state_mut().pending_hellos[Door::Tcp as usize] = MAX_PENDING_HELLOS;
         let (ours, theirs) = tokio::io::duplex(4096);
         let crowded = async {
             let mut conn = peer(theirs);
@@ -938,7 +919,7 @@ mod tests {
             Some(ServerMessage::Error { message }) => assert_eq!(message, protocol::BUSY),
             other => panic!("expected busy, got {other:?}"),
         }
-        assert!(shared.0.borrow().door_was_full[Door::Tcp as usize]);
+        assert!(shared.state().door_was_full[Door::Tcp as usize]);
         // this machine's workers come through the local socket, not held up
         let (ours, theirs) = tokio::io::duplex(4096);
         let local = async {
@@ -973,8 +954,8 @@ mod tests {
 
     #[test]
     fn a_panic_in_a_connections_handling_does_not_lose_its_block() {
-        let shared: Shared<()> = Rc::new((RefCell::new(state()), Notify::new()));
-        let key = hand_out(&mut shared.0.borrow_mut(), 0, 7);
+        let shared: Shared = Shared::new(state());
+        let key = hand_out(&mut shared.state_mut(), 0, 7);
         let handler = {
             let shared = shared.clone();
             move || {
@@ -983,13 +964,13 @@ mod tests {
                     conn_id: 7,
                     worker_id: None,
                 };
-                let _borrowed = shared.0.borrow_mut(); // panics while borrowing
+                let _borrowed = shared.state_mut(); // panics while borrowing
                 panic!("a bug in the handling of a message");
             }
         };
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(handler));
         assert!(caught.is_err());
-        let st = shared.0.borrow();
+        let st = shared.state();
         assert!(
             !st.outstanding.contains_key(&key),
             "reclaimed as the handler unwound"

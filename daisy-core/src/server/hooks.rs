@@ -1,22 +1,25 @@
-//! [`RunHooks`]: the only calls from the server back into the program that
-//! embeds it (in daisy, Python): a ready block's pre-check, a periodic tick,
-//! and the moment the server listens. Few and explicit, because each one
-//! may take the GIL.
+//! [`RunHooks`] and [`BlockCheck`]: the only calls from the server back
+//! into the program that embeds it (in daisy, Python): a periodic tick and
+//! the moment the server listens, on the server's thread, and a ready
+//! block's pre-check, on a thread of its own (see [`super::checks`]). Few
+//! and explicit, because each one may take the GIL.
 
 use super::state::RunSnapshot;
-use crate::block::Block;
+use crate::block::{Block, TaskIndex};
 use crate::error::DaisyError;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// Calls from the server back into the embedding program. A hook whose
 /// user code failed says how: [`DaisyError::UserCode`] (an ordinary
 /// error) or [`DaisyError::Stopped`] (an interruption), keeping the error
 /// itself for its caller; what follows is the core's rule.
 pub trait RunHooks {
-    /// Whether a ready block is already done and can be skipped (the
-    /// user's check function). What an error does is
-    /// [`super::policy::after_check_error`]'s to say.
-    fn already_done(&mut self, block: &Block) -> Result<bool, DaisyError>;
+    /// The tasks' check functions, if any task has one: asked off the
+    /// server's thread.
+    fn block_check(&self) -> Option<Arc<dyn BlockCheck>> {
+        None
+    }
     /// Called every [`TICK`](super::TICK); any error stops the run (workers
     /// are killed): the program around the server cannot go on.
     fn tick(&mut self, snapshot: &RunSnapshot) -> Result<(), DaisyError>;
@@ -26,13 +29,30 @@ pub trait RunHooks {
     }
 }
 
-/// No program around the server: nothing is done already, ticks pass
-/// (the unit tests' state machines run without one).
+/// The user's check of a ready block (its task's `check_function`):
+/// whether it is already done and can be skipped. User code that may take
+/// long (it looks at an output on a shared filesystem), so the server asks
+/// it on the blocking pool, never on its own thread, and asks one block of
+/// a task at a time (a check need not be thread-safe). What an error does
+/// is [`super::policy::after_check_error`]'s to say.
+pub trait BlockCheck: Send + Sync {
+    /// Whether task `task` has a check at all.
+    fn checks(&self, task: TaskIndex) -> bool;
+    /// Whether `block` is done already.
+    fn already_done(&self, block: &Block) -> Result<bool, DaisyError>;
+    /// Run `batch`, which asks [`Self::already_done`] of several blocks in
+    /// turn, with whatever the checks need held throughout (in daisy: the
+    /// interpreter, attached once for the batch; attaching a thread Python
+    /// does not know costs microseconds each time).
+    fn batch(&self, batch: &mut dyn FnMut()) {
+        batch();
+    }
+}
+
+/// No program around the server: nothing is checked, ticks pass (the unit
+/// tests' state machines run without one).
 #[cfg(test)]
 impl RunHooks for () {
-    fn already_done(&mut self, _block: &Block) -> Result<bool, DaisyError> {
-        Ok(false)
-    }
     fn tick(&mut self, _snapshot: &RunSnapshot) -> Result<(), DaisyError> {
         Ok(())
     }

@@ -63,8 +63,8 @@ pub fn check_workers_per_job(n: i64) -> Result<u32, DaisyError> {
 
 /// Start worker `id` of `task` (its slot and timeline exist) in a job: one
 /// of the task's open jobs with a free slot, or a new one.
-pub fn start_in_job<H>(
-    st: &mut State<H>,
+pub fn start_in_job(
+    st: &mut State,
     task: TaskIndex,
     id: u32,
     context: String,
@@ -108,8 +108,8 @@ pub fn start_in_job<H>(
 }
 
 /// Submit a new job of `task`: start its handle and watch it.
-fn submit<H>(
-    st: &mut State<H>,
+fn submit(
+    st: &mut State,
     task: TaskIndex,
     jc: &JobCommand,
     exit_tx: &mpsc::UnboundedSender<ExitEvent>,
@@ -173,7 +173,7 @@ fn submit<H>(
 /// workers with it, see `launcher::serve_job`); a job that never connected
 /// (cancelled or failed in the queue) takes its workers, none of which
 /// ever ran, with it.
-pub fn sweep<H>(st: &mut State<H>) {
+pub fn sweep(st: &mut State) {
     let mut never_connected = Vec::new();
     for (&job, slot) in st.jobs.iter_mut() {
         if !slot.running || !slot.ended.is_cancelled() {
@@ -206,8 +206,8 @@ pub fn sweep<H>(st: &mut State<H>) {
 /// A launcher said hello for job `job`: its queue, its task and where its
 /// workers' exits go, or None where the job is unknown, already served or
 /// over (the connection is then closed).
-pub fn attach<H>(
-    shared: &Shared<H>,
+pub fn attach(
+    shared: &Shared,
     job: u32,
     batch_job_id: Option<String>,
 ) -> Option<(
@@ -216,7 +216,7 @@ pub fn attach<H>(
     mpsc::UnboundedSender<ExitEvent>,
     CancellationToken,
 )> {
-    let mut st = shared.0.borrow_mut();
+    let mut st = shared.state_mut();
     let st = &mut *st;
     let Some(slot) = st.jobs.get_mut(&job) else {
         tracing::warn!("refused a launcher claiming unknown job {job}");
@@ -238,7 +238,7 @@ pub fn attach<H>(
 }
 
 /// Job `job`'s launcher has loaded the function.
-pub fn on_ready<H>(st: &mut State<H>, job: u32) {
+pub fn on_ready(st: &mut State, job: u32) {
     if let Some(slot) = st.jobs.get_mut(&job) {
         slot.ready = Some(Instant::now());
     }
@@ -247,7 +247,7 @@ pub fn on_ready<H>(st: &mut State<H>, job: u32) {
 /// Job `job`'s launcher started worker `id` (forked, or `cold`: a fresh
 /// interpreter); one stopped meanwhile is killed now. Its startup keeps
 /// counting from its request: the job's queue wait is part of it.
-pub fn on_started<H>(st: &mut State<H>, job: u32, id: u32, cold: bool) {
+pub fn on_started(st: &mut State, job: u32, id: u32, cold: bool) {
     if let Some(slot) = st.jobs.get_mut(&job) {
         slot.starts.push(Instant::now());
     }
@@ -267,7 +267,7 @@ pub fn on_started<H>(st: &mut State<H>, job: u32, id: u32, cold: bool) {
 
 /// Job `job`'s launcher is lost (its connection failed, it misbehaved, its
 /// job ended): the job is closed and cancelled.
-pub fn on_lost<H>(st: &mut State<H>, job: u32, reason: &str) {
+pub fn on_lost(st: &mut State, job: u32, reason: &str) {
     let task_id = st.jobs.get(&job).map(|s| st.task_id(s.task));
     let Some(slot) = st.jobs.get_mut(&job) else {
         return;
@@ -289,7 +289,7 @@ pub fn on_lost<H>(st: &mut State<H>, job: u32, reason: &str) {
 /// --wait`, 2 to 32 s late) is ended now, quietly (no stop command), so
 /// the run's end does not wait for that poll nor cancel a job that
 /// completed.
-pub fn on_finished<H>(st: &mut State<H>, job: u32) {
+pub fn on_finished(st: &mut State, job: u32) {
     if let Some(slot) = st.jobs.get(&job).filter(|s| s.running && s.polls) {
         supervision::kill(slot.handle_pid, &[]);
     }
@@ -309,7 +309,7 @@ pub fn on_worker_exit(
 /// Close every open job with no worker left (called after staffing, which
 /// has placed the replacements it wanted): its launcher leaves, and its
 /// job with it.
-pub fn close_empty<H>(st: &mut State<H>) {
+pub fn close_empty(st: &mut State) {
     for slot in st.jobs.values_mut() {
         if slot.requests.is_some() && slot.workers.is_empty() {
             slot.requests = None;
@@ -319,7 +319,7 @@ pub fn close_empty<H>(st: &mut State<H>) {
 
 /// The run is ending: no job takes another worker, and those whose
 /// launcher never connected (still queued) are cancelled.
-pub fn close_all<H>(st: &mut State<H>) {
+pub fn close_all(st: &mut State) {
     for slot in st.jobs.values_mut() {
         slot.requests = None;
         if slot.connected.is_none() && slot.running {
@@ -329,14 +329,14 @@ pub fn close_all<H>(st: &mut State<H>) {
 }
 
 /// Whether some job's handle is still running.
-pub fn any_running<H>(st: &State<H>) -> bool {
+pub fn any_running(st: &State) -> bool {
     st.jobs
         .values()
         .any(|j| j.running && !j.ended.is_cancelled())
 }
 
 /// Cancel every job still running (the run's end did not wait longer).
-pub fn cancel_running<H>(st: &State<H>) {
+pub fn cancel_running(st: &State) {
     for slot in st.jobs.values().filter(|j| j.running) {
         slot.cancel();
     }
@@ -361,12 +361,11 @@ mod tests {
         let local = tokio::task::LocalSet::new();
         local.block_on(&rt, async {
             let state = super::super::state::test_support::state();
-            let shared: Shared<()> =
-                std::rc::Rc::new((std::cell::RefCell::new(state), tokio::sync::Notify::new()));
+            let shared: Shared = Shared::new(state);
             let (exit_tx, mut exits) = mpsc::unbounded_channel();
             let (tx, rx) = mpsc::unbounded_channel();
             {
-                let mut st = shared.0.borrow_mut();
+                let mut st = shared.state_mut();
                 for id in [1, 2] {
                     let mut w = WorkerSlot::starting(0);
                     w.job = Some(0);
@@ -422,13 +421,13 @@ mod tests {
             }
             // a worker's kill is a request to its launcher
             tokio::task::yield_now().await;
-            shared.0.borrow().workers[&2].kill();
+            shared.state().workers[&2].kill();
             let hang = std::time::Duration::from_secs(30);
             let line = tokio::time::timeout(hang, lines.next_line()).await;
             let line = line.expect("no kill request came").unwrap().unwrap();
             assert_eq!(line, r#"{"kill":2}"#);
             {
-                let st = shared.0.borrow();
+                let st = shared.state();
                 let job = &st.jobs[&0];
                 assert_eq!(job.label(0), "4711");
                 assert_eq!(job.starts.len(), 2);
@@ -450,7 +449,7 @@ mod tests {
             dead.sort_by_key(|(id, _)| *id);
             assert_eq!(dead, vec![(1, None), (2, None)]);
             assert!(
-                shared.0.borrow().jobs[&0].requests.is_none(),
+                shared.state().jobs[&0].requests.is_none(),
                 "the job is closed"
             );
         });

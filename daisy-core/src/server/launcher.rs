@@ -127,7 +127,7 @@ pub fn parse_reply(line: &[u8]) -> Result<Reply, String> {
 /// Ask task `task`'s launcher for a warm start, creating the request queue
 /// (and so the launcher, at the next [`start_wanted`]) where there is
 /// none. The caller has checked [`State::warm_wanted`].
-pub fn request<H>(st: &mut State<H>, task: TaskIndex, req: ForkRequest) {
+pub fn request(st: &mut State, task: TaskIndex, req: ForkRequest) {
     want(st, task);
     if let LauncherPhase::Active { requests, .. } = &st.launchers[task as usize].phase {
         // a closed queue: the launcher's task already ended, and with it
@@ -142,7 +142,7 @@ pub fn request<H>(st: &mut State<H>, task: TaskIndex, req: ForkRequest) {
 /// yet (at the next [`start_wanted`]), so that it loads its function while
 /// this one works. One at a time: two launchers importing at once on a
 /// small node would slow the one the run is waiting for.
-pub fn prewarm_next<H>(st: &mut State<H>, task: TaskIndex) {
+pub fn prewarm_next(st: &mut State, task: TaskIndex) {
     for t in task + 1..st.scheduler.pipeline().len() as TaskIndex {
         if st.warm_wanted(t) && !st.scheduler.is_task_finished(t) {
             if matches!(st.launchers[t as usize].phase, LauncherPhase::Unused) {
@@ -153,7 +153,7 @@ pub fn prewarm_next<H>(st: &mut State<H>, task: TaskIndex) {
     }
 }
 
-fn want<H>(st: &mut State<H>, task: TaskIndex) {
+fn want(st: &mut State, task: TaskIndex) {
     let slot = &mut st.launchers[task as usize];
     if matches!(slot.phase, LauncherPhase::Unused) {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -167,11 +167,11 @@ fn want<H>(st: &mut State<H>, task: TaskIndex) {
 
 /// Start the launchers wanted since the last call. A launcher that cannot
 /// be started turns its task's warm starts off (its requests start cold).
-pub fn start_wanted<H: 'static>(shared: &Shared<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
-    let n = shared.0.borrow().launchers.len();
+pub fn start_wanted(shared: &Shared, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
+    let n = shared.state().launchers.len();
     for t in 0..n as TaskIndex {
         let (rx, cmd, task_id, log_dir) = {
-            let mut st = shared.0.borrow_mut();
+            let mut st = shared.state_mut();
             let rx = match &mut st.launchers[t as usize].phase {
                 LauncherPhase::Active { to_start, .. } => to_start.take(),
                 _ => None,
@@ -186,7 +186,7 @@ pub fn start_wanted<H: 'static>(shared: &Shared<H>, exit_tx: &mpsc::UnboundedSen
         match supervision::spawn_launcher(&cmd, &task_id, &log_dir) {
             Ok(spawned) => {
                 let pid = spawned.child.id();
-                let slot = &mut shared.0.borrow_mut().launchers[t as usize];
+                let slot = &mut shared.state_mut().launchers[t as usize];
                 slot.running = true;
                 if let LauncherPhase::Active { pid: p, .. } = &mut slot.phase {
                     *p = pid;
@@ -202,7 +202,7 @@ pub fn start_wanted<H: 'static>(shared: &Shared<H>, exit_tx: &mpsc::UnboundedSen
             }
             Err(e) => {
                 let mut rx = rx;
-                let mut st = shared.0.borrow_mut();
+                let mut st = shared.state_mut();
                 let mut queued = Vec::new();
                 while let Ok(req) = rx.try_recv() {
                     if let LauncherRequest::Fork(req) = req {
@@ -223,7 +223,7 @@ pub fn start_wanted<H: 'static>(shared: &Shared<H>, exit_tx: &mpsc::UnboundedSen
 /// Turn task `task`'s warm starts off for the rest of the run, logging why
 /// once, and have the main loop start the workers of `unserved` requests
 /// cold.
-fn go_cold<H>(st: &mut State<H>, task: TaskIndex, reason: &str, unserved: Vec<u32>) {
+fn go_cold(st: &mut State, task: TaskIndex, reason: &str, unserved: Vec<u32>) {
     let slot = &mut st.launchers[task as usize];
     if !matches!(slot.phase, LauncherPhase::Off) {
         slot.phase = LauncherPhase::Off;
@@ -263,8 +263,8 @@ enum ControlWrite {
 type ControlRead = Box<dyn tokio::io::AsyncRead + Unpin>;
 
 /// The server's side of one running launcher.
-struct Session<H> {
-    shared: Shared<H>,
+struct Session {
+    shared: Shared,
     task: TaskIndex,
     host: Host,
     exit_tx: mpsc::UnboundedSender<ExitEvent>,
@@ -285,7 +285,7 @@ struct Ledger {
     unreported: BTreeMap<u32, Instant>,
 }
 
-impl<H: 'static> Session<H> {
+impl Session {
     async fn run(
         self,
         spawned: supervision::SpawnedLauncher,
@@ -322,8 +322,8 @@ impl<H: 'static> Session<H> {
 
     /// The launcher process is gone and reaped.
     fn reaped(&self) {
-        self.shared.0.borrow_mut().launchers[self.task as usize].running = false;
-        self.shared.1.notify_waiters();
+        self.shared.state_mut().launchers[self.task as usize].running = false;
+        self.shared.notify_changed();
     }
 
     /// Serve requests until the run wants no more workers and every forked
@@ -362,7 +362,7 @@ impl<H: 'static> Session<H> {
                     Reply::Ready => {
                         ready = true;
                         {
-                            let mut st = self.shared.0.borrow_mut();
+                            let mut st = self.shared.state_mut();
                             match self.host {
                                 Host::Task => {
                                     st.launchers[self.task as usize].startup =
@@ -391,7 +391,7 @@ impl<H: 'static> Session<H> {
                                     watch_worker(worker_id, pid, died_tx.clone());
                                 }
                                 Host::Job(job) => super::jobs::on_started(
-                                    &mut self.shared.0.borrow_mut(),
+                                    &mut self.shared.state_mut(),
                                     job,
                                     worker_id,
                                     cold,
@@ -505,8 +505,7 @@ impl<H: 'static> Session<H> {
         if matches!(self.host, Host::Job(_)) {
             let stopped = self
                 .shared
-                .0
-                .borrow()
+                .state()
                 .workers
                 .get(&req.worker_id)
                 .is_none_or(|w| w.expected_exit.is_some());
@@ -557,7 +556,7 @@ impl<H: 'static> Session<H> {
     /// counts from now, and one killed while it was being forked (a run
     /// that ended meanwhile) is killed now.
     fn on_forked(&self, worker_id: u32, pid: u32) {
-        let mut st = self.shared.0.borrow_mut();
+        let mut st = self.shared.state_mut();
         if let Some(tl) = st.timelines.get_mut(&worker_id) {
             tl.restart_at(Instant::now(), StartKind::Warm);
         }
@@ -578,7 +577,7 @@ impl<H: 'static> Session<H> {
         ledger: Ledger,
         requests: &mut mpsc::UnboundedReceiver<LauncherRequest>,
     ) {
-        let mut st = self.shared.0.borrow_mut();
+        let mut st = self.shared.state_mut();
         let mut unserved: Vec<u32> = ledger.queued.iter().map(|r| r.worker_id).collect();
         unserved.extend(ledger.sent.keys().copied());
         requests.close();
@@ -634,8 +633,8 @@ async fn send_line_with_fds(stream: &UnixStream, line: &[u8], fds: [RawFd; 2]) -
 /// Serve the launcher of job `job` over the connection it opened with its
 /// hello (`leftover`: what it sent behind the hello), until the job's
 /// queue closes and its workers have ended, or the launcher is lost.
-pub async fn serve_job<H: 'static>(
-    shared: Shared<H>,
+pub async fn serve_job(
+    shared: Shared,
     job: u32,
     batch_job_id: Option<String>,
     stream: Box<dyn crate::protocol::Stream>,
@@ -669,7 +668,7 @@ pub async fn serve_job<H: 'static>(
             for id in never_sent {
                 let _ = session.exit_tx.send((id, None));
             }
-            super::jobs::on_finished(&mut session.shared.0.borrow_mut(), job);
+            super::jobs::on_finished(&mut session.shared.state_mut(), job);
         }
         Err((reason, ledger)) => session.fail(&reason, ledger, &mut requests),
     }
@@ -821,8 +820,7 @@ mod tests {
         let local = tokio::task::LocalSet::new();
         local.block_on(&rt, async {
             let state = super::super::state::test_support::state();
-            let shared: Shared<()> =
-                std::rc::Rc::new((std::cell::RefCell::new(state), tokio::sync::Notify::new()));
+            let shared: Shared = Shared::new(state);
             let (exit_tx, _exits) = mpsc::unbounded_channel();
             let session = Session {
                 shared,

@@ -5,14 +5,20 @@
 //! ## Threads and state
 //! The server runs on a single-threaded tokio runtime inside a `LocalSet`
 //! on the calling thread (the bindings release the GIL around it). All run
-//! state lives in one `RefCell` ([`state`]) shared by the connection tasks
-//! and the main loop: no locks, no cross-thread wake-ups, and the only
-//! calls back into the embedding program are the explicit [`RunHooks`] (a
-//! block's pre-check, a periodic tick).
+//! state lives in one `RefCell` ([`state::Shared`]) shared by the
+//! connection tasks and the main loop: no locks. The only calls back into
+//! the embedding program are the explicit [`RunHooks`] (a periodic tick,
+//! the moment it listens), made by the main loop with no borrow of the
+//! state held, and the tasks' check functions ([`BlockCheck`]), which are
+//! user code and may be slow: they run on tokio's blocking pool and answer
+//! the main loop by message ([`checks`]), so nothing the user wrote runs
+//! on the server's thread between two blocks.
 //!
 //! ## Who does what
 //! * [`connection`]: one task per worker connection; admits it, hands out
 //!   and takes back blocks.
+//! * [`checks`]: asks the tasks' check functions of ready blocks, off this
+//!   thread, before they are handed out.
 //! * [`policy`]: pure decisions (start a worker? retire one? abandon a
 //!   task? what does this exit, this returned block, count as?).
 //! * [`supervision`]: acts on processes (spawn, tee, kill, stop commands).
@@ -43,6 +49,7 @@
 //! stops the run (Ctrl-C in the driver), every worker's process group is
 //! killed at once, and the run ends after at most [`INTERRUPT_GRACE`].
 
+pub mod checks;
 pub mod config;
 pub mod connection;
 pub mod hooks;
@@ -55,11 +62,12 @@ pub mod supervision;
 
 pub use self::config::{LogMode, ServerConfig, TaskRuntime, WorkerCommand};
 pub use self::connection::{HELLO_TIMEOUT, MAX_PENDING_HELLOS};
-pub use self::hooks::RunHooks;
+pub use self::hooks::{BlockCheck, RunHooks};
 pub use self::live::{BarOutcome, BlockBar, LiveDetail, RecentFailure, TaskPace, WorkerNow};
 pub use self::state::RunSnapshot;
 pub use crate::run_report::{FailureNote, RunOutcome};
 
+use self::checks::{CheckStage, Checked};
 use self::connection::Listener;
 use self::policy::Staffing;
 use self::state::{ExitEvent, ForkRequest, LauncherPhase, Shared, State, WorkerSlot};
@@ -68,7 +76,6 @@ use crate::error::DaisyError;
 use crate::protocol;
 use crate::scheduler::Scheduler;
 use crate::worker_timeline::{StartKind, WorkerExit, WorkerTimeline};
-use std::cell::RefCell;
 use std::process::ExitStatus;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -132,34 +139,44 @@ pub fn run_server<H: RunHooks + 'static>(
         .build()
         .map_err(|e| DaisyError::Io(format!("daisy server: {e}")))?;
     let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, serve(scheduler, config, hooks))
+    let out = local.block_on(&rt, serve(scheduler, config, hooks));
+    // a check still running (the run was stopped while it looked at an
+    // output) is waited for a moment, then left to end on its own: its
+    // answer goes nowhere
+    rt.shutdown_timeout(CHECK_GRACE);
+    out
 }
+
+/// How long the end of a run waits for a check function still running on
+/// the blocking pool (only a stopped run leaves one: a run that finished
+/// had every block's check answered): as long as an interrupted run waits
+/// for its workers.
+pub const CHECK_GRACE: Duration = INTERRUPT_GRACE;
 
 async fn serve<H: RunHooks + 'static>(
     scheduler: Scheduler,
     config: ServerConfig,
-    hooks: H,
+    mut hooks: H,
 ) -> Result<RunOutcome, DaisyError> {
     let io = |e: std::io::Error| DaisyError::Io(format!("daisy server: {e}"));
     let listener = TcpListener::bind((config.host.as_str(), config.port))
         .await
         .map_err(io)?;
     let addr = listener.local_addr().map_err(io)?;
-    let (exit_tx, mut exits) = mpsc::unbounded_channel::<ExitEvent>();
-    let shared: Shared<H> = Rc::new((
-        RefCell::new(State::new(scheduler, config, hooks, addr)),
-        Notify::new(),
-    ));
+    let (exit_tx, exits) = mpsc::unbounded_channel::<ExitEvent>();
+    let (answers_tx, answers) = mpsc::unbounded_channel::<Vec<Checked>>();
+    let checks = CheckStage::new(hooks.block_check(), scheduler.pipeline().len(), answers_tx);
+    let shared = Shared::new(State::new(scheduler, config, checks, addr));
+    let mut inbox = Inbox { exits, answers };
     // workers on this machine connect through the run's Unix-domain
     // socket: bound before anyone is told where the run listens, so a
     // client started then (an init callback's) finds it, not only the TCP
     // port
-    let unix = protocol::bind_local_socket(&protocol::local_socket_name(
-        &shared.0.borrow().config.token,
-    ));
-    let listening = shared.0.borrow_mut().hooks.on_listening(addr);
+    let unix =
+        protocol::bind_local_socket(&protocol::local_socket_name(&shared.state().config.token));
+    let listening = hooks.on_listening(addr);
     if let Err(e) = listening {
-        let mut out = shared.0.borrow().outcome(true);
+        let mut out = shared.state().outcome(true);
         out.stopped = Some(e);
         return Ok(out);
     }
@@ -167,23 +184,23 @@ async fn serve<H: RunHooks + 'static>(
 
     let accept = connection::spawn_accept_loop(
         &shared,
-        Listener::Tcp(listener, shared.0.borrow().config.liveness_timeout),
+        Listener::Tcp(listener, shared.state().config.liveness_timeout),
     );
     let local = unix.map(|unix| connection::spawn_accept_loop(&shared, Listener::Local(unix)));
 
-    let spin = tokio::task::spawn_local(spin_while_busy(shared.0.borrow().activity.clone()));
-    let result = main_loop(&shared, &exit_tx, &mut exits).await;
+    let spin = tokio::task::spawn_local(spin_while_busy(shared.state().activity.clone()));
+    let result = main_loop(&shared, &mut hooks, &exit_tx, &mut inbox).await;
     spin.abort();
     accept.abort();
     if let Some(local) = local {
         local.abort();
     }
-    if let Err(e) = shared.0.borrow().scheduler.flush_tracking() {
+    if let Err(e) = shared.state().scheduler.flush_tracking() {
         tracing::warn!("could not flush a tracking store: {e}");
     }
-    teardown(&shared, &mut exits, result.is_err()).await;
+    teardown(&shared, &mut inbox.exits, result.is_err()).await;
     drain_clients(&shared).await;
-    let st = shared.0.borrow();
+    let st = shared.state();
     // a broken rule ends the run as it stands; a hook stopping it
     // interrupts it
     let interrupted = matches!(&result, Err(e) if !matches!(e, DaisyError::RunBroken(_)));
@@ -218,30 +235,50 @@ async fn spin_while_busy(activity: Rc<Notify>) {
     }
 }
 
+/// What comes to the main loop from elsewhere: worker exits (from the
+/// process monitors) and check answers (from the blocking pool).
+struct Inbox {
+    exits: mpsc::UnboundedReceiver<ExitEvent>,
+    answers: mpsc::UnboundedReceiver<Vec<Checked>>,
+}
+
 /// `Ok` when every task finished; `Err` when a hook stopped the run or a
 /// rule was broken.
-async fn main_loop<H: RunHooks + 'static>(
-    shared: &Shared<H>,
+async fn main_loop<H: RunHooks>(
+    shared: &Shared,
+    hooks: &mut H,
     exit_tx: &mpsc::UnboundedSender<ExitEvent>,
-    exits: &mut mpsc::UnboundedReceiver<ExitEvent>,
+    inbox: &mut Inbox,
 ) -> Result<(), DaisyError> {
-    let mut interval = tokio::time::interval(shared.0.borrow().config.tick);
+    let mut interval = tokio::time::interval(shared.state().config.tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let wake = shared.0.borrow().main_wake.clone();
+    let wake = shared.state().main_wake.clone();
     loop {
         // a tick also calls the hook (progress, Ctrl-C); an exit or a wake
         // (see `State::wake_main`) is acted on at once, without it
         let ticked = tokio::select! {
             _ = interval.tick() => true,
-            Some((id, status)) = exits.recv() => {
-                on_worker_exit(&mut shared.0.borrow_mut(), id, status);
+            Some((id, status)) = inbox.exits.recv() => {
+                on_worker_exit(&mut shared.state_mut(), id, status);
+                false
+            }
+            Some(checked) = inbox.answers.recv() => {
+                let mut guard = shared.state_mut();
+                let st = &mut *guard;
+                // every answer that came meanwhile, in one pass of the loop
+                let more = std::iter::from_fn(|| inbox.answers.try_recv().ok());
+                for checked in std::iter::once(checked).chain(more).flatten() {
+                    if let Err(e) = st.checks.answered(&mut st.scheduler, checked) {
+                        st.stop.get_or_insert(e); // an interruption in a check
+                    }
+                }
                 false
             }
             () = wake.notified() => false,
         };
 
         let snap = {
-            let mut st = shared.0.borrow_mut();
+            let mut st = shared.state_mut();
             sweep_timeouts(&mut st);
             jobs::sweep(&mut st);
             abandon_crashing_tasks(&mut st);
@@ -258,26 +295,22 @@ async fn main_loop<H: RunHooks + 'static>(
             (ticked || st.scheduler.is_done()).then(|| st.snapshot())
         };
         launcher::start_wanted(shared, exit_tx);
-        shared.1.notify_waiters();
+        shared.notify_changed();
         if let Some(snap) = snap {
             // the hook runs without any borrow held: it may take the GIL
-            let tick = {
-                let mut st = shared.0.borrow_mut();
-                st.hooks.tick(&snap)
-            };
-            tick?;
+            hooks.tick(&snap)?;
         }
-        if let Some(stop) = shared.0.borrow_mut().stop.take() {
+        if let Some(stop) = shared.state_mut().stop.take() {
             return Err(stop);
         }
-        if shared.0.borrow().scheduler.is_done() {
+        if shared.state().scheduler.is_done() {
             return Ok(());
         }
     }
 }
 
 /// Reclaim blocks past their deadline and kill their workers.
-fn sweep_timeouts<H>(st: &mut State<H>) {
+fn sweep_timeouts(st: &mut State) {
     let expired = policy::expired(
         st.outstanding.iter().map(|(k, o)| (*k, o.deadline)),
         Instant::now(),
@@ -332,7 +365,7 @@ fn sweep_timeouts<H>(st: &mut State<H>) {
 
 /// A task whose workers keep dying is abandoned with a message instead of
 /// being restarted forever.
-fn abandon_crashing_tasks<H>(st: &mut State<H>) {
+fn abandon_crashing_tasks(st: &mut State) {
     for t in 0..st.scheduler.pipeline().len() as TaskIndex {
         let rt = &st.config.tasks[t as usize];
         if st.scheduler.is_task_finished(t) || rt.worker.is_none() {
@@ -350,7 +383,7 @@ fn abandon_crashing_tasks<H>(st: &mut State<H>) {
 
 /// Start workers where policy says a task needs them; where the budget is
 /// spent, ask an idle worker of another task to leave.
-fn staff<H: RunHooks>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
+fn staff(st: &mut State, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
     if st.stopping {
         return;
     }
@@ -364,18 +397,15 @@ fn staff<H: RunHooks>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEve
         }
         // no worker for nothing: the blocks its markers, mask or check
         // function say are done are skipped here before a task's first
-        // worker is started for them
+        // worker is started for them (the check's answers come back to
+        // the main loop, which staffs again)
         let alive = st.flags().any(|(_, w)| w.alive && w.task == t);
         if !alive && st.scheduler.task_state(t).ready_count > 0 {
-            let hooks = &mut st.hooks;
-            let skipped = st.scheduler.skip_done(t, |b| {
-                hooks
-                    .already_done(b)
-                    // a failed check ends the skipping: the block needs work
-                    .or_else(|e| policy::after_check_error(e, None))
-            });
-            if let Err(e) = skipped {
-                st.stop.get_or_insert(e); // an interruption (Ctrl-C in a check)
+            st.scheduler.skip_marked(t);
+            let checked = st.scheduler.checks_pending(t).1 > 0;
+            if st.checks.checks(t) && !checked {
+                st.checks.ask_next(&mut st.scheduler, t);
+                continue;
             }
             if st.scheduler.is_task_finished(t) || st.scheduler.task_state(t).ready_count == 0 {
                 continue;
@@ -444,8 +474,8 @@ fn staff<H: RunHooks>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEve
 /// is reported on `exit_tx` either way. A cold start also starts the next
 /// task's launcher (see [`launcher::prewarm_next`]); a warm one does so
 /// when its launcher is ready.
-fn start_worker<H>(
-    st: &mut State<H>,
+fn start_worker(
+    st: &mut State,
     task: TaskIndex,
     exit_tx: &mpsc::UnboundedSender<ExitEvent>,
 ) -> std::io::Result<()> {
@@ -499,7 +529,7 @@ fn start_worker<H>(
 }
 
 /// Start cold the workers whose warm start failed (see `launcher`).
-fn start_cold_queue<H>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
+fn start_cold_queue(st: &mut State, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
     for id in std::mem::take(&mut st.start_cold) {
         if let Err(e) = start_cold(st, id, exit_tx) {
             let task = st.workers.get(&id).map(|w| w.flags.task).unwrap_or(0);
@@ -514,7 +544,7 @@ fn start_cold_queue<H>(st: &mut State<H>, exit_tx: &mpsc::UnboundedSender<ExitEv
 
 /// What worker `id` of task `task_id` is told and where its
 /// output goes, however it is started.
-fn launch<'a, H>(st: &'a State<H>, task_id: &'a str, id: u32) -> supervision::Launch<'a> {
+fn launch<'a>(st: &'a State, task_id: &'a str, id: u32) -> supervision::Launch<'a> {
     let host = st
         .config
         .advertise_host
@@ -548,8 +578,8 @@ fn launch<'a, H>(st: &'a State<H>, task_id: &'a str, id: u32) -> supervision::La
 /// Start the process of worker `id` (whose slot exists) cold, from its
 /// task's worker command, and watch for its exit: a cold start, or the
 /// fallback of a warm one the launcher could not fork.
-fn start_cold<H>(
-    st: &mut State<H>,
+fn start_cold(
+    st: &mut State,
     id: u32,
     exit_tx: &mpsc::UnboundedSender<ExitEvent>,
 ) -> std::io::Result<()> {
@@ -585,7 +615,7 @@ fn start_cold<H>(
 /// A worker's process ended: policy says what the exit means; a block still
 /// out with it is lost, its connection is closed, and an unexpected exit
 /// counts as a restart of its task.
-fn on_worker_exit<H>(st: &mut State<H>, id: u32, status: Option<ExitStatus>) {
+fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
     let Some(w) = st.workers.get_mut(&id) else {
         return;
     };
@@ -678,16 +708,16 @@ fn on_worker_exit<H>(st: &mut State<H>, id: u32, status: Option<ExitStatus>) {
 /// release) and close on their side, for at most [`CLIENT_DRAIN`]: without
 /// this wait, stopping the server dropped them unanswered and such clients
 /// saw a closed connection (839 of 1000 simulated clients at N = 1000).
-async fn drain_clients<H>(shared: &Shared<H>) {
-    shared.1.notify_waiters();
+async fn drain_clients(shared: &Shared) {
+    shared.notify_changed();
     let deadline = tokio::time::Instant::now() + CLIENT_DRAIN;
     loop {
         // every connection's end notifies (`ReclaimOnDrop`): register
         // before looking, so an end between the two is not missed
-        let ended = shared.1.notified();
+        let ended = shared.changes();
         tokio::pin!(ended);
         ended.as_mut().enable();
-        if shared.0.borrow().open_connections == 0
+        if shared.state().open_connections == 0
             || tokio::time::timeout_at(deadline, ended).await.is_err()
         {
             return;
@@ -698,13 +728,13 @@ async fn drain_clients<H>(shared: &Shared<H>) {
 /// End the run's workers: dismissed ones get [`TEARDOWN_GRACE`] to exit on
 /// their own; on an interrupted run every one is killed at once. Whatever
 /// is still alive at the deadline is killed.
-async fn teardown<H>(
-    shared: &Shared<H>,
+async fn teardown(
+    shared: &Shared,
     exits: &mut mpsc::UnboundedReceiver<ExitEvent>,
     interrupted: bool,
 ) {
     {
-        let mut guard = shared.0.borrow_mut();
+        let mut guard = shared.state_mut();
         let st = &mut *guard;
         st.stopping = true;
         st.interrupted = interrupted;
@@ -741,18 +771,17 @@ async fn teardown<H>(
         // no job takes another worker; a job still queued is cancelled
         jobs::close_all(st);
     }
-    shared.1.notify_waiters();
-    let wake = shared.0.borrow().main_wake.clone();
+    shared.notify_changed();
+    let wake = shared.state().main_wake.clone();
     let grace = if interrupted {
         INTERRUPT_GRACE
     } else {
         TEARDOWN_GRACE
     };
     let deadline = tokio::time::Instant::now() + grace;
-    let alive = |shared: &Shared<H>| {
+    let alive = |shared: &Shared| {
         shared
-            .0
-            .borrow()
+            .state()
             .workers
             .values()
             .filter(|w| w.flags.alive)
@@ -761,13 +790,13 @@ async fn teardown<H>(
     while alive(shared) > 0 {
         tokio::select! {
             Some((id, status)) = exits.recv() => {
-                on_worker_exit(&mut shared.0.borrow_mut(), id, status);
+                on_worker_exit(&mut shared.state_mut(), id, status);
             }
             // a job's handle exited: its workers that never ran end
-            () = wake.notified() => jobs::sweep(&mut shared.0.borrow_mut()),
+            () = wake.notified() => jobs::sweep(&mut shared.state_mut()),
             () = tokio::time::sleep_until(deadline) => {
                 tracing::warn!("killing {} worker(s) that did not exit", alive(shared));
-                for w in shared.0.borrow().workers.values().filter(|w| w.flags.alive) {
+                for w in shared.state().workers.values().filter(|w| w.flags.alive) {
                     w.kill();
                 }
                 // give the monitors a moment to reap them
@@ -776,7 +805,7 @@ async fn teardown<H>(
                 loop {
                     tokio::select! {
                         Some((id, status)) = exits.recv() => {
-                            on_worker_exit(&mut shared.0.borrow_mut(), id, status);
+                            on_worker_exit(&mut shared.state_mut(), id, status);
                         }
                         () = &mut reaped => break,
                     }
@@ -790,24 +819,24 @@ async fn teardown<H>(
     if !interrupted {
         // the jobs whose workers left end by themselves: wait for the batch
         // system to list none of them rather than cancel them mid-exit
-        let wait_all = shared.0.borrow().config.wait_all.clone();
+        let wait_all = shared.state().config.wait_all.clone();
         supervision::run_wait_command(&wait_all, TEARDOWN_GRACE).await;
     }
     // cancel whatever remote work of the run may still be queued
-    supervision::run_stop_command(&shared.0.borrow().config.stop_all);
+    supervision::run_stop_command(&shared.state().config.stop_all);
 }
 
 /// Wait until every job's handle has exited (each job's launcher leaves
 /// once its connection closes and its workers are gone, and the job with
 /// it), at most [`JOB_GRACE`]; then the jobs still running are cancelled.
-async fn wait_for_jobs<H>(shared: &Shared<H>) {
-    let wake = shared.0.borrow().main_wake.clone();
+async fn wait_for_jobs(shared: &Shared) {
+    let wake = shared.state().main_wake.clone();
     let deadline = tokio::time::Instant::now() + JOB_GRACE;
-    while jobs::any_running(&shared.0.borrow()) {
+    while jobs::any_running(&shared.state()) {
         tokio::select! {
             () = wake.notified() => {}
             () = tokio::time::sleep_until(deadline) => {
-                jobs::cancel_running(&shared.0.borrow());
+                jobs::cancel_running(&shared.state());
                 return;
             }
         }
@@ -817,12 +846,12 @@ async fn wait_for_jobs<H>(shared: &Shared<H>) {
 /// Wait until every launcher has left and been reaped (each leaves once
 /// its socket closes and its workers are gone; its session kills it after
 /// [`launcher::LAUNCHER_GRACE`]), so a run leaves no process behind.
-async fn wait_for_launchers<H>(shared: &Shared<H>) {
-    let running = |shared: &Shared<H>| shared.0.borrow().launchers.iter().any(|l| l.running);
+async fn wait_for_launchers(shared: &Shared) {
+    let running = |shared: &Shared| shared.state().launchers.iter().any(|l| l.running);
     let deadline = tokio::time::Instant::now() + launcher::LAUNCHER_GRACE * 2;
     loop {
         // register before looking, so a launcher reaped in between is seen
-        let notified = shared.1.notified();
+        let notified = shared.changes();
         tokio::pin!(notified);
         notified.as_mut().enable();
         if !running(shared) {

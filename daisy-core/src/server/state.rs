@@ -11,6 +11,7 @@
 //! or the timeout sweep. A late report for a block that is no longer
 //! outstanding is refused.
 
+use super::checks::CheckStage;
 use super::config::ServerConfig;
 use super::live::{
     BarOutcome, BlockBar, LiveDetail, LiveWindow, MAX_RECENT_FAILURES, RecentFailure, TaskPace,
@@ -273,13 +274,13 @@ pub struct Outstanding {
 }
 
 /// The run's state.
-pub struct State<H> {
+pub struct State {
     /// The blocks and their dependencies.
     pub scheduler: Scheduler,
     /// The run's settings.
     pub config: ServerConfig,
-    /// The embedding program's hooks.
-    pub hooks: H,
+    /// Which ready blocks are out for their task's check.
+    pub checks: CheckStage,
     /// Where the server listens.
     pub addr: SocketAddr,
     /// Blocks out with workers.
@@ -349,13 +350,62 @@ pub struct State<H> {
     pub activity: Rc<Notify>,
 }
 
-/// The state and the notification that wakes acquires waiting for a block
-/// (sent whenever blocks or workers change).
-pub type Shared<H> = Rc<(RefCell<State<H>>, Notify)>;
+/// The run as the tasks of the server's thread share it: its [`State`] in
+/// one cell, and the signal that wakes acquires waiting for a block (given
+/// whenever blocks or workers change). Cloning it is cloning an `Rc`.
+#[derive(Clone)]
+pub struct Shared(Rc<SharedRun>);
 
-impl<H> State<H> {
+struct SharedRun {
+    state: RefCell<State>,
+    changed: Notify,
+}
+
+impl Shared {
+    /// The run `state`, to be shared.
+    pub fn new(state: State) -> Self {
+        Self(Rc::new(SharedRun {
+            state: RefCell::new(state),
+            changed: Notify::new(),
+        }))
+    }
+
+    /// The state, to read. Never held across an `.await`.
+    pub fn state(&self) -> std::cell::Ref<'_, State> {
+        self.0.state.borrow()
+    }
+
+    /// The state, to change. Never held across an `.await`.
+    pub fn state_mut(&self) -> std::cell::RefMut<'_, State> {
+        self.0.state.borrow_mut()
+    }
+
+    /// The state, to change, unless it is borrowed now (a drop during a
+    /// borrow).
+    pub fn try_state_mut(&self) -> Option<std::cell::RefMut<'_, State>> {
+        self.0.state.try_borrow_mut().ok()
+    }
+
+    /// Blocks or workers changed: wake every acquire waiting for a block.
+    pub fn notify_changed(&self) {
+        self.0.changed.notify_waiters();
+    }
+
+    /// The next [`Self::notify_changed`] (take it before looking at the
+    /// state, so a change between the look and the wait is not missed).
+    pub fn changes(&self) -> tokio::sync::futures::Notified<'_> {
+        self.0.changed.notified()
+    }
+}
+
+impl State {
     /// A fresh run over `scheduler`.
-    pub fn new(mut scheduler: Scheduler, config: ServerConfig, hooks: H, addr: SocketAddr) -> Self {
+    pub fn new(
+        mut scheduler: Scheduler,
+        config: ServerConfig,
+        checks: CheckStage,
+        addr: SocketAddr,
+    ) -> Self {
         let n = scheduler.pipeline().len();
         scheduler.begin_run();
         let ledger = RunLedger::planned(&scheduler);
@@ -365,7 +415,7 @@ impl<H> State<H> {
         Self {
             scheduler,
             config,
-            hooks,
+            checks,
             addr,
             outstanding: HashMap::new(),
             workers: BTreeMap::new(),
@@ -457,6 +507,23 @@ impl<H> State<H> {
                     .fail(&mut self.scheduler, key, worker, why.to_string());
             }
         }
+    }
+
+    /// The next block of `task` for a worker, if one is ready and, where
+    /// the task has a check function, its check said it needs work (the
+    /// next block's check is asked at once: one ahead, see
+    /// [`super::checks`]).
+    pub fn next_block(&mut self, task: TaskIndex) -> Option<Block> {
+        if !self.checks.checks(task) {
+            let no_check = |_: &Block| Ok::<bool, std::convert::Infallible>(false);
+            return match self.scheduler.acquire_block(task, no_check) {
+                Ok(block) => block,
+                Err(never) => match never {},
+            };
+        }
+        let block = self.scheduler.acquire_checked(task);
+        self.checks.ask_next(&mut self.scheduler, task);
+        block
     }
 
     /// Hand `block` out on connection `conn` (of managed worker `worker`,
@@ -759,7 +826,7 @@ pub(crate) mod test_support {
     use crate::task_spec::{Fit, TaskSpec};
 
     /// A run of two chained 1-D tasks of 4 blocks each, nothing started.
-    pub(crate) fn state() -> State<()> {
+    pub(crate) fn state() -> State {
         let roi = |o: i64, s: i64| Roi::from_slices(&[o], &[s]).unwrap();
         let spec = |id: &str, up: Vec<String>| {
             TaskSpec::new(
@@ -806,11 +873,13 @@ pub(crate) mod test_support {
             idle_timeout: None,
         };
         let addr = "127.0.0.1:1".parse().unwrap();
-        State::new(Scheduler::new(pipeline.unwrap()), config, (), addr)
+        let (answers, _) = mpsc::unbounded_channel();
+        let checks = CheckStage::new(None, 2, answers);
+        State::new(Scheduler::new(pipeline.unwrap()), config, checks, addr)
     }
 
     /// Hand out the next block of `task` on connection `conn`.
-    pub(crate) fn hand_out(st: &mut State<()>, task: TaskIndex, conn: u64) -> BlockKey {
+    pub(crate) fn hand_out(st: &mut State, task: TaskIndex, conn: u64) -> BlockKey {
         let mut block = st
             .scheduler
             .acquire_block(task, |_| Ok::<_, std::convert::Infallible>(false))

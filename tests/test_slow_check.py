@@ -1,0 +1,113 @@
+"""A slow ``check_function`` slows its own task only (issue 43).
+
+A check that looks for a block's output on a slow shared filesystem (the
+shared workloads' ``slow_check``: a marker file, after a pause) is the
+common case. It runs for every ready block of its task; while it runs, an
+unrelated task's workers must go on getting blocks. Measured before the
+fix: a task with a 0.2 s check stretched another task's 300 fast blocks
+from 0.36 s to 4.2 s, because the check ran on the server's own thread.
+
+The behaviour asserted is an order, not a time: the fast task's last block
+comes back before the slow task's checks are done, though the fast task
+has fifteen times the blocks (before the fix it came back long after).
+The figure is in ``benchmarks/check_function.py``."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import daisy
+
+WORKLOADS = Path(__file__).resolve().parents[2] / "shared" / "workloads"
+SLOW_BLOCKS, FAST_BLOCKS, SLOW = 20, 300, 0.3
+
+
+@pytest.fixture
+def workloads(tmp_path, monkeypatch):
+    """The shared workloads on the path, their evidence in tmp_path."""
+    monkeypatch.syspath_prepend(str(WORKLOADS))
+    monkeypatch.setenv("DAISY_WL_DIR", str(tmp_path))
+    monkeypatch.setenv("DAISY_WL_SLOW", str(SLOW))
+    (tmp_path / "fast").mkdir()
+    return tmp_path
+
+
+def note_time(block):
+    """A fast block function: one line with the time each block ended,
+    appended to a file of its worker process."""
+    path = Path(os.environ["DAISY_WL_DIR"]) / "fast" / str(os.getpid())
+    with open(path, "a") as f:
+        f.write(f"{time.time()!r}\n")
+
+
+def line(task_id, blocks, process, **kwargs):
+    return daisy.Task(
+        task_id,
+        total_roi=daisy.Roi((0,), (blocks,)),
+        read_roi=daisy.Roi((0,), (1,)),
+        write_roi=daisy.Roi((0,), (1,)),
+        process_function=process,
+        **kwargs,
+    )
+
+
+def test_a_slow_check_function_does_not_stretch_another_tasks_run(workloads):
+    import blockfns
+
+    check_starts: list[float] = []
+
+    def slow_check(block):
+        check_starts.append(time.time())
+        return blockfns.slow_check(block)
+
+    slow = line("slow", SLOW_BLOCKS, blockfns.mark_done, check_function=slow_check, num_workers=1)
+    fast = line("fast", FAST_BLOCKS, note_time, num_workers=2)
+    assert daisy.run_blockwise([slow, fast])
+
+    fast_ends = [float(t) for f in (workloads / "fast").iterdir() for t in f.read_text().split()]
+    assert len(fast_ends) == FAST_BLOCKS
+    assert len(list(workloads.glob("done-*"))) == SLOW_BLOCKS
+    # every block of the slow task was checked, one at a time (the checks
+    # of one task never overlap: user code need not be thread-safe)
+    assert len(check_starts) == SLOW_BLOCKS
+    gaps = [b - a for a, b in zip(check_starts, check_starts[1:], strict=False)]
+    assert min(gaps) >= SLOW * 0.9, gaps
+    # the fast task ran beside the checks, not between them: its last
+    # block came back while the slow task still had checks to run
+    # (SLOW_BLOCKS * SLOW = 6 s of checks against well under a second of
+    # fast blocks on a quiet machine; before the fix, 2 blocks per check)
+    assert max(fast_ends) < check_starts[-1], (
+        f"the fast task ended {max(fast_ends) - check_starts[0]:.1f} s after the first check, "
+        f"after the last check began ({check_starts[-1] - check_starts[0]:.1f} s)"
+    )
+
+
+def test_a_slow_check_says_done_without_a_worker_and_without_stalling(workloads):
+    """A resumed task whose slow check finds every block done gets no
+    worker (its checks run before its first worker, as they did on the
+    server's thread), while a fast task beside it runs to the end."""
+    import blockfns
+
+    for i in range(SLOW_BLOCKS):
+        (workloads / f"done-{i}").touch()
+    started = workloads / "started"
+
+    def never(block):
+        started.touch()
+
+    slow = line("resumed", SLOW_BLOCKS, never, check_function=blockfns.slow_check, num_workers=2)
+    fast = line("fast", FAST_BLOCKS, note_time, num_workers=2)
+    states = daisy.Server().run_blockwise([slow, fast], progress=False)
+    assert not started.exists()
+    assert states["resumed"].skipped_count == states["resumed"].completed_count == SLOW_BLOCKS
+    assert states["resumed"].worker_start_count == 0
+    assert states["fast"].completed_count == FAST_BLOCKS
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
