@@ -56,6 +56,7 @@ pub mod hooks;
 pub mod jobs;
 pub mod launcher;
 pub mod live;
+pub mod output;
 pub mod policy;
 pub mod state;
 pub mod supervision;
@@ -69,6 +70,7 @@ pub use crate::run_report::{FailureNote, RunOutcome};
 
 use self::checks::{CheckStage, Checked};
 use self::connection::Listener;
+use self::output::{OutputQueue, OutputWriter};
 use self::policy::Staffing;
 use self::state::{ExitEvent, ForkRequest, LauncherPhase, Shared, State, WorkerSlot};
 use crate::block::TaskIndex;
@@ -138,12 +140,18 @@ pub fn run_server<H: RunHooks + 'static>(
         .enable_all()
         .build()
         .map_err(|e| DaisyError::Io(format!("daisy server: {e}")))?;
+    let writer = OutputWriter::start()
+        .map_err(|e| DaisyError::Io(format!("daisy server: an output thread: {e}")))?;
     let local = tokio::task::LocalSet::new();
-    let out = local.block_on(&rt, serve(scheduler, config, hooks));
+    let out = local.block_on(&rt, serve(scheduler, config, hooks, writer.queue()));
+    // the tees of workers still running go with the set that runs them
+    drop(local);
     // a check still running (the run was stopped while it looked at an
     // output) is waited for a moment, then left to end on its own: its
     // answer goes nowhere
     rt.shutdown_timeout(CHECK_GRACE);
+    // every worker's output is in its log file before the run returns
+    writer.finish();
     out
 }
 
@@ -157,6 +165,7 @@ async fn serve<H: RunHooks + 'static>(
     scheduler: Scheduler,
     config: ServerConfig,
     mut hooks: H,
+    output: OutputQueue,
 ) -> Result<RunOutcome, DaisyError> {
     let io = |e: std::io::Error| DaisyError::Io(format!("daisy server: {e}"));
     let listener = TcpListener::bind((config.host.as_str(), config.port))
@@ -166,7 +175,7 @@ async fn serve<H: RunHooks + 'static>(
     let (exit_tx, exits) = mpsc::unbounded_channel::<ExitEvent>();
     let (answers_tx, answers) = mpsc::unbounded_channel::<Vec<Checked>>();
     let checks = CheckStage::new(hooks.block_check(), scheduler.pipeline().len(), answers_tx);
-    let shared = Shared::new(State::new(scheduler, config, checks, addr));
+    let shared = Shared::new(State::new(scheduler, config, checks, output, addr));
     let mut inbox = Inbox { exits, answers };
     // workers on this machine connect through the run's Unix-domain
     // socket: bound before anyone is told where the run listens, so a
@@ -572,6 +581,7 @@ fn launch<'a>(st: &'a State, task_id: &'a str, id: u32) -> supervision::Launch<'
         .to_json(),
         log_dir: &st.config.log_dir,
         log_mode: st.config.log_mode,
+        output: &st.output,
     }
 }
 

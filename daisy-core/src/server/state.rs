@@ -17,6 +17,7 @@ use super::live::{
     BarOutcome, BlockBar, LiveDetail, LiveWindow, MAX_RECENT_FAILURES, RecentFailure, TaskPace,
     WorkerNow,
 };
+use super::output::OutputQueue;
 use super::policy::{self, WorkerFlags};
 use super::supervision;
 use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
@@ -281,6 +282,8 @@ pub struct State {
     pub config: ServerConfig,
     /// Which ready blocks are out for their task's check.
     pub checks: CheckStage,
+    /// Where workers' output is copied (log mode "both").
+    pub output: OutputQueue,
     /// Where the server listens.
     pub addr: SocketAddr,
     /// Blocks out with workers.
@@ -404,6 +407,7 @@ impl State {
         mut scheduler: Scheduler,
         config: ServerConfig,
         checks: CheckStage,
+        output: OutputQueue,
         addr: SocketAddr,
     ) -> Self {
         let n = scheduler.pipeline().len();
@@ -416,6 +420,7 @@ impl State {
             scheduler,
             config,
             checks,
+            output,
             addr,
             outstanding: HashMap::new(),
             workers: BTreeMap::new(),
@@ -875,7 +880,14 @@ pub(crate) mod test_support {
         let addr = "127.0.0.1:1".parse().unwrap();
         let (answers, _) = mpsc::unbounded_channel();
         let checks = CheckStage::new(None, 2, answers);
-        State::new(Scheduler::new(pipeline.unwrap()), config, checks, addr)
+        let output = OutputQueue::unused();
+        State::new(
+            Scheduler::new(pipeline.unwrap()),
+            config,
+            checks,
+            output,
+            addr,
+        )
     }
 
     /// Hand out the next block of `task` on connection `conn`.

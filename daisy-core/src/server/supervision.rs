@@ -1,5 +1,5 @@
 //! Worker processes: starting one ([`spawn`]), copying its output
-//! ([`tee`]), killing its process group, and running a spawner's stop
+//! (through [`super::output`]), killing its process group, and running a spawner's stop
 //! command. Supervision acts and never decides: whether to start or kill a
 //! worker is policy's call (`server/policy.rs`), and a worker's exit is
 //! reported back to the main loop as an event, not handled here.
@@ -15,16 +15,13 @@
 //! same outputs, passed to it as descriptors ([`worker_outputs`]).
 
 use super::config::{LogMode, WorkerCommand};
+use super::output::{Console, OutputQueue, tee};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use tokio::io::AsyncWriteExt;
-
-/// Size of the buffer [`tee`] copies a worker's output through: one pipe's
-/// worth (64 KiB on Linux), so a burst is copied in one read.
-const TEE_BUFFER: usize = 64 * 1024;
 
 /// What a worker process is told and where its output goes.
 pub struct Launch<'a> {
@@ -38,6 +35,9 @@ pub struct Launch<'a> {
     pub log_dir: &'a Option<PathBuf>,
     /// Where its output goes when there is a log directory.
     pub log_mode: LogMode,
+    /// Where its output is copied when it goes to both its log files and
+    /// the console.
+    pub output: &'a OutputQueue,
 }
 
 /// A started worker: its pid, its stop command (expanded), and its child
@@ -71,10 +71,10 @@ pub fn spawn(cmd: &WorkerCommand, launch: &Launch<'_>) -> io::Result<Spawned> {
     let mut child = command.spawn()?;
     if let Some((out, err)) = files {
         if let Some(pipe) = child.stdout.take() {
-            tokio::task::spawn_local(tee(pipe, out, false));
+            tokio::task::spawn_local(tee(pipe, out, Console::Stdout, launch.output.clone()));
         }
         if let Some(pipe) = child.stderr.take() {
-            tokio::task::spawn_local(tee(pipe, err, true));
+            tokio::task::spawn_local(tee(pipe, err, Console::Stderr, launch.output.clone()));
         }
     }
     feed_stdin(&mut child, cmd);
@@ -178,8 +178,8 @@ pub fn worker_outputs(launch: &Launch<'_>) -> io::Result<(OwnedFd, OwnedFd)> {
             let (out, err) = open_logs(base, launch.task_id, &stem)?;
             let (out_write, out_read) = tokio::net::unix::pipe::pipe()?;
             let (err_write, err_read) = tokio::net::unix::pipe::pipe()?;
-            tokio::task::spawn_local(tee(out_read, out, false));
-            tokio::task::spawn_local(tee(err_read, err, true));
+            tokio::task::spawn_local(tee(out_read, out, Console::Stdout, launch.output.clone()));
+            tokio::task::spawn_local(tee(err_read, err, Console::Stderr, launch.output.clone()));
             Ok((out_write.into_blocking_fd()?, err_write.into_blocking_fd()?))
         }
     }
@@ -331,27 +331,6 @@ impl WorkerContext<'_> {
             map.insert("job".into(), job.into());
         }
         v.to_string()
-    }
-}
-
-/// Copy a worker's output pipe into its log file and the driver's
-/// stdout (or stderr).
-async fn tee(mut pipe: impl tokio::io::AsyncRead + Unpin, mut file: std::fs::File, stderr: bool) {
-    use std::io::Write;
-    use tokio::io::AsyncReadExt;
-    let mut buf = vec![0u8; TEE_BUFFER];
-    loop {
-        match pipe.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                let _ = file.write_all(&buf[..n]);
-                let _ = if stderr {
-                    std::io::stderr().write_all(&buf[..n])
-                } else {
-                    std::io::stdout().write_all(&buf[..n])
-                };
-            }
-        }
     }
 }
 
@@ -580,12 +559,14 @@ mod tests {
         // after a header that tells them apart
         for _ in 0..2 {
             let status = local.block_on(&rt, async {
+                let output = OutputQueue::unused();
                 let launch = Launch {
                     task_id: "seg",
                     worker_id: 5,
                     context: "{}".into(),
                     log_dir: &log_dir,
                     log_mode: LogMode::File,
+                    output: &output,
                 };
                 let mut spawned = spawn(&cmd, &launch).unwrap();
                 assert!(spawned.pid.is_some());
