@@ -530,3 +530,23 @@ fn a_check_skips_its_done_blocks_one_call_at_a_time_off_the_servers_thread() {
     assert_eq!(*check.calls.lock().unwrap() as u64, sb.total_block_count);
     assert_eq!(*check.most_at_once.lock().unwrap(), 1);
 }
+
+#[test]
+fn settings_for_another_number_of_tasks_are_refused_before_the_server_starts() {
+    let (tx, _rx) = mpsc::channel();
+    let hooks = Hooks {
+        addr: tx,
+        last_tick: Arc::new(Mutex::new(Vec::new())),
+        check: None,
+    };
+    let mut cfg = config("short");
+    cfg.tasks.pop();
+    let err = run_server(Scheduler::new(pipeline()), cfg, hooks)
+        .err()
+        .unwrap();
+    let text = err.to_string();
+    assert!(
+        text.contains("config.tasks") && text.contains("1 tasks"),
+        "{text}"
+    );
+}

@@ -202,7 +202,7 @@ fn admit(
     match worker_id {
         None => {
             st.unmanaged_clients += 1;
-            st.unmanaged_per_task[task as usize] += 1;
+            st.tasks[task as usize].unmanaged_clients += 1;
         }
         Some(id) => match st.workers.get(&id) {
             Some(w) if w.flags.task == task && w.flags.alive => {}

@@ -129,7 +129,7 @@ pub fn parse_reply(line: &[u8]) -> Result<Reply, String> {
 /// none. The caller has checked [`State::warm_wanted`].
 pub fn request(st: &mut State, task: TaskIndex, req: ForkRequest) {
     want(st, task);
-    if let LauncherPhase::Active { requests, .. } = &st.launchers[task as usize].phase {
+    if let LauncherPhase::Active { requests, .. } = &st.tasks[task as usize].launcher.phase {
         // a closed queue: the launcher's task already ended, and with it
         // warm starts; the next tick starts this worker cold
         let _ = requests.send(LauncherRequest::Fork(req));
@@ -145,7 +145,7 @@ pub fn request(st: &mut State, task: TaskIndex, req: ForkRequest) {
 pub fn prewarm_next(st: &mut State, task: TaskIndex) {
     for t in task + 1..st.scheduler.pipeline().len() as TaskIndex {
         if st.warm_wanted(t) && !st.scheduler.is_task_finished(t) {
-            if matches!(st.launchers[t as usize].phase, LauncherPhase::Unused) {
+            if matches!(st.tasks[t as usize].launcher.phase, LauncherPhase::Unused) {
                 want(st, t);
             }
             return;
@@ -154,7 +154,7 @@ pub fn prewarm_next(st: &mut State, task: TaskIndex) {
 }
 
 fn want(st: &mut State, task: TaskIndex) {
-    let slot = &mut st.launchers[task as usize];
+    let slot = &mut st.tasks[task as usize].launcher;
     if matches!(slot.phase, LauncherPhase::Unused) {
         let (tx, rx) = mpsc::unbounded_channel();
         slot.phase = LauncherPhase::Active {
@@ -168,11 +168,11 @@ fn want(st: &mut State, task: TaskIndex) {
 /// Start the launchers wanted since the last call. A launcher that cannot
 /// be started turns its task's warm starts off (its requests start cold).
 pub fn start_wanted(shared: &Shared, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
-    let n = shared.state().launchers.len();
+    let n = shared.state().tasks.len();
     for t in 0..n as TaskIndex {
         let (rx, cmd, task_id, log_dir) = {
             let mut st = shared.state_mut();
-            let rx = match &mut st.launchers[t as usize].phase {
+            let rx = match &mut st.tasks[t as usize].launcher.phase {
                 LauncherPhase::Active { to_start, .. } => to_start.take(),
                 _ => None,
             };
@@ -186,7 +186,7 @@ pub fn start_wanted(shared: &Shared, exit_tx: &mpsc::UnboundedSender<ExitEvent>)
         match supervision::spawn_launcher(&cmd, &task_id, &log_dir) {
             Ok(spawned) => {
                 let pid = spawned.child.id();
-                let slot = &mut shared.state_mut().launchers[t as usize];
+                let slot = &mut shared.state_mut().tasks[t as usize].launcher;
                 slot.running = true;
                 if let LauncherPhase::Active { pid: p, .. } = &mut slot.phase {
                     *p = pid;
@@ -224,7 +224,7 @@ pub fn start_wanted(shared: &Shared, exit_tx: &mpsc::UnboundedSender<ExitEvent>)
 /// once, and have the main loop start the workers of `unserved` requests
 /// cold.
 fn go_cold(st: &mut State, task: TaskIndex, reason: &str, unserved: Vec<u32>) {
-    let slot = &mut st.launchers[task as usize];
+    let slot = &mut st.tasks[task as usize].launcher;
     if !matches!(slot.phase, LauncherPhase::Off) {
         slot.phase = LauncherPhase::Off;
         if slot.cold_reason.is_none() {
@@ -322,7 +322,9 @@ impl Session {
 
     /// The launcher process is gone and reaped.
     fn reaped(&self) {
-        self.shared.state_mut().launchers[self.task as usize].running = false;
+        self.shared.state_mut().tasks[self.task as usize]
+            .launcher
+            .running = false;
         self.shared.notify_changed();
     }
 
@@ -365,7 +367,7 @@ impl Session {
                             let mut st = self.shared.state_mut();
                             match self.host {
                                 Host::Task => {
-                                    st.launchers[self.task as usize].startup =
+                                    st.tasks[self.task as usize].launcher.startup =
                                         Some(self.started.elapsed().as_secs_f64());
                                     prewarm_next(&mut st, self.task);
                                 }

@@ -71,7 +71,7 @@ pub use crate::run_report::{FailureNote, RunOutcome};
 use self::checks::{CheckStage, Checked};
 use self::connection::Listener;
 use self::output::{OutputQueue, OutputWriter};
-use self::policy::Staffing;
+use self::policy::{Staffing, WorkerFlags};
 use self::state::{ExitEvent, ForkRequest, LauncherPhase, Shared, State, WorkerSlot};
 use crate::block::TaskIndex;
 use crate::error::DaisyError;
@@ -130,12 +130,24 @@ pub const CLIENT_DRAIN: Duration = Duration::from_millis(500);
 /// which). Blocks the calling thread. Tracking stores and skip masks set on
 /// the scheduler are honoured and flushed at the end, and every tracked
 /// task's report is appended to its `runs.jsonl`. An error only when the
-/// server could not start (listen).
+/// server could not start (listen), or `config` does not have one
+/// [`TaskRuntime`] per task of the pipeline.
 pub fn run_server<H: RunHooks + 'static>(
     scheduler: Scheduler,
     config: ServerConfig,
     hooks: H,
 ) -> Result<RunOutcome, DaisyError> {
+    // per-task settings are read by task index everywhere: one per task
+    let (tasks, settings) = (scheduler.pipeline().len(), config.tasks.len());
+    if settings != tasks {
+        return Err(DaisyError::invalid(
+            "config.tasks",
+            format!(
+                "has settings for {settings} tasks but the pipeline has {tasks}; give one \
+                 TaskRuntime per task, in the pipeline's order"
+            ),
+        ));
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -380,11 +392,7 @@ fn abandon_crashing_tasks(st: &mut State) {
         if st.scheduler.is_task_finished(t) || rt.worker.is_none() {
             continue; // done, or served by external clients
         }
-        if let Some(reason) = policy::restart_limit(
-            st.worker_deaths[t as usize],
-            rt.max_worker_restarts,
-            st.empty_exits[t as usize],
-        ) {
+        if let Some(reason) = st.tasks[t as usize].restart_limit(rt.max_worker_restarts) {
             st.abandon(t, reason);
         }
     }
@@ -401,79 +409,89 @@ fn staff(st: &mut State, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
         if st.scheduler.is_task_finished(t) || st.config.tasks[t as usize].worker.is_none() {
             continue;
         }
-        if st.start_after[t as usize].is_some_and(|after| now < after) {
+        if !st.tasks[t as usize].may_start(now) {
             continue; // a start failed for want of resources: wait a moment
         }
-        // no worker for nothing: the blocks its markers, mask or check
-        // function say are done are skipped here before a task's first
-        // worker is started for them (the check's answers come back to
-        // the main loop, which staffs again)
-        let alive = st.flags().any(|(_, w)| w.alive && w.task == t);
-        if !alive && st.scheduler.task_state(t).ready_count > 0 {
-            st.scheduler.skip_marked(t);
-            let checked = st.scheduler.checks_pending(t).1 > 0;
-            if st.checks.checks(t) && !checked {
-                st.checks.ask_next(&mut st.scheduler, t);
-                continue;
-            }
-            if st.scheduler.is_task_finished(t) || st.scheduler.task_state(t).ready_count == 0 {
-                continue;
-            }
+        if needs_work(st, t) {
+            start_workers(st, t, now, exit_tx);
         }
-        let ready = st.scheduler.task_state(t).ready_count;
-        loop {
-            let rt = &st.config.tasks[t as usize];
-            let fits = policy::fits(&st.config.resources, &st.resources_in_use(), &rt.requires);
-            let needed = policy::staffing(
-                t,
-                ready,
-                rt.max_workers,
-                st.workers.values().map(|w| &w.flags),
-                fits,
-            );
-            match needed {
-                Staffing::Enough => break,
-                Staffing::NoRoom => {
-                    if let Some(id) = policy::retiree(st.flags(), t)
-                        && let Some(w) = st.workers.get_mut(&id)
-                    {
-                        w.flags.retire = true;
-                    }
-                    break;
+    }
+}
+
+/// Whether task `t` has blocks a worker is needed for. No worker for
+/// nothing: before a task's first worker starts, the blocks its markers or
+/// mask say are done are skipped, and its check function (if any) is asked
+/// until a block needs work (the answers come back to the main loop, which
+/// staffs again).
+fn needs_work(st: &mut State, t: TaskIndex) -> bool {
+    let alive = st.flags().any(|(_, w)| w.alive && w.task == t);
+    if alive || st.scheduler.task_state(t).ready_count == 0 {
+        return true; // staffing decides on what is ready
+    }
+    st.scheduler.skip_marked(t);
+    let checked = st.scheduler.checks_pending(t).1 > 0;
+    if st.checks.checks(t) && !checked {
+        st.checks.ask_next(&mut st.scheduler, t);
+        return false;
+    }
+    !st.scheduler.is_task_finished(t) && st.scheduler.task_state(t).ready_count > 0
+}
+
+/// Start the workers task `t` needs now, as many as policy says, or ask
+/// an idle worker of another task to leave where the budget is spent. A
+/// start that failed for want of a passing resource is tried again after
+/// [`START_RETRY`], and abandons the task after [`START_GIVE_UP`] without
+/// a live worker; any other failure abandons it at once.
+fn start_workers(
+    st: &mut State,
+    t: TaskIndex,
+    now: Instant,
+    exit_tx: &mpsc::UnboundedSender<ExitEvent>,
+) {
+    let ready = st.scheduler.task_state(t).ready_count;
+    loop {
+        let rt = &st.config.tasks[t as usize];
+        let fits = policy::fits(&st.config.resources, &st.resources_in_use(), &rt.requires);
+        let needed = policy::staffing(
+            t,
+            ready,
+            rt.max_workers,
+            st.workers.values().map(|w| &w.flags),
+            fits,
+        );
+        match needed {
+            Staffing::Enough => return,
+            Staffing::NoRoom => {
+                if let Some(id) = policy::retiree(st.flags(), t)
+                    && let Some(w) = st.workers.get_mut(&id)
+                {
+                    w.flags.retire = true;
                 }
-                Staffing::Start => match start_worker(st, t, exit_tx) {
-                    Ok(()) => {
-                        st.start_after[t as usize] = None;
-                        st.failing_since[t as usize] = None;
-                    }
-                    Err(e) if policy::spawn_error_is_transient(&e) => {
-                        let since = *st.failing_since[t as usize].get_or_insert(now);
-                        let alive = st.flags().any(|(_, w)| w.alive && w.task == t);
-                        if !alive && now.duration_since(since) > START_GIVE_UP {
-                            st.abandon(
-                                t,
-                                format!(
-                                    "could not start a single worker for {START_GIVE_UP:?}: {e}"
-                                ),
-                            );
-                            break;
-                        }
-                        if since == now {
-                            tracing::warn!(
-                                "could not start a worker of task {:?} for now ({e}); trying \
-                                 again every {START_RETRY:?}",
-                                st.task_id(t)
-                            );
-                        }
-                        st.start_after[t as usize] = Some(now + START_RETRY);
-                        break;
-                    }
-                    Err(e) => {
-                        st.abandon(t, format!("could not start a worker: {e}"));
-                        break;
-                    }
-                },
+                return;
             }
+            Staffing::Start => match start_worker(st, t, exit_tx) {
+                Ok(()) => st.tasks[t as usize].started(),
+                Err(e) if policy::spawn_error_is_transient(&e) => {
+                    let since = st.tasks[t as usize].start_failed(now, now + START_RETRY);
+                    let alive = st.flags().any(|(_, w)| w.alive && w.task == t);
+                    if !alive && now.duration_since(since) > START_GIVE_UP {
+                        let why =
+                            format!("could not start a single worker for {START_GIVE_UP:?}: {e}");
+                        st.abandon(t, why);
+                    } else if since == now {
+                        tracing::warn!(
+                            "could not start a worker of task {:?} for now ({e}); trying again \
+                             every {START_RETRY:?}",
+                            st.task_id(t)
+                        );
+                    }
+                    return;
+                }
+                Err(e) => {
+                    st.abandon(t, format!("could not start a worker: {e}"));
+                    return;
+                }
+            },
         }
     }
 }
@@ -636,20 +654,7 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
     jobs::on_worker_exit(&mut st.jobs, w, id);
     w.flags.busy = false;
     w.hang_up.cancel();
-    let mut status_text = status
-        .map(|s| s.to_string())
-        .unwrap_or_else(|| "unknown status".into());
-    {
-        use std::os::unix::process::ExitStatusExt;
-        // a SIGKILL daisy did not send: most likely the OOM killer
-        let unasked = st
-            .workers
-            .get(&id)
-            .is_some_and(|w| w.expected_exit.is_none());
-        if unasked && status.and_then(|s| s.signal()) == Some(libc::SIGKILL) {
-            status_text.push_str(&supervision::sigkill_hint(st.live.last_peak_rss(id)));
-        }
-    }
+    let status_text = exit_text(st, id, status);
     // first, so that a block it still held marks it (`lost_block`) whether
     // its connection's end or its exit is seen first
     let why = if status.is_some_and(|s| s.success()) {
@@ -671,13 +676,12 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
         supervision::kill(w.pid, &[]);
     }
     let (flags, expected) = (w.flags, w.expected_exit);
-    let task = flags.task;
     let verdict = policy::classify_exit(
         expected,
         status.map(|s| s.success()),
         &status_text,
         &flags,
-        st.scheduler.is_task_finished(task),
+        st.scheduler.is_task_finished(flags.task),
     );
     if let Some(tl) = st.timelines.get_mut(&id) {
         tl.on_exit(Instant::now(), verdict.exit);
@@ -685,32 +689,58 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
     if let Some(why) = verdict.unexpected
         && !st.stopping
     {
-        // counted as daisy 2.0.0 counts: every such exit is a worker
-        // failure (a block it held counted already, as lost), and a
-        // restart only where a replacement starts
-        if verdict.took_nothing {
-            st.empty_exits[task as usize] += 1;
-        }
-        let deaths = &mut st.worker_deaths[task as usize];
-        *deaths += 1;
-        let replaced = *deaths <= st.config.tasks[task as usize].max_worker_restarts;
-        let state = st.scheduler.task_state_mut(task);
-        if !flags.lost_block {
-            state.worker_failure_count += 1;
-        }
-        if replaced {
-            state.worker_restart_count += 1;
-        }
-        tracing::warn!(
-            "worker {id} of task {:?} {why}; {}",
-            st.task_id(task),
-            if replaced {
-                "replacing it"
-            } else {
-                "not replacing it (max_worker_restarts)"
-            }
-        );
+        count_unexpected_exit(st, id, &flags, verdict.took_nothing, &why);
     }
+}
+
+/// How worker `id` ended, in words: its exit status, and for a SIGKILL
+/// daisy did not send, what most likely sent it (the OOM killer).
+fn exit_text(st: &State, id: u32, status: Option<ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let Some(status) = status else {
+        return "unknown status".into();
+    };
+    let mut text = status.to_string();
+    let unasked = st
+        .workers
+        .get(&id)
+        .is_some_and(|w| w.expected_exit.is_none());
+    if unasked && status.signal() == Some(libc::SIGKILL) {
+        text.push_str(&supervision::sigkill_hint(st.live.last_peak_rss(id)));
+    }
+    text
+}
+
+/// Worker `id` (its `flags` as it ended) stopped unexpectedly, `why`:
+/// counted as daisy 2.0.0 counts, every such exit a worker failure (a
+/// block it held counted already, as lost) and a restart only where a
+/// replacement starts, which policy decides.
+fn count_unexpected_exit(
+    st: &mut State,
+    id: u32,
+    flags: &WorkerFlags,
+    took_nothing: bool,
+    why: &str,
+) {
+    let task = flags.task;
+    let max = st.config.tasks[task as usize].max_worker_restarts;
+    let replaced = st.tasks[task as usize].worker_stopped(took_nothing, max);
+    let state = st.scheduler.task_state_mut(task);
+    if !flags.lost_block {
+        state.worker_failure_count += 1;
+    }
+    if replaced {
+        state.worker_restart_count += 1;
+    }
+    tracing::warn!(
+        "worker {id} of task {:?} {why}; {}",
+        st.task_id(task),
+        if replaced {
+            "replacing it"
+        } else {
+            "not replacing it (max_worker_restarts)"
+        }
+    );
 }
 
 /// Let the connections still open hear "no more blocks" for the requests
@@ -749,7 +779,7 @@ async fn teardown(
         st.stopping = true;
         st.interrupted = interrupted;
         // no more warm starts: each launcher leaves once its workers have
-        for slot in &mut st.launchers {
+        for slot in st.tasks.iter_mut().map(|t| &mut t.launcher) {
             if matches!(slot.phase, LauncherPhase::Active { .. }) {
                 slot.phase = LauncherPhase::Closed;
             }
@@ -857,7 +887,7 @@ async fn wait_for_jobs(shared: &Shared) {
 /// its socket closes and its workers are gone; its session kills it after
 /// [`launcher::LAUNCHER_GRACE`]), so a run leaves no process behind.
 async fn wait_for_launchers(shared: &Shared) {
-    let running = |shared: &Shared| shared.state().launchers.iter().any(|l| l.running);
+    let running = |shared: &Shared| shared.state().tasks.iter().any(|t| t.launcher.running);
     let deadline = tokio::time::Instant::now() + launcher::LAUNCHER_GRACE * 2;
     loop {
         // register before looking, so a launcher reaped in between is seen

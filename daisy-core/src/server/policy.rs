@@ -146,6 +146,13 @@ pub fn spawn_error_is_transient(e: &std::io::Error) -> bool {
     ) || e.kind() == std::io::ErrorKind::OutOfMemory
 }
 
+/// Whether the `restarts`-th unexpected stop of a task's workers is
+/// replaced: while it is within `max_worker_restarts`. The one home of the
+/// cap: past it, [`restart_limit`] abandons the task.
+pub fn replaced(restarts: u32, max_worker_restarts: u32) -> bool {
+    restarts <= max_worker_restarts
+}
+
 /// Why a task is abandoned after its workers stopped unexpectedly
 /// `restarts` times, or None while that is within `max_worker_restarts`.
 /// `empty_exits` of those left cleanly without taking a block: when all
@@ -153,7 +160,7 @@ pub fn spawn_error_is_transient(e: &std::io::Error) -> bool {
 /// what happened instead: a worker function that never asked for a block,
 /// most often a block function whose `block` parameter was forgotten.
 pub fn restart_limit(restarts: u32, max_worker_restarts: u32, empty_exits: u32) -> Option<String> {
-    (restarts > max_worker_restarts).then(|| {
+    (!replaced(restarts, max_worker_restarts)).then(|| {
         if empty_exits >= restarts {
             format!(
                 "its workers exited {restarts} times without taking a block \

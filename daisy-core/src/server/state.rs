@@ -259,6 +259,67 @@ pub struct LauncherSlot {
     pub running: bool,
 }
 
+/// What the run keeps of one task beside its scheduler state (the
+/// scheduler's) and its settings (`config.tasks`): its workers' stops and
+/// starts, its unmanaged clients and its launcher.
+#[derive(Debug, Default)]
+pub struct TaskSlot {
+    /// No worker start before this moment (a start failed for want of
+    /// descriptors, processes or memory).
+    start_after: Option<Instant>,
+    /// Since when its worker starts have been failing.
+    failing_since: Option<Instant>,
+    /// Its workers that stopped unexpectedly, what `max_worker_restarts`
+    /// caps (the task's `worker_restart_count` counts only those that were
+    /// replaced, as daisy 2.0.0's does).
+    deaths: u32,
+    /// Of those, the workers that exited cleanly without taking a block
+    /// (see [`policy::restart_limit`]).
+    empty_exits: u32,
+    /// Clients that connected to it without a worker id.
+    pub unmanaged_clients: u64,
+    /// Its launcher (warm starts).
+    pub launcher: LauncherSlot,
+}
+
+impl TaskSlot {
+    /// Whether a worker may be started now (no start failure asks to
+    /// wait).
+    pub fn may_start(&self, now: Instant) -> bool {
+        self.start_after.is_none_or(|after| now >= after)
+    }
+
+    /// A worker started: failures before it are forgotten.
+    pub fn started(&mut self) {
+        self.start_after = None;
+        self.failing_since = None;
+    }
+
+    /// A start failed for want of a passing resource: no start before
+    /// `retry`. Returns since when starts have been failing.
+    pub fn start_failed(&mut self, now: Instant, retry: Instant) -> Instant {
+        self.start_after = Some(retry);
+        *self.failing_since.get_or_insert(now)
+    }
+
+    /// One of its workers stopped unexpectedly (`took_nothing`: cleanly,
+    /// without taking a block). Returns whether a replacement starts,
+    /// which is policy's to say ([`policy::replaced`]).
+    pub fn worker_stopped(&mut self, took_nothing: bool, max_worker_restarts: u32) -> bool {
+        self.deaths += 1;
+        if took_nothing {
+            self.empty_exits += 1;
+        }
+        policy::replaced(self.deaths, max_worker_restarts)
+    }
+
+    /// Why the task is abandoned for its workers' stops, if it is
+    /// ([`policy::restart_limit`]).
+    pub fn restart_limit(&self, max_worker_restarts: u32) -> Option<String> {
+        policy::restart_limit(self.deaths, max_worker_restarts, self.empty_exits)
+    }
+}
+
 /// A block out with a worker.
 #[derive(Debug)]
 pub struct Outstanding {
@@ -292,22 +353,11 @@ pub struct State {
     pub workers: BTreeMap<u32, WorkerSlot>,
     /// The id the next worker gets.
     pub next_worker_id: u32,
-    /// Per task: no worker start before this moment (a start failed for
-    /// want of descriptors, processes or memory).
-    pub start_after: Vec<Option<Instant>>,
-    /// Per task: its workers that stopped unexpectedly, what
-    /// `max_worker_restarts` caps (the task's `worker_restart_count` counts
-    /// only those that were replaced, as daisy 2.0.0's does).
-    pub worker_deaths: Vec<u32>,
-    /// Per task: of those, the workers that exited cleanly without taking
-    /// a block (see [`super::policy::restart_limit`]).
-    pub empty_exits: Vec<u32>,
-    /// Per task: since when its worker starts have been failing.
-    pub failing_since: Vec<Option<Instant>>,
+    /// What the run keeps of each task beside its scheduler state, in
+    /// pipeline order.
+    pub tasks: Vec<TaskSlot>,
     /// Clients that connected without a worker id, in all.
     pub unmanaged_clients: u32,
-    /// The same, per task.
-    pub unmanaged_per_task: Vec<u64>,
     /// The id the next connection gets.
     pub next_conn: u64,
     /// Connections accepted that have not said hello yet, per door
@@ -333,8 +383,6 @@ pub struct State {
     pub stop: Option<DaisyError>,
     /// Completed round trips since the last tick (drained by `snapshot`).
     pub recent_round_trips: Vec<(TaskIndex, f64)>,
-    /// Per task: its launcher (warm starts).
-    pub launchers: Vec<LauncherSlot>,
     /// The jobs of the run that host several workers each, by number
     /// (`server::jobs`).
     pub jobs: BTreeMap<u32, JobSlot>,
@@ -425,12 +473,8 @@ impl State {
             outstanding: HashMap::new(),
             workers: BTreeMap::new(),
             next_worker_id: 0,
-            start_after: vec![None; n],
-            worker_deaths: vec![0; n],
-            empty_exits: vec![0; n],
-            failing_since: vec![None; n],
+            tasks: (0..n).map(|_| TaskSlot::default()).collect(),
             unmanaged_clients: 0,
-            unmanaged_per_task: vec![0; n],
             next_conn: 0,
             pending_hellos: [0; 2],
             door_was_full: [false; 2],
@@ -441,7 +485,6 @@ impl State {
             ledger,
             stop: None,
             recent_round_trips: Vec::new(),
-            launchers: (0..n).map(|_| LauncherSlot::default()).collect(),
             jobs: BTreeMap::new(),
             next_job: 0,
             start_cold: Vec::new(),
@@ -476,7 +519,7 @@ impl State {
     pub fn warm_wanted(&self, t: TaskIndex) -> bool {
         self.config.tasks[t as usize].launcher.is_some()
             && matches!(
-                self.launchers[t as usize].phase,
+                self.tasks[t as usize].launcher.phase,
                 LauncherPhase::Unused | LauncherPhase::Active { .. }
             )
     }
@@ -751,8 +794,8 @@ impl State {
             interrupted,
             |t| WorkerSummary {
                 spawner: self.config.tasks[t as usize].spawner.clone(),
-                launcher_startup: self.launchers[t as usize].startup,
-                cold_start_reason: self.launchers[t as usize].cold_reason.clone(),
+                launcher_startup: self.tasks[t as usize].launcher.startup,
+                cold_start_reason: self.tasks[t as usize].launcher.cold_reason.clone(),
                 idle_timeout: self.idle_timeout(t).map(|d| d.as_secs_f64()),
                 jobs: self.job_records(t),
                 job_queue_wait: self.job_queue_waits(t),
@@ -761,7 +804,7 @@ impl State {
                         .iter()
                         .filter(|(id, _)| self.workers.get(id).is_some_and(|w| w.flags.task == t))
                         .map(|(_, tl)| tl),
-                    self.unmanaged_per_task[t as usize],
+                    self.tasks[t as usize].unmanaged_clients,
                 )
             },
             self.unmanaged_clients,
