@@ -371,15 +371,31 @@ def test_workers_of_wrong_type(param, value):
     assert_names(excinfo, param)
 
 
-def test_num_workers_and_max_workers_disagreeing():
-    with pytest.raises(ValueError) as excinfo:
-        task(num_workers=2, max_workers=3)
+@pytest.mark.parametrize("namespace", ["daisy", "daisy.v1_compat"])
+@pytest.mark.parametrize("values", [(2, 3), (4, 4)], ids=["disagreeing", "agreeing"])
+def test_num_workers_and_max_workers_together_are_one_error_everywhere(namespace, values):
+    """daisy 1.x's name and v2's together: daisy 2.0.0's TypeError, in the
+    top level and in v1_compat alike (they disagreed: a ValueError for
+    differing values in one, this TypeError in the other), before any
+    warning."""
+    import importlib
+    import warnings
+
+    module = importlib.import_module(namespace)
+    num, most = values
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TypeError) as excinfo:
+            module.Task(
+                "t",
+                total_roi=daisy.Roi((0,), (10,)),
+                read_roi=daisy.Roi((0,), (1,)),
+                write_roi=daisy.Roi((0,), (1,)),
+                process_function=lambda b: None,
+                num_workers=num,
+                max_workers=most,
+            )
     assert_names(excinfo, "num_workers", "max_workers")
-
-
-def test_num_workers_and_max_workers_agreeing():
-    t = task(num_workers=4, max_workers=4)
-    assert t.max_workers == t.num_workers == 4
 
 
 def test_num_workers_is_the_1x_name_of_max_workers():

@@ -68,3 +68,48 @@ class _Stopper:
 
     def close(self) -> None:
         pass
+
+
+def test_failures_and_failed_blocks_are_records_read_by_name():
+    """``Server.failures`` and ``RunFailed.failures`` are ``Failure``
+    records (``task_id``, ``spatial_id``, ``worker_id``, ``reason``) and
+    the failed blocks ``FailedBlock`` records, typed in the stub; each
+    still unpacks as, and equals, the tuple earlier releases handed out."""
+    from daisy._daisy import FailedBlock, Failure
+
+    task = line_task("records", 4, process_function=_fails_on_two, max_retries=1)
+    server = daisy.Server()
+    states = server.run_blockwise([task], progress=False)
+    assert states["records"].failed_count == 1
+    assert len(server.failures) == 2  # the attempt and its retry
+    first = server.failures[0]
+    assert isinstance(first, Failure)
+    assert first.task_id == "records" and first.spatial_id == 2
+    assert first.worker_id is not None and "block two is broken" in first.reason
+    tid, spatial_id, worker_id, reason = first
+    assert (tid, spatial_id, worker_id, reason) == (
+        first.task_id,
+        first.spatial_id,
+        first.worker_id,
+        first.reason,
+    )
+    assert first == (tid, spatial_id, worker_id, reason) and first[-1] == reason
+    assert len(first) == 4 and "Failure(task_id='records'" in repr(first)
+    (block,) = server._failed_blocks
+    assert isinstance(block, FailedBlock)
+    assert (block.task_id, block.spatial_id, block.attempts, block.failed) == (
+        "records",
+        2,
+        2,
+        True,
+    )
+    assert block.write_roi == "[20:30]" and "block two is broken" in block.message
+    assert tuple(block) == ("records", 2, "[20:30]", 2, True, block.message)
+    with pytest.raises(daisy.RunFailed) as failed:
+        daisy.run_blockwise(
+            [line_task("raised", 4, process_function=_fails_on_two, max_retries=0)],
+            progress=False,
+            summary=False,
+            raise_on_failure=True,
+        )
+    assert [f.spatial_id for f in failed.value.failures] == [2]

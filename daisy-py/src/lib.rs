@@ -157,6 +157,8 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_server::PyRunConfig>()?;
     m.add_class::<py_live::PyLiveDetail>()?;
     m.add_class::<py_run_result::PyRunResult>()?;
+    m.add_class::<py_run_result::PyFailure>()?;
+    m.add_class::<py_run_result::PyFailedBlock>()?;
     m.add_function(wrap_pyfunction!(py_server::run_distributed, m)?)?;
     m.add_function(wrap_pyfunction!(py_server::check_run, m)?)?;
     m.add_function(wrap_pyfunction!(interpreter::at_interpreter_exit, m)?)?;

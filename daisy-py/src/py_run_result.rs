@@ -10,21 +10,165 @@ use crate::py_task_state::PyTaskState;
 use daisy_core::DaisyError;
 use daisy_core::run_report::RunOutcome;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 
-/// One failed attempt: `(task id, spatial id, worker id or None, reason)`.
+/// One failed attempt as a tuple: what a record unpacks to.
 type FailureTuple = (String, u64, Option<u32>, String);
-/// One block with a failed attempt: `(task id, spatial id, write ROI as
-/// slices, failed attempts, failed for good, last message)`.
+/// One block with a failed attempt as a tuple: what a record unpacks to.
 type FailedBlockTuple = (String, u64, String, u32, bool, String);
+
+/// `Name(field=value, ...)` with each value as Python writes it.
+fn record_repr(name: &str, names: &[&str], values: &Bound<'_, PyTuple>) -> PyResult<String> {
+    let mut fields = Vec::with_capacity(names.len());
+    for (field, value) in names.iter().zip(values.iter()) {
+        fields.push(format!("{field}={}", value.repr()?));
+    }
+    Ok(format!("{name}({})", fields.join(", ")))
+}
+
+/// One failed attempt (`daisy._daisy.Failure`): read by name
+/// (`f.task_id`, `f.reason`); unpacks as the `(task_id, spatial_id,
+/// worker_id, reason)` tuple earlier releases of this package handed out,
+/// and equals it.
+#[pyclass(name = "Failure", module = "daisy._daisy", frozen, get_all)]
+pub struct PyFailure {
+    /// The task of the block.
+    task_id: String,
+    /// The block's spatial id.
+    spatial_id: u64,
+    /// The managed worker that had it (None: an unmanaged client, or the
+    /// driver's own thread).
+    worker_id: Option<u32>,
+    /// Why the attempt failed (a traceback, a timeout, a worker's death).
+    reason: String,
+}
+
+impl PyFailure {
+    fn tuple(&self) -> FailureTuple {
+        (
+            self.task_id.clone(),
+            self.spatial_id,
+            self.worker_id,
+            self.reason.clone(),
+        )
+    }
+}
+
+#[pymethods]
+impl PyFailure {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let names = ["task_id", "spatial_id", "worker_id", "reason"];
+        record_repr("Failure", &names, &self.tuple().into_pyobject(py)?)
+    }
+
+    fn __len__(&self) -> usize {
+        4
+    }
+
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.tuple()
+            .into_pyobject(py)?
+            .try_iter()
+            .map(Bound::into_any)
+    }
+
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        index: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.tuple().into_pyobject(py)?.as_any().get_item(index)
+    }
+
+    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+        if let Ok(other) = other.cast::<PyFailure>() {
+            return Ok(self.tuple() == other.get().tuple());
+        }
+        self.tuple().into_pyobject(py)?.eq(other)
+    }
+}
+
+/// One block with a failed attempt (`daisy._daisy.FailedBlock`), once,
+/// with its last message: read by name; unpacks as the `(task_id,
+/// spatial_id, write_roi, attempts, failed, message)` tuple earlier
+/// releases of this package handed out, and equals it.
+#[pyclass(name = "FailedBlock", module = "daisy._daisy", frozen, get_all)]
+pub struct PyFailedBlock {
+    /// The task of the block.
+    task_id: String,
+    /// The block's spatial id.
+    spatial_id: u64,
+    /// Its write ROI, as slices (`[0:64, 0:64]`).
+    write_roi: String,
+    /// Its failed attempts.
+    attempts: u32,
+    /// Whether it failed for good (False: a retry succeeded or is due).
+    failed: bool,
+    /// Why its last attempt failed.
+    message: String,
+}
+
+impl PyFailedBlock {
+    fn tuple(&self) -> FailedBlockTuple {
+        (
+            self.task_id.clone(),
+            self.spatial_id,
+            self.write_roi.clone(),
+            self.attempts,
+            self.failed,
+            self.message.clone(),
+        )
+    }
+}
+
+#[pymethods]
+impl PyFailedBlock {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let names = [
+            "task_id",
+            "spatial_id",
+            "write_roi",
+            "attempts",
+            "failed",
+            "message",
+        ];
+        record_repr("FailedBlock", &names, &self.tuple().into_pyobject(py)?)
+    }
+
+    fn __len__(&self) -> usize {
+        6
+    }
+
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.tuple()
+            .into_pyobject(py)?
+            .try_iter()
+            .map(Bound::into_any)
+    }
+
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        index: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.tuple().into_pyobject(py)?.as_any().get_item(index)
+    }
+
+    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+        if let Ok(other) = other.cast::<PyFailedBlock>() {
+            return Ok(self.tuple() == other.get().tuple());
+        }
+        self.tuple().into_pyobject(py)?.eq(other)
+    }
+}
 
 /// The result of one run (`daisy._daisy.RunResult`).
 #[pyclass(name = "RunResult", module = "daisy._daisy", frozen)]
 pub struct PyRunResult {
     states: Py<PyDict>,
-    failures: Vec<FailureTuple>,
+    failures: Vec<Py<PyFailure>>,
     failures_unnoted: u64,
-    failed_blocks: Vec<FailedBlockTuple>,
+    failed_blocks: Vec<Py<PyFailedBlock>>,
     abandoned: Vec<(String, String)>,
     unmanaged_clients: u32,
     workers_started: Py<PyDict>,
@@ -62,23 +206,32 @@ impl PyRunResult {
             failures: outcome
                 .failures
                 .iter()
-                .map(|f| (name(f.task), f.spatial_id, f.worker_id, f.reason.clone()))
-                .collect(),
+                .map(|f| {
+                    let record = PyFailure {
+                        task_id: name(f.task),
+                        spatial_id: f.spatial_id,
+                        worker_id: f.worker_id,
+                        reason: f.reason.clone(),
+                    };
+                    Py::new(py, record)
+                })
+                .collect::<PyResult<_>>()?,
             failures_unnoted: outcome.failures_unnoted,
             failed_blocks: outcome
                 .failed_blocks()
                 .into_iter()
                 .map(|b| {
-                    (
-                        name(b.task),
-                        b.spatial_id,
-                        b.write_roi.slices(),
-                        b.attempts,
-                        b.failed,
-                        b.message,
-                    )
+                    let record = PyFailedBlock {
+                        task_id: name(b.task),
+                        spatial_id: b.spatial_id,
+                        write_roi: b.write_roi.slices(),
+                        attempts: b.attempts,
+                        failed: b.failed,
+                        message: b.message,
+                    };
+                    Py::new(py, record)
                 })
-                .collect(),
+                .collect::<PyResult<_>>()?,
             abandoned: outcome
                 .abandoned
                 .iter()
@@ -103,11 +256,10 @@ impl PyRunResult {
         self.states.clone_ref(py)
     }
 
-    /// The first failed attempts: `(task id, spatial id, worker id or
-    /// None, reason)`.
+    /// The first failed attempts, as [`PyFailure`] records.
     #[getter]
-    fn failures(&self) -> Vec<FailureTuple> {
-        self.failures.clone()
+    fn failures(&self, py: Python<'_>) -> Vec<Py<PyFailure>> {
+        self.failures.iter().map(|f| f.clone_ref(py)).collect()
     }
 
     /// Failed attempts past those noted one by one (counted, not kept).
@@ -117,11 +269,10 @@ impl PyRunResult {
     }
 
     /// Every block with a failed attempt, once, in the order of its first
-    /// failure: `(task id, spatial id, write ROI, attempts, failed for
-    /// good, last message)`.
+    /// failure, as [`PyFailedBlock`] records.
     #[getter]
-    fn failed_blocks(&self) -> Vec<FailedBlockTuple> {
-        self.failed_blocks.clone()
+    fn failed_blocks(&self, py: Python<'_>) -> Vec<Py<PyFailedBlock>> {
+        self.failed_blocks.iter().map(|b| b.clone_ref(py)).collect()
     }
 
     /// Abandoned tasks: `(task id, reason)`.

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from daisy import _v1_names
-from daisy._daisy import uncovered_reads
+from daisy._daisy import Failure, uncovered_reads
 from daisy.execution_summary import format_interrupted, print_execution_summary
 from daisy.pipeline import Pipeline
 from daisy.progress import check_interval
@@ -20,6 +20,7 @@ from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.serial_server import SerialServer
 from daisy.server import Server, Terminated
+from daisy.task_arguments import parse_flag
 
 logger = logging.getLogger(__name__)
 
@@ -30,14 +31,15 @@ class RunFailed(RuntimeError):
     abandoned (its workers kept dying: daisy 2.0.0 raises a RuntimeError
     there too). Carries ``states`` (task id to `TaskState`), ``report``
     (the run's `RunReport`, whose task reports hold ``failure_causes``) and
-    ``failures`` (``(task_id, spatial_id, worker_id, reason)`` of the
-    failed attempts a distributed run noted: the first 10,000)."""
+    ``failures`` (``Failure`` records of the failed attempts a distributed
+    run noted, the first 10,000: ``task_id``, ``spatial_id``,
+    ``worker_id``, ``reason``; each unpacks as that tuple)."""
 
     def __init__(
         self,
         states: dict[str, Any],
         report: RunReport | None,
-        failures: list[tuple[str, int, int | None, str]],
+        failures: list[Failure],
     ) -> None:
         self.states, self.report, self.failures = states, report, failures
         bad = {
@@ -198,43 +200,20 @@ def run_blockwise(
             ``raise_on_failure=True``, when any block did not complete.
             ``daisy.Server().run_blockwise`` returns the states instead.
     """
-    if not isinstance(raise_on_failure, bool):
-        raise TypeError(f"raise_on_failure: expected True or False, got {raise_on_failure!r}")
-    if not isinstance(return_states, bool):
-        raise TypeError(f"return_states: expected True or False, got {return_states!r}")
-    if not isinstance(strict, bool):
-        raise TypeError(f"strict: expected True or False, got {strict!r}")
-    if pipeline is not None:
-        if tasks is not None:
-            raise TypeError("run_blockwise: tasks and pipeline name the same thing; pass one")
-        tasks = pipeline
-    if tasks is None:
-        raise TypeError("run_blockwise: missing what to run: a Task, a list of tasks or a Pipeline")
+    tasks = _what_to_run(tasks, pipeline)
+    _check_options(raise_on_failure, return_states, strict, multiprocessing, progress_interval)
+    _check_report_html(report_html)
     if isinstance(tasks, list | tuple | Pipeline) and len(tasks) == 0:
         # daisy 1.x ran an empty list as an empty success
         logger.warning("daisy: run_blockwise was given no tasks; nothing to run")
         return {} if return_states else True
-    if progress_interval is not None:
-        check_interval(progress_interval, "progress_interval")
-    if not isinstance(multiprocessing, bool):
-        raise TypeError(f"multiprocessing: expected True or False, got {multiprocessing!r}")
-    if report_html is not None:
-        # find out now, not after the work is done
-        folder = Path(report_html).absolute().parent
-        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-            raise ValueError(
-                f"report_html: cannot write {report_html} (its folder {folder} does not exist "
-                "or is not writable); give a path in a writable folder"
-            )
-    report: RunReport | None
-    notes: dict[str, list[str]]
-    failures: list[tuple[str, int, int | None, str]] = []
+    runner: Server | SerialServer
     if multiprocessing:
-        server = Server(
+        runner = Server(
             host=host, port=port, liveness_timeout=liveness_timeout, idle_timeout=idle_timeout
         )
-        with _says_where_an_interrupted_run_stands(server, tasks, block_tracking, summary):
-            states = server.run_blockwise(
+        with _says_where_an_interrupted_run_stands(runner, tasks, block_tracking, summary):
+            states = runner.run_blockwise(
                 tasks,
                 progress=progress,
                 resources=resources,
@@ -244,58 +223,113 @@ def run_blockwise(
                 progress_interval=progress_interval,
                 strict=strict,
             )
-        notes = server.failure_notes()
-        failures = list(server.failures)
-        report = server.last_report
+        notes, failures = runner.failure_notes(), list(runner.failures)
     else:
-        if metrics_port is not None:
-            raise ValueError(
-                "metrics_port: live metrics come from the server of a distributed run; use "
-                "multiprocessing=True"
-            )
-        if dashboard_port is not None:
-            raise ValueError(
-                "dashboard_port: the live dashboard reads the server of a distributed run; use "
-                "multiprocessing=True"
-            )
-        serial = SerialServer()
-        with _says_where_an_interrupted_run_stands(serial, tasks, block_tracking, summary):
-            states = serial.run_blockwise(
-                tasks, scheduler=Scheduler(tasks, block_tracking=block_tracking, strict=strict)
-            )
-        notes = {}
-        report = serial.last_report
+        _check_serial(metrics_port, dashboard_port)
+        runner = SerialServer()
+        with _says_where_an_interrupted_run_stands(runner, tasks, block_tracking, summary):
+            scheduler = Scheduler(tasks, block_tracking=block_tracking, strict=strict)
+            states = runner.run_blockwise(tasks, scheduler=scheduler)
+        notes, failures = {}, []
+    report = runner.last_report
     if summary:
-        # a fit that left part of the volume out, and a downstream task
-        # that reads what no upstream block writes, are said again where
-        # the run says it processed everything
-        planned = Pipeline.of(tasks)
-        said = [(t.task_id, t.coverage_note) for t in planned.tasks]
-        said += uncovered_reads(planned.specs())
-        for task_id, text in said:
-            if text is not None and task_id in states:
-                lines = textwrap.wrap(text, 88, subsequent_indent="  ")
-                notes = {**notes, task_id: [*notes.get(task_id, []), *lines]}
-        print_execution_summary(states, notes)
-        if report is not None:
-            panel = report.render(task_order=list(states))
-            if panel:
-                print(panel)
+        _print_summary(tasks, states, notes, report)
     if report_html is not None:
-        from daisy.html_report import write_html_report
-        from daisy.run_report import runs_file_for
-
-        pipeline = Pipeline.of(tasks)
-        files = [f for f in (runs_file_for(t) for t in pipeline.tasks) if f is not None]
-        written = write_html_report(files, Path(report_html))
-        print(f"daisy: the HTML report is at {written.absolute()}", flush=True)
+        _write_html_report(tasks, report_html)
     ok = all(s.all_completed for s in states.values())
     abandoned = any(s.abandoned for s in states.values())
     if (raise_on_failure and not ok) or abandoned:
         raise RunFailed(dict(states), report, failures)
-    if return_states:
-        return states
-    return ok
+    return states if return_states else ok
+
+
+def _what_to_run(tasks: Any, pipeline: Any) -> Any:
+    """``tasks``, or daisy 2.0.0's name of it, ``pipeline=``: one of them."""
+    if pipeline is not None:
+        if tasks is not None:
+            raise TypeError("run_blockwise: tasks and pipeline name the same thing; pass one")
+        return pipeline
+    if tasks is None:
+        raise TypeError("run_blockwise: missing what to run: a Task, a list of tasks or a Pipeline")
+    return tasks
+
+
+def _check_options(
+    raise_on_failure: Any,
+    return_states: Any,
+    strict: Any,
+    multiprocessing: Any,
+    progress_interval: Any,
+) -> None:
+    """A TypeError naming the first option that is not what it must be."""
+    for name, value in (
+        ("raise_on_failure", raise_on_failure),
+        ("return_states", return_states),
+        ("strict", strict),
+        ("multiprocessing", multiprocessing),
+    ):
+        parse_flag(value, name)
+    if progress_interval is not None:
+        check_interval(progress_interval, "progress_interval")
+
+
+def _check_report_html(report_html: Any) -> None:
+    """That the HTML report can be written where asked: found out now,
+    not after the work is done."""
+    if report_html is None:
+        return
+    folder = Path(report_html).absolute().parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"report_html: cannot write {report_html} (its folder {folder} does not exist "
+            "or is not writable); give a path in a writable folder"
+        )
+
+
+def _check_serial(metrics_port: Any, dashboard_port: Any) -> None:
+    """What a run in this process cannot serve: both read the server of a
+    distributed run."""
+    if metrics_port is not None:
+        raise ValueError(
+            "metrics_port: live metrics come from the server of a distributed run; use "
+            "multiprocessing=True"
+        )
+    if dashboard_port is not None:
+        raise ValueError(
+            "dashboard_port: the live dashboard reads the server of a distributed run; use "
+            "multiprocessing=True"
+        )
+
+
+def _print_summary(
+    tasks: Any, states: dict[str, Any], notes: dict[str, list[str]], report: RunReport | None
+) -> None:
+    """The Execution Summary and the Resource Utilization panel. A fit
+    that left part of the volume out, and a downstream task that reads
+    what no upstream block writes, are said again where the run says it
+    processed everything."""
+    planned = Pipeline.of(tasks)
+    said = [(t.task_id, t.coverage_note) for t in planned.tasks]
+    said += uncovered_reads(planned.specs())
+    for task_id, text in said:
+        if text is not None and task_id in states:
+            lines = textwrap.wrap(text, 88, subsequent_indent="  ")
+            notes = {**notes, task_id: [*notes.get(task_id, []), *lines]}
+    print_execution_summary(states, notes)
+    if report is not None:
+        panel = report.render(task_order=list(states))
+        if panel:
+            print(panel)
+
+
+def _write_html_report(tasks: Any, report_html: str | os.PathLike[str]) -> None:
+    """The run's HTML report, from the run histories of its tasks."""
+    from daisy.html_report import write_html_report
+    from daisy.run_report import runs_file_for
+
+    files = [f for f in (runs_file_for(t) for t in Pipeline.of(tasks).tasks) if f is not None]
+    written = write_html_report(files, Path(report_html))
+    print(f"daisy: the HTML report is at {written.absolute()}", flush=True)
 
 
 # Pipeline.run_blockwise runs through here (pipeline.py cannot import this

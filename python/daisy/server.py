@@ -12,6 +12,7 @@ gathers the settings, shows progress and keeps what the run reported.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import linecache
 import logging
@@ -23,7 +24,7 @@ import sys
 import tempfile
 import types
 from collections import ChainMap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -33,8 +34,11 @@ import cloudpickle
 from daisy import _v1_names
 from daisy import logging as daisy_logging
 from daisy._daisy import (
+    FailedBlock,
+    Failure,
     LiveDetail,
     RunConfig,
+    RunResult,
     TaskConfig,
     TaskState,
     check_run,
@@ -50,6 +54,7 @@ from daisy.run_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.server_observer import ServerObservee, StateEvents
 from daisy.spawners import advertised_host, warm_starts_enabled
+from daisy.task_arguments import parse_seconds
 from daisy.task_outputs import describe_outputs
 from daisy.tracking_store import check_block_tracking, log_skips
 
@@ -137,6 +142,176 @@ def worker_payload(function: object, post_check: object = None, task_id: str = "
             len(pickled) / 2**20,
         )
     return pickle.dumps((list(sys.path), sources)) + pickled
+
+
+def _payload_base(log_dir: Any) -> Path:
+    """Where the tasks' payload files go: beside the worker logs, or a
+    fresh private temporary directory."""
+    if log_dir is not None:
+        return Path(log_dir).absolute()
+    return Path(tempfile.mkdtemp(prefix="daisy-payloads-"))
+
+
+def _task_configs(task_map: dict[str, Any], run_tag: str, payload_base: Path) -> list[TaskConfig]:
+    """Each task's settings for the core: its options, its worker and
+    launcher commands (from its spawner), its check, tracking store, skip
+    mask and declared outputs."""
+    warm = warm_starts_enabled()
+    configs: list[TaskConfig] = []
+    for tid, t in task_map.items():
+        if t.process_function is None:
+            raise ValueError(
+                f"process_function: task {tid!r} has none; give it a function that takes a "
+                "block (or a worker function that takes nothing)"
+            )
+        payload = worker_payload(t.process_function, t._post_check, tid)
+        payload_file = payload_base / tid / "payload.pkl"
+        payload_sha256 = None
+        if not t.spawner.is_local:
+            # private, and checked by the worker against this digest
+            payload_sha256 = write_payload(str(payload_file), payload)
+        cmds = t.spawner.commands(run_tag, payload, payload_file)
+        job = t.spawner.job_commands(run_tag, payload_file) if payload_sha256 else None
+        configs.append(
+            TaskConfig(
+                tid,
+                t._options(),
+                program=cmds.program,
+                args=cmds.args,
+                stdin=cmds.stdin,
+                stop=cmds.stop,
+                spawner=t.spawner.name,
+                check_function=t._pre_check,
+                tracking_path=None if t.tracking_path is None else str(t.tracking_path),
+                skip_mask=t._skip_mask,
+                launcher_args=(t.spawner.launcher_args() if warm and t.warm_start else None),
+                payload_sha256=payload_sha256,
+                spawner_idle_timeout=t.spawner.idle_timeout,
+                job_program=None if job is None else job.program,
+                job_args=[] if job is None else job.args,
+                job_stop=[] if job is None else job.stop,
+                workers_per_job=t.spawner.workers_per_job if job is not None else 1,
+                polls=cmds.polls,
+                outputs=describe_outputs(t.outputs, len(t.total_roi.shape)),
+            )
+        )
+    return configs
+
+
+@dataclasses.dataclass
+class _RunViews:
+    """The live views of one run, for its owner only: Prometheus metrics
+    and the dashboard (one server where their ports are equal), both on
+    loopback (``DAISY_DASHBOARD_HOST`` names another address) behind one
+    secret token of the run (see `daisy.dashboard`)."""
+
+    metrics: Any = None
+    dashboard: Any = None
+
+    @classmethod
+    def start(
+        cls, metrics_port: int | None, dashboard_port: int | None, order: list[str]
+    ) -> _RunViews:
+        """Serve what was asked, and print where (the only lines that show
+        the token: on the owner's own stderr)."""
+        views = cls()
+        if metrics_port is None and dashboard_port is None:
+            return views
+        from daisy.dashboard import view_host, view_token
+
+        addr, secret = view_host(), view_token()
+        shared = metrics_port is not None and metrics_port == dashboard_port
+        if metrics_port is not None:
+            from daisy.metrics import PrometheusMetrics
+
+            views.metrics = PrometheusMetrics(
+                metrics_port, order, addr=addr, serve=not shared, token=secret
+            )
+        if dashboard_port is not None:
+            from daisy.dashboard import Dashboard
+
+            try:
+                views.dashboard = Dashboard(
+                    dashboard_port,
+                    order,
+                    addr=addr,
+                    registry=views.metrics.registry if shared and views.metrics else None,
+                    token=secret,
+                )
+            except BaseException:
+                views.close_metrics()
+                raise
+        if views.metrics is not None and not shared:
+            print(f"daisy: metrics at {views.metrics.url}", file=sys.stderr, flush=True)
+        if views.dashboard is not None:
+            print(f"daisy: dashboard at {views.dashboard.url}", file=sys.stderr, flush=True)
+        return views
+
+    def update(
+        self,
+        states: list[TaskState],
+        workers: list[int],
+        restarts: list[int],
+        round_trips: list[tuple[str, float]],
+        live: LiveDetail,
+    ) -> None:
+        """A tick's figures."""
+        if self.metrics is not None:
+            self.metrics.update(states, workers, restarts, round_trips)
+        if self.dashboard is not None:
+            self.dashboard.update(states, workers, restarts, live)
+
+    def finish(self, states: Any, report: Any, outcome: str) -> None:
+        """The run's end, as the dashboard shows it until it closes."""
+        if self.dashboard is not None:
+            self.dashboard.finish(states, report, outcome)
+
+    def close_metrics(self) -> None:
+        """Stop serving metrics (once the run's figures are final)."""
+        if self.metrics is not None:
+            self.metrics.close()
+
+    def close_dashboard(self) -> None:
+        """Stop serving the dashboard."""
+        if self.dashboard is not None:
+            self.dashboard.close()
+
+
+@dataclasses.dataclass
+class _RunPlan:
+    """One distributed run, as `Server.run_blockwise` planned it: what the
+    core runs and what watches it."""
+
+    task_map: dict[str, Any]
+    order: list[str]
+    specs: list[Any]
+    configs: list[TaskConfig]
+    run: RunConfig
+    block_tracking: bool
+    observers: list[ProgressObserver]
+    events: StateEvents
+    views: _RunViews
+
+
+def _final_counts(plan: _RunPlan, result: RunResult) -> BaseException | None:
+    """Show the observers the core's final counts (a stopped run's "done"
+    is what its store records, not the last tick's) and close them. A
+    Ctrl-C as the run ends is returned, to be raised once the run's
+    results are kept."""
+    late: BaseException | None = None
+    for obs in plan.observers:
+        for tid in plan.order:
+            state = result.states.get(tid)
+            if state is None or late is not None:
+                continue
+            try:
+                obs.update(tid, state, 0)
+            except Exception:
+                logger.exception("daisy: a progress observer failed on the final counts")
+            except BaseException as e:
+                late = e
+        obs.close()
+    return late
 
 
 class Terminated(SystemExit):
@@ -232,17 +407,13 @@ class Server(ServerObservee):
         self.liveness_timeout = (
             None if liveness_timeout is None else validated_liveness_timeout(liveness_timeout)
         )
-        if idle_timeout is not None and (
-            isinstance(idle_timeout, bool) or not isinstance(idle_timeout, int | float)
-        ):
-            raise TypeError(
-                f"idle_timeout: expected seconds as a number, or None, got {idle_timeout!r}"
-            )
+        idle_timeout = parse_seconds(idle_timeout, "idle_timeout")
         #: the run's idle timeout (its value's rule is the core's)
         self.idle_timeout = None if idle_timeout is None else float(idle_timeout)
-        #: the last run's failed attempts, ``(task_id, spatial_id, worker_id,
-        #: reason)``: the first 10,000 (the core's ``MAX_FAILURE_NOTES``)
-        self.failures: list[tuple[str, int, int | None, str]] = []
+        #: the last run's failed attempts, `Failure` records (each unpacks
+        #: as ``(task_id, spatial_id, worker_id, reason)``): the first
+        #: 10,000 (the core's ``MAX_FAILURE_NOTES``)
+        self.failures: list[Failure] = []
         #: failed attempts of the last run past those: counted, not listed
         self.failures_unnoted = 0
         #: the `daisy.RunReport` of this server's last run
@@ -253,7 +424,7 @@ class Server(ServerObservee):
         self.abandoned: list[tuple[str, str]] = []
         self.unmanaged_clients = 0
         # what failure_notes() explains, from the last run
-        self._failed_blocks: list[tuple[str, int, str, int, bool, str]] = []
+        self._failed_blocks: list[FailedBlock] = []
         self._states: dict[str, TaskState] = {}
         self._task_map: dict[str, Any] = {}
         self._block_tracking = True
@@ -288,56 +459,49 @@ class Server(ServerObservee):
         whose downstream blocks read where no upstream block writes (a
         warning otherwise: see ``daisy.run_blockwise``)."""
         check_port(dashboard_port, "dashboard_port")
+        check_block_tracking(block_tracking)
         pipeline = scheduler._pipeline if scheduler is not None else Pipeline.of(tasks)
         task_map = {t.task_id: t for t in pipeline.tasks}
-        check_block_tracking(block_tracking)
-        configs: list[TaskConfig] = []
-        run_tag = secrets.token_hex(4)
         log_dir = daisy_logging.get_log_basedir()
-        payload_base = (
-            Path(log_dir).absolute()
-            if log_dir is not None
-            else Path(tempfile.mkdtemp(prefix="daisy-payloads-"))
-        )
+        run_tag = secrets.token_hex(4)
+        configs = _task_configs(task_map, run_tag, _payload_base(log_dir))
         remote = [t.spawner for t in task_map.values() if not t.spawner.is_local]
-        warm = warm_starts_enabled()
-        for tid, t in task_map.items():
-            if t.process_function is None:
-                raise ValueError(
-                    f"process_function: task {tid!r} has none; give it a function that takes a "
-                    "block (or a worker function that takes nothing)"
-                )
-            payload = worker_payload(t.process_function, t._post_check, tid)
-            payload_file = payload_base / tid / "payload.pkl"
-            payload_sha256 = None
-            if not t.spawner.is_local:
-                # private, and checked by the worker against this digest
-                payload_sha256 = write_payload(str(payload_file), payload)
-            cmds = t.spawner.commands(run_tag, payload, payload_file)
-            job = t.spawner.job_commands(run_tag, payload_file) if payload_sha256 else None
-            configs.append(
-                TaskConfig(
-                    tid,
-                    t._options(),
-                    program=cmds.program,
-                    args=cmds.args,
-                    stdin=cmds.stdin,
-                    stop=cmds.stop,
-                    spawner=t.spawner.name,
-                    check_function=t._pre_check,
-                    tracking_path=None if t.tracking_path is None else str(t.tracking_path),
-                    skip_mask=t._skip_mask,
-                    launcher_args=(t.spawner.launcher_args() if warm and t.warm_start else None),
-                    payload_sha256=payload_sha256,
-                    spawner_idle_timeout=t.spawner.idle_timeout,
-                    job_program=None if job is None else job.program,
-                    job_args=[] if job is None else job.args,
-                    job_stop=[] if job is None else job.stop,
-                    workers_per_job=t.spawner.workers_per_job if job is not None else 1,
-                    polls=cmds.polls,
-                    outputs=describe_outputs(t.outputs, len(t.total_roi.shape)),
-                )
-            )
+        run = self._run_config(remote, run_tag, resources, log_dir, block_tracking, strict)
+        # the core's order (upstream first), which every view lists
+        given = pipeline.specs()
+        order = pipeline_order(given)
+        by_id = {s.task_id: s for s in given}
+        specs = [by_id[tid] for tid in order]
+        check_run(specs, configs, run)  # the run plan's rules, before anything starts
+        views = _RunViews.start(metrics_port, dashboard_port, order)
+        plan = _RunPlan(
+            task_map=task_map,
+            order=order,
+            specs=specs,
+            configs=configs,
+            run=run,
+            block_tracking=block_tracking,
+            observers=default_observers(order, progress, progress_interval),
+            events=StateEvents(self),
+            views=views,
+        )
+        try:
+            return self._run(plan)
+        finally:
+            views.close_dashboard()
+
+    def _run_config(
+        self,
+        remote: list[Any],
+        run_tag: str,
+        resources: dict[str, int] | None,
+        log_dir: Any,
+        block_tracking: bool,
+        strict: bool,
+    ) -> RunConfig:
+        """The run's settings for the core. Remote workers need an address
+        they can reach: a server for them listens on every interface unless
+        told where, and tells its workers an address of this host."""
         resources = dict(resources or {})
         for k, v in resources.items():
             if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int):
@@ -345,7 +509,6 @@ class Server(ServerObservee):
                     f"resources: expected resource names mapped to non-negative integers, "
                     f"got {k!r}: {v!r}"
                 )  # (the amounts' range is the core's to check)
-        # remote workers need an address they can reach
         listen_host, advertise = self.host, None
         if remote and not self._host_given:
             listen_host, advertise = "0.0.0.0", advertised_host()
@@ -355,7 +518,7 @@ class Server(ServerObservee):
             advertise = advertised_host()
         stop_all: list[str] = next((c for c in (s.stop_all(run_tag) for s in remote) if c), [])
         wait_all: list[str] = next((c for c in (s.wait_all(run_tag) for s in remote) if c), [])
-        run = RunConfig(
+        return RunConfig(
             host=listen_host,
             port=self.port,
             resources=resources,
@@ -369,92 +532,24 @@ class Server(ServerObservee):
             idle_timeout=self.idle_timeout,
             strict=strict,
         )
-        # the core's order (upstream first), which every view lists
-        given = pipeline.specs()
-        order = pipeline_order(given)
-        by_id = {s.task_id: s for s in given}
-        specs = [by_id[tid] for tid in order]
-        check_run(specs, configs, run)  # the run plan's rules, before anything starts
-        observers: list[ProgressObserver] = default_observers(order, progress, progress_interval)
+
+    def _on_listening(self, plan: _RunPlan) -> Callable[[str, int, str], None]:
+        """What the core calls once it listens: each task's daisy 1.x
+        ``init_callback_fn`` with where the run listens."""
 
         def on_listening(host: str, port: int, token: str) -> None:
-            for tid, t in task_map.items():
+            for tid, t in plan.task_map.items():
                 if t.init_callback_fn is not None:
                     where = {"hostname": host, "port": port, "task_id": tid, "token": token}
                     if self.liveness_timeout is not None:
                         where["liveness_timeout"] = self.liveness_timeout
                     t.init_callback_fn(Context(**where))
 
-        events = StateEvents(self)
-        metrics = None
-        shared_port = metrics_port is not None and metrics_port == dashboard_port
-        view_addr = view_secret = ""
-        if metrics_port is not None or dashboard_port is not None:
-            from daisy.dashboard import view_host, view_token
+        return on_listening
 
-            # for the run's owner only: on loopback whatever the run's own
-            # host (DAISY_DASHBOARD_HOST names another), behind one secret
-            # token of this run (see daisy.dashboard)
-            view_addr, view_secret = view_host(), view_token()
-        if metrics_port is not None:
-            from daisy.metrics import PrometheusMetrics
-
-            metrics = PrometheusMetrics(
-                metrics_port, order, addr=view_addr, serve=not shared_port, token=view_secret
-            )
-        dashboard = None
-        if dashboard_port is not None:
-            from daisy.dashboard import Dashboard
-
-            try:
-                dashboard = Dashboard(
-                    dashboard_port,
-                    order,
-                    addr=view_addr,
-                    registry=metrics.registry if shared_port and metrics is not None else None,
-                    token=view_secret,
-                )
-            except BaseException:
-                if metrics is not None:
-                    metrics.close()
-                raise
-        # the only lines that show the token: on the owner's own stderr
-        if metrics is not None and not shared_port:
-            print(f"daisy: metrics at {metrics.url}", file=sys.stderr, flush=True)
-        if dashboard is not None:
-            print(f"daisy: dashboard at {dashboard.url}", file=sys.stderr, flush=True)
-        try:
-            return self._run(
-                task_map,
-                specs,
-                order,
-                configs,
-                observers,
-                events,
-                metrics,
-                dashboard,
-                on_listening,
-                run,
-                block_tracking,
-            )
-        finally:
-            if dashboard is not None:
-                dashboard.close()
-
-    def _run(
-        self,
-        task_map: dict[str, Any],
-        specs: Any,
-        order: list[str],
-        configs: list[TaskConfig],
-        observers: list[ProgressObserver],
-        events: StateEvents,
-        metrics: Any,
-        dashboard: Any,
-        on_listening: Any,
-        run: RunConfig,
-        block_tracking: bool,
-    ) -> dict[str, TaskState]:
+    def _on_tick(self, plan: _RunPlan) -> Callable[..., None]:
+        """What the core calls every tick: the progress observers, the
+        state events, the live views, and the stop event."""
 
         def on_tick(
             states: list[TaskState],
@@ -464,59 +559,49 @@ class Server(ServerObservee):
             live: LiveDetail,
         ) -> None:
             pace = live.pace()
-            for obs in observers:
+            for obs in plan.observers:
                 paced = getattr(obs, "pace", None)
-                for i, (tid, state, n) in enumerate(zip(order, states, workers, strict=True)):
+                for i, (tid, state, n) in enumerate(zip(plan.order, states, workers, strict=True)):
                     obs.update(tid, state, n)
                     if paced is not None and i < len(pace):
                         paced(tid, pace[i][0], pace[i][1])
-            for tid, state in zip(order, states, strict=True):
-                events.update(tid, state)
-            if metrics is not None:
-                metrics.update(states, workers, restarts, round_trips)
-            if dashboard is not None:
-                dashboard.update(states, workers, restarts, live)
+            for tid, state in zip(plan.order, states, strict=True):
+                plan.events.update(tid, state)
+            plan.views.update(states, workers, restarts, round_trips, live)
             if self.stop_event is not None and self.stop_event.is_set():
                 raise _StopRequested()
 
+        return on_tick
+
+    def _run(self, plan: _RunPlan) -> dict[str, TaskState]:
+        """Run `plan` in the core and keep what it hands back."""
         try:
             with _sigterm_stops_the_run():
-                result = run_distributed(specs, configs, run, on_tick, on_listening)
+                result = run_distributed(
+                    plan.specs,
+                    plan.configs,
+                    plan.run,
+                    self._on_tick(plan),
+                    self._on_listening(plan),
+                )
         except BaseException:
             # the run could not start
-            if dashboard is not None:
-                dashboard.finish(None, None, "interrupted")
-            for obs in observers:
+            plan.views.finish(None, None, "interrupted")
+            for obs in plan.observers:
                 obs.close()
             raise
         finally:
-            if metrics is not None:
-                metrics.close()
-        # the last lines and bars show the core's final counts (a stopped
-        # run's "done" is what its store records, not the last tick's)
-        late: BaseException | None = None  # a Ctrl-C as the run ends
-        for obs in observers:
-            for tid in order:
-                state = result.states.get(tid)
-                if state is None or late is not None:
-                    continue
-                try:
-                    obs.update(tid, state, 0)
-                except Exception:
-                    logger.exception("daisy: a progress observer failed on the final counts")
-                except BaseException as e:
-                    late = e  # raised once the run's results are kept
-            obs.close()
+            plan.views.close_metrics()
+        late = _final_counts(plan, result)
         self.last_report = RunReport.from_json(result.report_json)
-        self.last_report.attach(list(task_map.values()))
+        self.last_report.attach(list(plan.task_map.values()))
         stopped = result.stopped
         if stopped is not None:
             # the run stopped on this exception (Ctrl-C, SIGTERM, a hook's
             # error, a broken rule): its partial report rides on it
             stopped.daisy_run_report = self.last_report  # type: ignore[attr-defined]
             self.stopped_states = dict(result.states)
-            if dashboard is not None:
-                dashboard.finish(result.states, self.last_report, "interrupted")
+            plan.views.finish(result.states, self.last_report, "interrupted")
             if isinstance(stopped, _StopRequested):
                 # asked for: the states so far are the result, as in 1.x
                 logger.info("daisy: the run stopped: its stop_event was set")
@@ -526,11 +611,16 @@ class Server(ServerObservee):
             late.daisy_run_report = self.last_report  # type: ignore[attr-defined]
             self.stopped_states = dict(result.states)
             raise late
+        return self._keep(plan, result)
+
+    def _keep(self, plan: _RunPlan, result: RunResult) -> dict[str, TaskState]:
+        """Keep a finished run's result (what `failure_notes` explains),
+        tell the observers, and return the task states."""
         self.failures = list(result.failures)
         self.failures_unnoted = result.failures_unnoted
         self._failed_blocks = list(result.failed_blocks)
-        self._task_map = task_map
-        self._block_tracking = block_tracking
+        self._task_map = plan.task_map
+        self._block_tracking = plan.block_tracking
         self.abandoned = list(result.abandoned)
         self.unmanaged_clients = result.unmanaged_clients
         for tid, reason in self.abandoned:
@@ -538,15 +628,14 @@ class Server(ServerObservee):
         states = dict(result.states)
         self._states = states
         for tid, state in states.items():
-            events.update(tid, state)
-        for tid, spatial_id, worker_id, reason in self.failures:
-            block = SimpleNamespace(task_id=tid, block_id=(tid, spatial_id))
-            self.notify_block_failure(block, RuntimeError(reason), {"worker_id": worker_id})
+            plan.events.update(tid, state)
+        for f in self.failures:
+            block = SimpleNamespace(task_id=f.task_id, block_id=(f.task_id, f.spatial_id))
+            self.notify_block_failure(block, RuntimeError(f.reason), {"worker_id": f.worker_id})
         self.notify_server_exit()
-        log_skips(task_map.values(), states)
-        if dashboard is not None:
-            ok = all(st.all_completed for st in states.values())
-            dashboard.finish(states, self.last_report, "completed" if ok else "failed")
+        log_skips(plan.task_map.values(), states)
+        ok = all(st.all_completed for st in states.values())
+        plan.views.finish(states, self.last_report, "completed" if ok else "failed")
         return states
 
     def _rerun_note(self, task: Any) -> str:
@@ -570,24 +659,25 @@ class Server(ServerObservee):
         log_dir = daisy_logging.get_log_basedir()
         for tid, reason in self.abandoned:
             notes.setdefault(tid, []).append(f"abandoned: {reason}")
-        blocks: dict[str, list[tuple[int, str, int, bool, str]]] = {}
-        for tid, spatial_id, roi, attempts, failed, message in self._failed_blocks:
-            blocks.setdefault(tid, []).append((spatial_id, roi, attempts, failed, message))
+        blocks: dict[str, list[FailedBlock]] = {}
+        for b in self._failed_blocks:
+            blocks.setdefault(b.task_id, []).append(b)
         first = self.failures[0] if self.failures else None
         for tid, state in self._states.items():
             lines: list[str] = []
-            rows = sorted(blocks.get(tid, []), key=lambda r: not r[3])  # failed ones first
+            rows = sorted(blocks.get(tid, []), key=lambda b: not b.failed)  # failed ones first
             task = self._task_map.get(tid)
             allowed = None if task is None else int(task.max_retries) + 1
             if rows:
                 lines.append("Failed Blocks:")
-            for spatial_id, roi, attempts, failed, message in rows[:MAX_LISTED_FAILURES]:
-                if failed and allowed is not None and attempts <= allowed:
-                    what = f"failed {attempts} of {allowed} attempts"
+            for b in rows[:MAX_LISTED_FAILURES]:
+                if b.failed and allowed is not None and b.attempts <= allowed:
+                    what = f"failed {b.attempts} of {allowed} attempts"
                 else:
-                    plural = "s" if attempts != 1 else ""
-                    what = f"failed {attempts} attempt{plural}" + ("" if failed else ", retried")
-                lines.append(f"  block {spatial_id} {roi}: {what}: {message}")
+                    plural = "s" if b.attempts != 1 else ""
+                    retried = "" if b.failed else ", retried"
+                    what = f"failed {b.attempts} attempt{plural}{retried}"
+                lines.append(f"  block {b.spatial_id} {b.write_roi}: {what}: {b.message}")
             if len(rows) > MAX_LISTED_FAILURES:
                 lines.append(f"  ... and {len(rows) - MAX_LISTED_FAILURES} more blocks")
             if (rows or state.failed_count) and self.failures_unnoted:
@@ -606,20 +696,19 @@ class Server(ServerObservee):
                     f"{state.orphaned_by_upstream_count} orphaned: a block of an upstream task "
                     "failed, and they read its output"
                 )
-            if first is not None and first[0] == tid:
-                _, spatial_id, worker_id, reason = first
-                where = "" if worker_id is None else f", worker {worker_id}"
-                lines.append(f"First failure (block {spatial_id}{where}):")
-                lines += [f"  {line}" for line in reason.rstrip().splitlines()]
-            unfinished = (
-                any(failed for *_, failed, _ in rows) or state.failed_count or state.orphaned_count
-            )
+            if first is not None and first.task_id == tid:
+                where = "" if first.worker_id is None else f", worker {first.worker_id}"
+                lines.append(f"First failure (block {first.spatial_id}{where}):")
+                lines += [f"  {line}" for line in first.reason.rstrip().splitlines()]
+            unfinished = any(b.failed for b in rows) or state.failed_count or state.orphaned_count
             if unfinished:
                 # (every attempt that failed and was retried succeeded: nothing to rerun)
                 lines.append(
                     "Next: rerun to retry the failed blocks (" + self._rerun_note(task) + ")"
                 )
-            workers = sorted({w for t, _, w, _ in self.failures if t == tid and w is not None})
+            workers = sorted(
+                {f.worker_id for f in self.failures if f.task_id == tid and f.worker_id is not None}
+            )
             if log_dir is not None and workers:
                 logs = [str(Path(log_dir) / tid / f"worker_{w}.err") for w in workers]
                 shown = ", ".join(logs[:MAX_LISTED_FAILURES])

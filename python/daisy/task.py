@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import numbers
 import os
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -27,23 +26,30 @@ from daisy._daisy import (
     TrackingStore,
     adopt_tracking,
     validated_roi,
-    validated_task_id,
 )
-from daisy._worker import _count_required_args
 from daisy.convenience import run_blockwise
 from daisy.pipeline import Composable
 from daisy.run_report import BlockRecord, TaskReport, read_last_run, runs_file_for
+from daisy.task_arguments import (
+    parse_check_function,
+    parse_count,
+    parse_fit,
+    parse_flag,
+    parse_gpu_tracking,
+    parse_init_callback,
+    parse_process_function,
+    parse_requires,
+    parse_seconds,
+    parse_spawner,
+    parse_task_id,
+    parse_tracking_path,
+    parse_upstream,
+    parse_workers,
+)
 from daisy.task_outputs import parse_outputs
 from daisy.tracking_store import resolve_tracking_path
 
 logger = logging.getLogger(__name__)
-
-
-def _check_int(value: Any, name: str) -> None:
-    """A TypeError naming ``name`` unless ``value`` is an integer; its
-    range is the core's to check."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
 
 
 class Task(Composable):
@@ -170,202 +176,40 @@ class Task(Composable):
         idle_timeout: float | None = None,
         outputs: Any = None,
     ) -> None:
-        if isinstance(task_id, numbers.Integral) and not isinstance(task_id, bool):
-            task_id = str(task_id)  # daisy 1.x accepted int ids
-        if not isinstance(task_id, str) or not task_id:
-            raise TypeError(
-                f"task_id: expected a non-empty string naming the task, got {task_id!r}"
-            )
-        self.task_id = validated_task_id(task_id)
+        self.task_id = parse_task_id(task_id)
         self.outputs = parse_outputs(outputs)
         self.total_roi = validated_roi(total_roi, "total_roi")
         self.orig_total_roi = self.total_roi
         self.read_roi = validated_roi(read_roi, "read_roi")
         self.write_roi = validated_roi(write_roi, "write_roi")
-
-        if process_function is not None and not callable(process_function):
-            raise TypeError(
-                f"process_function: expected a callable taking a block (or nothing, for a "
-                f"worker function), got {type(process_function).__name__}"
-            )
-        self.process_function = process_function
-        self.spawn_worker_function: Callable[[], Any] | None = None
-        if process_function is not None:
-            n_args = _count_required_args(process_function)
-            if n_args is not None and n_args > 1:
-                raise TypeError(
-                    f"process_function: {process_function!r} requires {n_args} arguments; "
-                    "give a function of one argument (the block) or of none (a worker function)"
-                )
-            if n_args == 0:
-                self.spawn_worker_function = process_function
-
+        self.process_function, self.spawn_worker_function = parse_process_function(process_function)
         self.check_function = check_function
-        if check_function is None:
-            pre, post = None, None
-        elif isinstance(check_function, tuple):
-            if len(check_function) != 2 or not all(callable(f) for f in check_function):
-                raise TypeError(
-                    "check_function: a tuple must hold two callables, (pre_check, post_check)"
-                )
-            pre, post = check_function
-        elif callable(check_function):
-            pre, post = check_function, None
-        else:
-            raise TypeError(
-                f"check_function: expected a callable returning True for done blocks, "
-                f"got {type(check_function).__name__}"
-            )
-        self._pre_check = pre
-        self._post_check = post
-
-        if init_callback_fn is not None and not callable(init_callback_fn):
-            raise TypeError("init_callback_fn: expected a callable taking the context")
-        self.init_callback_fn = init_callback_fn
-
-        if not isinstance(read_write_conflict, bool):
-            raise TypeError(
-                f"read_write_conflict: expected True or False, got {read_write_conflict!r}"
-            )
-        self.read_write_conflict = read_write_conflict
-
-        if num_workers is not None:
-            # daisy 2.0.0's warning, word for word
-            warnings.warn(
-                "Task(num_workers=N) is the daisy 1.x kwarg; daisy v2 uses max_workers=N. This "
-                "compat alias keeps your code working but for the v2-native API use "
-                "`import daisy.v2 as daisy`.",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        if num_workers is not None and max_workers is not None and num_workers != max_workers:
-            raise ValueError(
-                f"max_workers={max_workers} and num_workers={num_workers} disagree; "
-                "num_workers is the daisy 1.x name of max_workers: pass only one"
-            )
-        workers = max_workers if max_workers is not None else num_workers
-        workers_name = "max_workers" if max_workers is not None else "num_workers"
-        if workers is not None:
-            _check_int(workers, workers_name)
-        _check_int(max_retries, "max_retries")
-        _check_int(max_worker_restarts, "max_worker_restarts")
-        if requires is None:
-            requires = {}
-        if not isinstance(requires, dict):
-            raise TypeError(
-                f'requires: expected a dict of resource amounts such as {{"gpu": 1}}, '
-                f"got {type(requires).__name__}"
-            )
-        for k, v in requires.items():
-            if not isinstance(k, str):
-                raise TypeError(f"requires: resource names must be strings, got {k!r}")
-            _check_int(v, f"requires[{k!r}]")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
-        ):
-            raise TypeError(f"timeout: expected seconds as a number, got {timeout!r}")
-        if idle_timeout is not None and (
-            isinstance(idle_timeout, bool) or not isinstance(idle_timeout, numbers.Real)
-        ):
-            raise TypeError(
-                f"idle_timeout: expected seconds as a number, or None, got {idle_timeout!r}"
-            )
-        if not isinstance(resource_tracking, bool):
-            raise TypeError(f"resource_tracking: expected True or False, got {resource_tracking!r}")
-        if gpu_tracking is not None and not isinstance(gpu_tracking, bool):
-            raise TypeError(
-                f"gpu_tracking: expected True, False or None (on when requires names a gpu), "
-                f"got {gpu_tracking!r}"
-            )
-        # the values' rules are the core's (daisy._daisy.TaskOptions)
-        self.max_workers = 1 if workers is None else int(workers)
-        self.max_retries = int(max_retries)
-        self.max_worker_restarts = int(max_worker_restarts)
-        self.required_resources = {k: int(v) for k, v in requires.items()}
-        self.timeout = timeout
-        self.idle_timeout = idle_timeout
-        self.resource_tracking = resource_tracking
-        self._gpu_tracking = gpu_tracking
-        self._options(workers_name)
-
-        if not isinstance(fit, str):
-            raise TypeError(f"fit: expected the name of a fit, got {type(fit).__name__}")
-        self.fit = fit  # its value is the core's to check, with the spec
-
-        if upstream_tasks:  # (2.0.0 warns for a non-empty list only)
-            warnings.warn(
-                "Task(upstream_tasks=[...]) is the daisy 1.x way to declare block-level "
-                "dependencies. daisy v2 expresses this via `Pipeline` composition: "
-                "`upstream_task + downstream_task`. This compat alias keeps your code working "
-                "— `run_blockwise` will build a Pipeline from the upstream list automatically.",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        if upstream_tasks is None:
-            upstream: list[Task] = []
-        elif isinstance(upstream_tasks, Task):
-            upstream = [upstream_tasks]
-        elif isinstance(upstream_tasks, str | bytes) or not isinstance(upstream_tasks, Iterable):
-            raise TypeError(
-                f"upstream_tasks: expected a list of daisy.Task objects, "
-                f"got {type(upstream_tasks).__name__}"
-            )
-        else:
-            upstream = list(upstream_tasks)
-        for u in upstream:
-            if not isinstance(u, Task):
-                raise TypeError(
-                    f"upstream_tasks: expected daisy.Task objects, got {type(u).__name__}"
-                )
-        self.upstream_tasks = upstream
-
+        self._pre_check, self._post_check = parse_check_function(check_function)
+        self.init_callback_fn = parse_init_callback(init_callback_fn)
+        self.read_write_conflict = parse_flag(read_write_conflict, "read_write_conflict")
+        self.max_workers, workers_name = parse_workers(num_workers, max_workers)
+        self.max_retries = parse_count(max_retries, "max_retries")
+        self.max_worker_restarts = parse_count(max_worker_restarts, "max_worker_restarts")
+        self.required_resources = parse_requires(requires)
+        self.timeout = parse_seconds(timeout, "timeout")
+        self.idle_timeout = parse_seconds(idle_timeout, "idle_timeout")
+        self.resource_tracking = parse_flag(resource_tracking, "resource_tracking")
+        self._gpu_tracking = parse_gpu_tracking(gpu_tracking)
+        self._options(workers_name)  # the values' rules are the core's
+        self.fit = parse_fit(fit)  # its value is the core's to check, with the spec
+        self.upstream_tasks = parse_upstream(upstream_tasks, Task)
         _ = self._spec  # validate the geometry now, not when the task first runs
-
-        if done_marker_path is not None:
-            warnings.warn(
-                "done_marker_path is deprecated; use tracking_path",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            if tracking_path is not None and tracking_path != done_marker_path:
-                raise ValueError(
-                    "tracking_path and done_marker_path disagree; done_marker_path is the old "
-                    "name of tracking_path: pass only one"
-                )
-            tracking_path = done_marker_path
-        if tracking_path is True:
-            raise TypeError(
-                "tracking_path: expected a directory, None (use the tracking basedir) or False "
-                "(no store), got True"
-            )
-        if not (
-            tracking_path is None
-            or tracking_path is False
-            or isinstance(tracking_path, str | os.PathLike)
-        ):
-            raise TypeError(
-                f"tracking_path: expected a directory path, None or False, "
-                f"got {type(tracking_path).__name__}"
-            )
+        tracking_path = parse_tracking_path(tracking_path, done_marker_path)
         self._tracking_path = tracking_path
         self._skip_mask = self._check_skip_mask(skip_mask)
         self.skip_mask = skip_mask
-        from daisy.spawners import LocalSpawner, Spawner
-
-        if spawner is None:
-            spawner = LocalSpawner()
-        if not isinstance(spawner, Spawner):
-            raise TypeError(
-                "spawner: expected daisy.LocalSpawner(), daisy.SlurmSpawner(...) or "
-                f"daisy.DaskSpawner(...), got {type(spawner).__name__}"
-            )
-        self.spawner = spawner
-        if not isinstance(warm_start, bool):
-            raise TypeError(
-                f"warm_start: expected True (fork local workers from a warm launcher) or False "
-                f"(a fresh interpreter per worker), got {warm_start!r}"
-            )
-        self.warm_start = warm_start
+        self.spawner = parse_spawner(spawner)
+        self.warm_start = parse_flag(
+            warm_start,
+            "warm_start",
+            "True (fork local workers from a warm launcher) or False (a fresh interpreter per "
+            "worker)",
+        )
         self._last_report: TaskReport | None = None
         if self.num_blocks == 0:
             logger.warning("daisy: task %r has no blocks: %s", task_id, self._why_no_blocks())
@@ -577,7 +421,7 @@ class Task(Composable):
 
     @num_workers.setter
     def num_workers(self, value: int) -> None:
-        _check_int(value, "num_workers")
+        parse_count(value, "num_workers")
         previous, self.max_workers = self.max_workers, int(value)
         try:
             self._options("num_workers")

@@ -18,11 +18,11 @@ two releases disagree; this namespace is 2.0.0's.
 """
 
 import warnings
-from collections.abc import Iterable as _Iterable
 from typing import Any as _Any
 
 from daisy import serial_server as _serial_server
 from daisy import task as _task
+from daisy import task_arguments as _arguments
 from daisy import v2 as _v2
 from daisy.v2 import (
     Block,
@@ -72,25 +72,6 @@ __all__ = [
 ]
 
 
-def _upstream_list(upstream_tasks: _Any) -> list[_task.Task]:
-    """``upstream_tasks`` as a list of tasks (a single task is taken
-    too), or a TypeError."""
-    if upstream_tasks is None:
-        return []
-    if isinstance(upstream_tasks, _task.Task):
-        return [upstream_tasks]
-    if isinstance(upstream_tasks, str | bytes) or not isinstance(upstream_tasks, _Iterable):
-        raise TypeError(
-            f"upstream_tasks: expected a list of daisy.Task objects, "
-            f"got {type(upstream_tasks).__name__}"
-        )
-    upstream = list(upstream_tasks)
-    for u in upstream:
-        if not isinstance(u, _task.Task):
-            raise TypeError(f"upstream_tasks: expected daisy.Task objects, got {type(u).__name__}")
-    return upstream
-
-
 class Task(_v2.Task):
     """`daisy.v2.Task` that also takes daisy 1.x's keywords:
     ``num_workers=N`` (for ``max_workers=N``), ``upstream_tasks=[...]``
@@ -110,31 +91,9 @@ class Task(_v2.Task):
         upstream_tasks: _Any = None,
         **kwargs: _Any,
     ) -> None:
-        if num_workers is not None and max_workers is not None:
-            raise TypeError("pass either max_workers (v2) or num_workers (v1.x), not both")
-        if num_workers is not None:
-            warnings.warn(
-                "Task(num_workers=N) is the daisy 1.x kwarg; daisy v2 uses max_workers=N. This "
-                "compat alias keeps your code working but for the v2-native API use "
-                "`import daisy.v2 as daisy`.",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            max_workers = num_workers
-        if upstream_tasks is not None and not (
-            isinstance(upstream_tasks, list | tuple) and not upstream_tasks
-        ):
-            warnings.warn(
-                "Task(upstream_tasks=[...]) is the daisy 1.x way to declare block-level "
-                "dependencies. daisy v2 expresses this via `Pipeline` composition: "
-                "`upstream_task + downstream_task`. This compat alias keeps your code working "
-                "— `run_blockwise` will build a Pipeline from the upstream list automatically.",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        upstream = _upstream_list(upstream_tasks)
-        if max_workers is not None:
-            kwargs["max_workers"] = max_workers
+        if num_workers is not None or max_workers is not None:
+            kwargs["max_workers"], _ = _arguments.parse_workers(num_workers, max_workers)
+        upstream = _arguments.parse_upstream(upstream_tasks, _task.Task)
         init_callback_fn = kwargs.pop("init_callback_fn", None)
         _v2._init_task(
             self, args, kwargs, strict=False, stacklevel=3, init_callback_fn=init_callback_fn

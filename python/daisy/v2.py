@@ -16,7 +16,6 @@ it differs from the top level (which keeps daisy 1.2.2's):
 - `run_blockwise` and ``Server.run_blockwise`` take 2.0.0's parameters in
   2.0.0's order (``pipeline, multiprocessing, resources, progress,
   block_tracking, return_states, host, summary``).
-- ``set_done_marker_basedir`` warns in 2.0.0's words.
 
 Everything else is the top level's own object. These are thin wrappers:
 the work is done by the classes of the package (and its Rust core).
@@ -54,6 +53,7 @@ from daisy.task_state import TaskState
 from daisy.tracking_store import (
     get_done_marker_basedir,
     get_tracking_basedir,
+    set_done_marker_basedir,
     set_tracking_basedir,
 )
 
@@ -388,17 +388,3 @@ class Server(_server.Server):
         if summary:
             _print_summary(states, self.failure_notes(), self.last_report)
         return states
-
-
-# -------------------------------------------------------------- basedirs
-
-
-def set_done_marker_basedir(path: str | _os.PathLike[str] | None) -> None:
-    """Deprecated name of `set_tracking_basedir`."""
-    _warnings.warn(
-        "set_done_marker_basedir() is deprecated; use set_tracking_basedir(). The directory "
-        "now holds failure counts and resource measurements alongside the done markers.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    set_tracking_basedir(path)

@@ -25,9 +25,8 @@
 //! check finds every block done gets no worker: before a task's first
 //! worker starts, its blocks are checked until one needs work.
 
-use super::hooks::BlockCheck;
 use super::policy;
-use crate::block::{BlockKey, TaskIndex};
+use crate::block::{Block, BlockKey, TaskIndex};
 use crate::error::DaisyError;
 use crate::scheduler::Scheduler;
 use std::sync::Arc;
@@ -46,6 +45,26 @@ pub const CHECK_AHEAD: usize = 32;
 /// what a worker notices, far above what a trivial check takes (a few
 /// microseconds), so a batch of quick checks is one message.
 pub const SEND_AFTER: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The user's check of a ready block (its task's `check_function`):
+/// whether it is already done and can be skipped. User code that may take
+/// long (it looks at an output on a shared filesystem), so the server asks
+/// it on the blocking pool, never on its own thread, and asks one block of
+/// a task at a time (a check need not be thread-safe). What an error does
+/// is [`super::policy::after_check_error`]'s to say.
+pub trait BlockCheck: Send + Sync {
+    /// Whether task `task` has a check at all.
+    fn checks(&self, task: TaskIndex) -> bool;
+    /// Whether `block` is done already.
+    fn already_done(&self, block: &Block) -> Result<bool, DaisyError>;
+    /// Run `batch`, which asks [`Self::already_done`] of several blocks in
+    /// turn, with whatever the checks need held throughout (in daisy: the
+    /// interpreter, attached once for the batch; attaching a thread Python
+    /// does not know costs microseconds each time).
+    fn batch(&self, batch: &mut dyn FnMut()) {
+        batch();
+    }
+}
 
 /// A check's answer, on its way back to the main loop.
 #[derive(Debug)]

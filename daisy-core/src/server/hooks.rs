@@ -1,11 +1,12 @@
 //! [`RunHooks`] and [`BlockCheck`]: the only calls from the server back
 //! into the program that embeds it (in daisy, Python): a periodic tick and
 //! the moment the server listens, on the server's thread, and a ready
-//! block's pre-check, on a thread of its own (see [`super::checks`]). Few
+//! block's pre-check ([`BlockCheck`], defined with the stage that asks it),
+//! on a thread of its own (see [`super::checks`]). Few
 //! and explicit, because each one may take the GIL.
 
+use super::checks::BlockCheck;
 use super::state::RunSnapshot;
-use crate::block::{Block, TaskIndex};
 use crate::error::DaisyError;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,26 +27,6 @@ pub trait RunHooks {
     /// Called once the server listens, before any worker starts.
     fn on_listening(&mut self, _addr: SocketAddr) -> Result<(), DaisyError> {
         Ok(())
-    }
-}
-
-/// The user's check of a ready block (its task's `check_function`):
-/// whether it is already done and can be skipped. User code that may take
-/// long (it looks at an output on a shared filesystem), so the server asks
-/// it on the blocking pool, never on its own thread, and asks one block of
-/// a task at a time (a check need not be thread-safe). What an error does
-/// is [`super::policy::after_check_error`]'s to say.
-pub trait BlockCheck: Send + Sync {
-    /// Whether task `task` has a check at all.
-    fn checks(&self, task: TaskIndex) -> bool;
-    /// Whether `block` is done already.
-    fn already_done(&self, block: &Block) -> Result<bool, DaisyError>;
-    /// Run `batch`, which asks [`Self::already_done`] of several blocks in
-    /// turn, with whatever the checks need held throughout (in daisy: the
-    /// interpreter, attached once for the batch; attaching a thread Python
-    /// does not know costs microseconds each time).
-    fn batch(&self, batch: &mut dyn FnMut()) {
-        batch();
     }
 }
 

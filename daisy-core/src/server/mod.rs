@@ -61,9 +61,10 @@ pub mod policy;
 pub mod state;
 pub mod supervision;
 
+pub use self::checks::BlockCheck;
 pub use self::config::{LogMode, ServerConfig, TaskRuntime, WorkerCommand};
 pub use self::connection::{HELLO_TIMEOUT, MAX_PENDING_HELLOS};
-pub use self::hooks::{BlockCheck, RunHooks};
+pub use self::hooks::RunHooks;
 pub use self::live::{BarOutcome, BlockBar, LiveDetail, RecentFailure, TaskPace, WorkerNow};
 pub use self::state::RunSnapshot;
 pub use crate::run_report::{FailureNote, RunOutcome};
