@@ -150,6 +150,65 @@ impl std::fmt::Display for Door {
     }
 }
 
+/// The doors' bookkeeping: connections accepted, those still to say
+/// hello (per door: a flood through the TCP port never keeps out workers
+/// coming through the local socket), those admitted and still open, and
+/// the clients that came without a worker id. Owned here; the run's state
+/// holds it.
+#[derive(Debug, Default)]
+pub struct Admission {
+    next_conn: u64,
+    pending_hellos: [usize; 2],
+    door_was_full: [bool; 2],
+    open_connections: usize,
+    unmanaged_clients: u32,
+}
+
+impl Admission {
+    /// Admitted connections whose handler still runs (the run's end waits
+    /// for them to hear "no more blocks").
+    pub fn open_connections(&self) -> usize {
+        self.open_connections
+    }
+
+    /// Clients that connected without a worker id, in all.
+    pub fn unmanaged_clients(&self) -> u32 {
+        self.unmanaged_clients
+    }
+
+    fn new_conn_id(&mut self) -> u64 {
+        self.next_conn += 1;
+        self.next_conn
+    }
+
+    /// One more stranger through `door` to wait for, unless the door is
+    /// full (then false, and the first time it says so).
+    fn expect_hello(&mut self, door: Door) -> bool {
+        let waiting = &mut self.pending_hellos[door as usize];
+        if *waiting < MAX_PENDING_HELLOS {
+            *waiting += 1;
+            return true;
+        }
+        if !self.door_was_full[door as usize] {
+            self.door_was_full[door as usize] = true;
+            tracing::warn!(
+                "{MAX_PENDING_HELLOS} connections through {door} are waiting to say hello; \
+                 more are told the server is busy (a port scan, or clients stuck on the \
+                 network?). Workers that come through {} are not affected",
+                match door {
+                    Door::Tcp => Door::Local,
+                    Door::Local => Door::Tcp,
+                }
+            );
+        }
+        false
+    }
+
+    fn hello_heard(&mut self, door: Door) {
+        self.pending_hellos[door as usize] -= 1;
+    }
+}
+
 /// Hands every connection `listener` accepts to [`handle_connection`] under a
 /// fresh connection id, until the returned task is aborted.
 pub fn spawn_accept_loop(shared: &Shared, listener: Listener) -> tokio::task::JoinHandle<()> {
@@ -159,11 +218,7 @@ pub fn spawn_accept_loop(shared: &Shared, listener: Listener) -> tokio::task::Jo
             match listener.accept().await {
                 Ok(None) => {}
                 Ok(Some((stream, door, here))) => {
-                    let id = {
-                        let mut st = shared.state_mut();
-                        st.next_conn += 1;
-                        st.next_conn
-                    };
+                    let id = shared.state_mut().admission.new_conn_id();
                     tokio::task::spawn_local(handle_connection(
                         shared.clone(),
                         stream,
@@ -201,11 +256,11 @@ fn admit(
         .map_err(|e| Some(e.to_string()))?;
     match worker_id {
         None => {
-            st.unmanaged_clients += 1;
+            st.admission.unmanaged_clients += 1;
             st.tasks[task as usize].unmanaged_clients += 1;
         }
         Some(id) => match st.workers.get(&id) {
-            Some(w) if w.flags.task == task && w.flags.alive => {}
+            Some(w) if w.flags().task == task && w.flags().alive => {}
             _ => {
                 tracing::warn!("refused a connection claiming unknown worker {id}");
                 return Err(None);
@@ -226,26 +281,7 @@ async fn handle_connection(
     // a stranger gets a tiny frame allowance, and only so many at once
     conn.codec_mut()
         .set_max_frame_length(protocol::MAX_HELLO_BYTES);
-    let full = {
-        let mut st = shared.state_mut();
-        let waiting = &mut st.pending_hellos[door as usize];
-        let full = *waiting >= MAX_PENDING_HELLOS;
-        if !full {
-            *waiting += 1;
-        } else if !st.door_was_full[door as usize] {
-            st.door_was_full[door as usize] = true;
-            tracing::warn!(
-                "{MAX_PENDING_HELLOS} connections through {door} are waiting to say hello; \
-                 more are told the server is busy (a port scan, or clients stuck on the \
-                 network?). Workers that come through {} are not affected",
-                match door {
-                    Door::Tcp => Door::Local,
-                    Door::Local => Door::Tcp,
-                }
-            );
-        }
-        full
-    };
+    let full = !shared.state_mut().admission.expect_hello(door);
     if full {
         tracing::debug!("deferred a connection through {door}");
         // read the hello (so closing sends no reset that could swallow the
@@ -261,7 +297,7 @@ async fn handle_connection(
         return;
     }
     let hello = tokio::time::timeout(HELLO_TIMEOUT, recv(&mut conn)).await;
-    shared.state_mut().pending_hellos[door as usize] -= 1;
+    shared.state_mut().admission.hello_heard(door);
     conn.codec_mut()
         .set_max_frame_length(protocol::MAX_FRAME_BYTES);
     let (token, task_id, worker_id) = match hello {
@@ -311,7 +347,7 @@ async fn handle_connection(
         conn_id,
         worker_id,
     };
-    shared.state_mut().open_connections += 1;
+    shared.state_mut().admission.open_connections += 1;
     // a worker the server did not start ends its own late attempts
     // (`block_deadline`), unless it is a thread of the driver itself, which
     // nothing may end: its late attempts are refused as before
@@ -327,7 +363,7 @@ async fn handle_connection(
     if !send(&mut conn, &welcome).await {
         return;
     }
-    let activity = shared.state().activity.clone();
+    let activity = shared.state().activity();
     loop {
         // a managed worker's connection ends with its process
         let msg = match &hang_up {
@@ -400,7 +436,8 @@ impl Drop for ReclaimOnDrop {
         let Some(mut st) = self.shared.try_state_mut() else {
             return;
         };
-        st.open_connections = st.open_connections.saturating_sub(1);
+        let open = &mut st.admission.open_connections;
+        *open = open.saturating_sub(1);
         if let Some(w) = worker_id.and_then(|id| st.workers.get(&id)) {
             w.on_connection_end();
         }
@@ -411,8 +448,7 @@ impl Drop for ReclaimOnDrop {
         );
         st.wake_main();
         if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
-            w.flags.busy = false;
-            w.flags.waiting = false;
+            w.disconnected();
         }
         drop(st);
         self.shared.notify_changed();
@@ -466,7 +502,7 @@ async fn acquire(
             let st = &mut *guard;
             let retire = worker_id
                 .and_then(|id| st.workers.get(&id))
-                .is_some_and(|w| w.flags.retire);
+                .is_some_and(|w| w.flags().retire);
             if st.stopping || retire || st.scheduler.is_task_finished(task) {
                 dismiss(st, worker_id, WorkerExit::Clean);
                 return ServerMessage::NoMoreBlocks;
@@ -492,7 +528,7 @@ async fn acquire(
                 return ServerMessage::NoMoreBlocks;
             }
             if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
-                w.flags.waiting = true;
+                w.waits();
             }
         }
         match idle_deadline {
@@ -508,8 +544,7 @@ async fn acquire(
 /// and its final wait ends now.
 fn dismiss(st: &mut State, worker_id: Option<u32>, exit: WorkerExit) {
     if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
-        w.flags.waiting = false;
-        w.flags.dismissed = true;
+        w.dismissed();
         w.expected_exit.get_or_insert(exit);
     }
     if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {
@@ -588,7 +623,7 @@ fn release(
     }
     let result = match verdict {
         Returned::Done => {
-            st.recent_round_trips.push((task, round_trip));
+            st.note_round_trip(task, round_trip);
             st.ledger.complete(
                 &mut st.scheduler,
                 &block,
@@ -603,12 +638,8 @@ fn release(
         }
         Returned::Unmeasured => {
             // not done: a rerun must measure it; and the run stops
-            if st.stop.is_none() {
-                st.stop = Some(DaisyError::RunBroken(policy::unmeasured_message(
-                    block.spatial_id,
-                    &st.task_id(task),
-                )));
-            }
+            let why = policy::unmeasured_message(block.spatial_id, &st.task_id(task));
+            st.stop_with(DaisyError::RunBroken(why));
             st.ledger.fail(
                 &mut st.scheduler,
                 key,
@@ -682,7 +713,7 @@ mod tests {
         let begun = tokio::time::Instant::now();
         let silent = async {
             tokio::time::sleep(HELLO_TIMEOUT / 2).await;
-            let waiting = shared.state().pending_hellos[Door::Tcp as usize];
+            let waiting = shared.state().admission.pending_hellos[Door::Tcp as usize];
             let mut buf = [0u8; 16];
             let n = theirs.read(&mut buf).await.unwrap();
             (waiting, n, tokio::time::Instant::now() - begun)
@@ -698,8 +729,8 @@ mod tests {
             "closed after {waited:?}"
         );
         let st = shared.state();
-        assert_eq!(st.pending_hellos, [0, 0], "no longer waiting");
-        assert_eq!(st.unmanaged_clients, 0);
+        assert_eq!(st.admission.pending_hellos, [0, 0], "no longer waiting");
+        assert_eq!(st.admission.unmanaged_clients, 0);
     }
 
     /// A managed worker of task "b" (waiting for "a") that says hello and
@@ -760,7 +791,7 @@ mod tests {
         {
             let st = shared.state();
             let w = &st.workers[&7];
-            assert!(w.flags.dismissed && !w.flags.waiting);
+            assert!(w.flags().dismissed && !w.flags().waiting);
             assert_eq!(
                 w.expected_exit,
                 Some(WorkerExit::Idle),
@@ -862,8 +893,8 @@ mod tests {
         );
         {
             let st = shared.state();
-            assert_eq!(st.unmanaged_clients, 1);
-            assert_eq!(st.pending_hellos, [0, 0]);
+            assert_eq!(st.admission.unmanaged_clients, 1);
+            assert_eq!(st.admission.pending_hellos, [0, 0]);
             // the block of a client that said goodbye holding it is not lost
             assert!(st.outstanding.is_empty(), "reclaimed at the disconnect");
         }
@@ -898,13 +929,13 @@ mod tests {
             }
             other => panic!("expected an error, got {other:?}"),
         }
-        assert_eq!(shared.state().unmanaged_clients, 1);
+        assert_eq!(shared.state().admission.unmanaged_clients, 1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_full_door_says_busy_and_the_other_door_still_welcomes() {
         let shared = shared_state("s3cret");
-        shared.state_mut().pending_hellos[Door::Tcp as usize] = MAX_PENDING_HELLOS;
+        shared.state_mut().admission.pending_hellos[Door::Tcp as usize] = MAX_PENDING_HELLOS;
         let (ours, theirs) = tokio::io::duplex(4096);
         let crowded = async {
             let mut conn = peer(theirs);
@@ -919,7 +950,7 @@ mod tests {
             Some(ServerMessage::Error { message }) => assert_eq!(message, protocol::BUSY),
             other => panic!("expected busy, got {other:?}"),
         }
-        assert!(shared.state().door_was_full[Door::Tcp as usize]);
+        assert!(shared.state().admission.door_was_full[Door::Tcp as usize]);
         // this machine's workers come through the local socket, not held up
         let (ours, theirs) = tokio::io::duplex(4096);
         let local = async {

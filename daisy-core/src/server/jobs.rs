@@ -114,16 +114,16 @@ fn submit(
     jc: &JobCommand,
     exit_tx: &mpsc::UnboundedSender<ExitEvent>,
 ) -> std::io::Result<u32> {
-    let job = st.next_job;
+    let job = st.next_job_number();
     let task_id = st.task_id(task);
     let host = st
         .config
         .advertise_host
         .clone()
-        .unwrap_or_else(|| st.addr.ip().to_string());
+        .unwrap_or_else(|| st.addr().ip().to_string());
     let context = supervision::WorkerContext {
         host: &host,
-        port: st.addr.port(),
+        port: st.addr().port(),
         task_id: &task_id,
         worker_id: 0,
         token: &st.config.token,
@@ -134,7 +134,7 @@ fn submit(
     .to_job_json(job);
     let mut spawned =
         supervision::spawn_job(&jc.command, &task_id, job, &context, &st.config.log_dir)?;
-    st.next_job += 1;
+    st.job_number_taken();
     let (tx, rx) = mpsc::unbounded_channel();
     let ended = CancellationToken::new();
     st.jobs.insert(
@@ -159,7 +159,7 @@ fn submit(
         },
     );
     // the handle's end is seen by the main loop (`sweep`), woken here
-    let wake = st.main_wake.clone();
+    let wake = st.main_wake();
     tokio::task::spawn_local(async move {
         let _ = spawned.child.wait().await;
         ended.cancel();
@@ -281,7 +281,7 @@ pub fn on_lost(st: &mut State, job: u32, reason: &str) {
         );
     }
     slot.cancel();
-    st.main_wake.notify_one();
+    st.main_wake().notify_one();
 }
 
 /// Job `job`'s launcher left after its last worker ended: the job is

@@ -235,9 +235,9 @@ fn go_cold(st: &mut State, task: TaskIndex, reason: &str, unserved: Vec<u32>) {
             st.task_id(task)
         );
     }
-    st.start_cold.extend(unserved);
+    st.start_cold_later(unserved);
     // start them now, not at the next tick
-    st.main_wake.notify_one();
+    st.main_wake().notify_one();
 }
 
 /// Whose launcher a session serves.

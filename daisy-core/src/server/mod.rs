@@ -210,7 +210,7 @@ async fn serve<H: RunHooks + 'static>(
     );
     let local = unix.map(|unix| connection::spawn_accept_loop(&shared, Listener::Local(unix)));
 
-    let spin = tokio::task::spawn_local(spin_while_busy(shared.state().activity.clone()));
+    let spin = tokio::task::spawn_local(spin_while_busy(shared.state().activity()));
     let result = main_loop(&shared, &mut hooks, &exit_tx, &mut inbox).await;
     spin.abort();
     accept.abort();
@@ -274,7 +274,7 @@ async fn main_loop<H: RunHooks>(
 ) -> Result<(), DaisyError> {
     let mut interval = tokio::time::interval(shared.state().config.tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let wake = shared.state().main_wake.clone();
+    let wake = shared.state().main_wake();
     loop {
         // a tick also calls the hook (progress, Ctrl-C); an exit or a wake
         // (see `State::wake_main`) is acted on at once, without it
@@ -291,7 +291,7 @@ async fn main_loop<H: RunHooks>(
                 let more = std::iter::from_fn(|| inbox.answers.try_recv().ok());
                 for checked in std::iter::once(checked).chain(more).flatten() {
                     if let Err(e) = st.checks.answered(&mut st.scheduler, checked) {
-                        st.stop.get_or_insert(e); // an interruption in a check
+                        st.stop_with(e); // an interruption in a check
                     }
                 }
                 false
@@ -310,8 +310,8 @@ async fn main_loop<H: RunHooks>(
             jobs::close_empty(&mut st);
             start_cold_queue(&mut st, exit_tx);
             // a mark the disk had no room for: stop before more are lost
-            if st.stop.is_none() {
-                st.stop = st.scheduler.tracking_failure();
+            if let Some(e) = st.scheduler.tracking_failure() {
+                st.stop_with(e);
             }
             // the hook also sees the run's last state (its final counts)
             (ticked || st.scheduler.is_done()).then(|| st.snapshot())
@@ -322,7 +322,7 @@ async fn main_loop<H: RunHooks>(
             // the hook runs without any borrow held: it may take the GIL
             hooks.tick(&snap)?;
         }
-        if let Some(stop) = shared.state_mut().stop.take() {
+        if let Some(stop) = shared.state_mut().take_stop() {
             return Err(stop);
         }
         if shared.state().scheduler.is_done() {
@@ -457,7 +457,7 @@ fn start_workers(
             t,
             ready,
             rt.max_workers,
-            st.workers.values().map(|w| &w.flags),
+            st.workers.values().map(|w| w.flags()),
             fits,
         );
         match needed {
@@ -466,7 +466,7 @@ fn start_workers(
                 if let Some(id) = policy::retiree(st.flags(), t)
                     && let Some(w) = st.workers.get_mut(&id)
                 {
-                    w.flags.retire = true;
+                    w.retire();
                 }
                 return;
             }
@@ -510,7 +510,7 @@ fn start_worker(
     if st.config.tasks[task as usize].worker.is_none() {
         return Ok(());
     }
-    let id = st.next_worker_id;
+    let id = st.next_worker_id();
     let in_job = st.config.tasks[task as usize].job.is_some();
     let warm = !in_job && st.warm_wanted(task);
     st.workers.insert(id, WorkerSlot::starting(task));
@@ -548,7 +548,7 @@ fn start_worker(
         st.timelines.remove(&id);
         return Err(e);
     }
-    st.next_worker_id += 1;
+    st.worker_id_taken();
     st.scheduler.task_state_mut(task).worker_start_count += 1;
     if !warm {
         launcher::prewarm_next(st, task);
@@ -558,9 +558,9 @@ fn start_worker(
 
 /// Start cold the workers whose warm start failed (see `launcher`).
 fn start_cold_queue(st: &mut State, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
-    for id in std::mem::take(&mut st.start_cold) {
+    for id in st.take_start_cold() {
         if let Err(e) = start_cold(st, id, exit_tx) {
-            let task = st.workers.get(&id).map(|w| w.flags.task).unwrap_or(0);
+            let task = st.workers.get(&id).map(|w| w.flags().task).unwrap_or(0);
             tracing::warn!(
                 "could not start worker {id} of task {:?} cold ({e})",
                 st.task_id(task)
@@ -577,13 +577,13 @@ fn launch<'a>(st: &'a State, task_id: &'a str, id: u32) -> supervision::Launch<'
         .config
         .advertise_host
         .clone()
-        .unwrap_or_else(|| st.addr.ip().to_string());
+        .unwrap_or_else(|| st.addr().ip().to_string());
     supervision::Launch {
         task_id,
         worker_id: id,
         context: supervision::WorkerContext {
             host: &host,
-            port: st.addr.port(),
+            port: st.addr().port(),
             task_id,
             worker_id: id,
             token: &st.config.token,
@@ -600,7 +600,7 @@ fn launch<'a>(st: &'a State, task_id: &'a str, id: u32) -> supervision::Launch<'
         .to_json(),
         log_dir: &st.config.log_dir,
         log_mode: st.config.log_mode,
-        output: &st.output,
+        output: st.output(),
     }
 }
 
@@ -612,7 +612,7 @@ fn start_cold(
     id: u32,
     exit_tx: &mpsc::UnboundedSender<ExitEvent>,
 ) -> std::io::Result<()> {
-    let Some(task) = st.workers.get(&id).map(|w| w.flags.task) else {
+    let Some(task) = st.workers.get(&id).map(|w| w.flags().task) else {
         return Ok(());
     };
     let Some(cmd) = st.config.tasks[task as usize].worker.as_ref() else {
@@ -648,12 +648,10 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
     let Some(w) = st.workers.get_mut(&id) else {
         return;
     };
-    if !w.flags.alive {
+    if !w.exited() {
         return; // its end was reported already (a job's, on two paths)
     }
-    w.flags.alive = false;
     jobs::on_worker_exit(&mut st.jobs, w, id);
-    w.flags.busy = false;
     w.hang_up.cancel();
     let status_text = exit_text(st, id, status);
     // first, so that a block it still held marks it (`lost_block`) whether
@@ -676,7 +674,7 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
     if status.is_some() {
         supervision::kill(w.pid, &[]);
     }
-    let (flags, expected) = (w.flags, w.expected_exit);
+    let (flags, expected) = (*w.flags(), w.expected_exit);
     let verdict = policy::classify_exit(
         expected,
         status.map(|s| s.success()),
@@ -758,7 +756,7 @@ async fn drain_clients(shared: &Shared) {
         let ended = shared.changes();
         tokio::pin!(ended);
         ended.as_mut().enable();
-        if shared.state().open_connections == 0
+        if shared.state().admission.open_connections() == 0
             || tokio::time::timeout_at(deadline, ended).await.is_err()
         {
             return;
@@ -778,7 +776,7 @@ async fn teardown(
         let mut guard = shared.state_mut();
         let st = &mut *guard;
         st.stopping = true;
-        st.interrupted = interrupted;
+        st.set_interrupted(interrupted);
         // no more warm starts: each launcher leaves once its workers have
         for slot in st.tasks.iter_mut().map(|t| &mut t.launcher) {
             if matches!(slot.phase, LauncherPhase::Active { .. }) {
@@ -786,14 +784,14 @@ async fn teardown(
             }
         }
         // workers whose warm start failed as the run ended never ran
-        for id in std::mem::take(&mut st.start_cold) {
+        for id in st.take_start_cold() {
             if let Some(w) = st.workers.get_mut(&id) {
                 w.expected_exit = Some(WorkerExit::Clean);
             }
             on_worker_exit(st, id, None);
         }
         let now = Instant::now();
-        for (id, w) in st.workers.iter_mut().filter(|(_, w)| w.flags.alive) {
+        for (id, w) in st.workers.iter_mut().filter(|(_, w)| w.flags().alive) {
             let connected = st.timelines.get(id).is_some_and(WorkerTimeline::connected);
             if interrupted {
                 w.expected_exit = Some(WorkerExit::Interrupted);
@@ -807,13 +805,13 @@ async fn teardown(
                 // teardown of the workers still alive counts from here
                 tl.on_dismiss(now);
             }
-            w.flags.retire = true;
+            w.retire();
         }
         // no job takes another worker; a job still queued is cancelled
         jobs::close_all(st);
     }
     shared.notify_changed();
-    let wake = shared.state().main_wake.clone();
+    let wake = shared.state().main_wake();
     let grace = if interrupted {
         INTERRUPT_GRACE
     } else {
@@ -825,7 +823,7 @@ async fn teardown(
             .state()
             .workers
             .values()
-            .filter(|w| w.flags.alive)
+            .filter(|w| w.flags().alive)
             .count()
     };
     while alive(shared) > 0 {
@@ -837,7 +835,7 @@ async fn teardown(
             () = wake.notified() => jobs::sweep(&mut shared.state_mut()),
             () = tokio::time::sleep_until(deadline) => {
                 tracing::warn!("killing {} worker(s) that did not exit", alive(shared));
-                for w in shared.state().workers.values().filter(|w| w.flags.alive) {
+                for w in shared.state().workers.values().filter(|w| w.flags().alive) {
                     w.kill();
                 }
                 // give the monitors a moment to reap them
@@ -871,7 +869,7 @@ async fn teardown(
 /// once its connection closes and its workers are gone, and the job with
 /// it), at most [`JOB_GRACE`]; then the jobs still running are cancelled.
 async fn wait_for_jobs(shared: &Shared) {
-    let wake = shared.state().main_wake.clone();
+    let wake = shared.state().main_wake();
     let deadline = tokio::time::Instant::now() + JOB_GRACE;
     while jobs::any_running(&shared.state()) {
         tokio::select! {

@@ -13,6 +13,7 @@
 
 use super::checks::CheckStage;
 use super::config::ServerConfig;
+use super::connection::Admission;
 use super::live::{
     BarOutcome, BlockBar, LiveDetail, LiveWindow, MAX_RECENT_FAILURES, RecentFailure, TaskPace,
     WorkerNow,
@@ -56,7 +57,7 @@ pub struct RunSnapshot {
 #[derive(Debug)]
 pub struct WorkerSlot {
     /// What policy knows of it.
-    pub flags: WorkerFlags,
+    flags: WorkerFlags,
     /// Its process id.
     pub pid: Option<u32>,
     /// Set when the server killed or retired it on purpose.
@@ -96,6 +97,44 @@ impl WorkerSlot {
             remote_kill: None,
             polls: false,
         }
+    }
+
+    /// What policy knows of it.
+    pub fn flags(&self) -> &WorkerFlags {
+        &self.flags
+    }
+
+    /// Ask it to leave at its next request (the budget is spent, or the
+    /// run ends).
+    pub fn retire(&mut self) {
+        self.flags.retire = true;
+    }
+
+    /// It waits for a block.
+    pub fn waits(&mut self) {
+        self.flags.waiting = true;
+    }
+
+    /// It was told there is no block for it: its exit, when it comes, is
+    /// no surprise.
+    pub fn dismissed(&mut self) {
+        self.flags.waiting = false;
+        self.flags.dismissed = true;
+    }
+
+    /// Its connection is gone: it holds and waits for nothing.
+    pub fn disconnected(&mut self) {
+        self.flags.busy = false;
+        self.flags.waiting = false;
+    }
+
+    /// Its process exited: returns false when that was known already (a
+    /// job's worker is reported on two paths).
+    pub fn exited(&mut self) -> bool {
+        let was_alive = self.flags.alive;
+        self.flags.alive = false;
+        self.flags.busy = false;
+        was_alive
     }
 
     /// The worker's connection ended. A worker that was dismissed (told
@@ -344,35 +383,26 @@ pub struct State {
     /// Which ready blocks are out for their task's check.
     pub checks: CheckStage,
     /// Where workers' output is copied (log mode "both").
-    pub output: OutputQueue,
+    output: OutputQueue,
     /// Where the server listens.
-    pub addr: SocketAddr,
+    addr: SocketAddr,
     /// Blocks out with workers.
     pub outstanding: HashMap<BlockKey, Outstanding>,
     /// Every managed worker of the run, by id.
     pub workers: BTreeMap<u32, WorkerSlot>,
     /// The id the next worker gets.
-    pub next_worker_id: u32,
+    next_worker_id: u32,
     /// What the run keeps of each task beside its scheduler state, in
     /// pipeline order.
     pub tasks: Vec<TaskSlot>,
-    /// Clients that connected without a worker id, in all.
-    pub unmanaged_clients: u32,
-    /// The id the next connection gets.
-    pub next_conn: u64,
-    /// Connections accepted that have not said hello yet, per door
-    /// (`connection::Door`: the TCP port's apart from the local socket's).
-    pub pending_hellos: [usize; 2],
-    /// Whether each door was ever full this run (said once, in a warning).
-    pub door_was_full: [bool; 2],
+    /// The connections: accepted, waiting to say hello, open, and the
+    /// clients without a worker id (`connection`'s to keep).
+    pub admission: Admission,
     /// The run is ending: no more blocks, no more workers.
     pub stopping: bool,
     /// The run was stopped from outside (Ctrl-C, SIGTERM, a hook): the
     /// blocks its killed workers held did not fail (see `reclaim`).
-    pub interrupted: bool,
-    /// Admitted connections whose handler still runs: the run's end waits
-    /// (at most `CLIENT_DRAIN`) for them to hear "no more blocks".
-    pub open_connections: usize,
+    interrupted: bool,
     /// Every managed worker's timeline, by id.
     pub timelines: BTreeMap<u32, WorkerTimeline>,
     /// The run's accounting.
@@ -380,25 +410,25 @@ pub struct State {
     /// Why the run must stop at the next tick: a broken rule
     /// ([`DaisyError::RunBroken`]) or a hook that asked
     /// ([`DaisyError::Stopped`]). The first reason wins.
-    pub stop: Option<DaisyError>,
+    stop: Option<DaisyError>,
     /// Completed round trips since the last tick (drained by `snapshot`).
-    pub recent_round_trips: Vec<(TaskIndex, f64)>,
+    recent_round_trips: Vec<(TaskIndex, f64)>,
     /// The jobs of the run that host several workers each, by number
     /// (`server::jobs`).
     pub jobs: BTreeMap<u32, JobSlot>,
     /// The number the next job gets.
-    pub next_job: u32,
+    next_job: u32,
     /// Workers whose warm start failed, to be started cold by the main
     /// loop (their slots exist).
-    pub start_cold: Vec<u32>,
+    start_cold: Vec<u32>,
     /// Blocks returned since the last tick and the workers' last peak RSS
     /// (drained by `snapshot`).
     pub live: LiveWindow,
     /// Wakes the main loop before its next tick (see [`State::wake_main`]).
-    pub main_wake: Rc<Notify>,
+    main_wake: Rc<Notify>,
     /// Notified at every message a connection receives: keeps the server
     /// awake for a moment after it (see `server::spin_while_busy`).
-    pub activity: Rc<Notify>,
+    activity: Rc<Notify>,
 }
 
 /// The run as the tasks of the server's thread share it: its [`State`] in
@@ -474,13 +504,9 @@ impl State {
             workers: BTreeMap::new(),
             next_worker_id: 0,
             tasks: (0..n).map(|_| TaskSlot::default()).collect(),
-            unmanaged_clients: 0,
-            next_conn: 0,
-            pending_hellos: [0; 2],
-            door_was_full: [false; 2],
+            admission: Admission::default(),
             stopping: false,
             interrupted: false,
-            open_connections: 0,
             timelines: BTreeMap::new(),
             ledger,
             stop: None,
@@ -492,6 +518,84 @@ impl State {
             main_wake: Rc::new(Notify::new()),
             activity: Rc::new(Notify::new()),
         }
+    }
+
+    /// Where the server listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Where workers' output is copied.
+    pub fn output(&self) -> &OutputQueue {
+        &self.output
+    }
+
+    /// The id the next worker gets; taken by [`Self::worker_id_taken`]
+    /// once its start went through (a failed start leaves it to the next).
+    pub fn next_worker_id(&self) -> u32 {
+        self.next_worker_id
+    }
+
+    /// The id [`Self::next_worker_id`] said is now a worker's.
+    pub fn worker_id_taken(&mut self) {
+        self.next_worker_id += 1;
+    }
+
+    /// The number the next job gets; taken by [`Self::job_number_taken`]
+    /// once it was submitted.
+    pub fn next_job_number(&self) -> u32 {
+        self.next_job
+    }
+
+    /// The number [`Self::next_job_number`] said is now a job's.
+    pub fn job_number_taken(&mut self) {
+        self.next_job += 1;
+    }
+
+    /// Stop the run at the next pass of the main loop, for `why`, unless
+    /// a reason to stop is known already (the first one wins).
+    pub fn stop_with(&mut self, why: DaisyError) {
+        self.stop.get_or_insert(why);
+        self.main_wake.notify_one();
+    }
+
+    /// Why the run must stop now, if it must (taken: the main loop acts
+    /// on it once).
+    pub fn take_stop(&mut self) -> Option<DaisyError> {
+        self.stop.take()
+    }
+
+    /// The run is ending because it was stopped from outside (Ctrl-C,
+    /// SIGTERM, a hook): the blocks its killed workers held did not fail.
+    pub fn set_interrupted(&mut self, interrupted: bool) {
+        self.interrupted = interrupted;
+    }
+
+    /// A block of `task` came back after `seconds` (for the live metrics
+    /// of the next tick).
+    pub fn note_round_trip(&mut self, task: TaskIndex, seconds: f64) {
+        self.recent_round_trips.push((task, seconds));
+    }
+
+    /// Start these workers (whose warm start failed) cold, from the main
+    /// loop.
+    pub fn start_cold_later(&mut self, workers: impl IntoIterator<Item = u32>) {
+        self.start_cold.extend(workers);
+    }
+
+    /// The workers to start cold now.
+    pub fn take_start_cold(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.start_cold)
+    }
+
+    /// What wakes the main loop before its next tick.
+    pub fn main_wake(&self) -> Rc<Notify> {
+        self.main_wake.clone()
+    }
+
+    /// What keeps the server awake after a message.
+    pub fn activity(&self) -> Rc<Notify> {
+        self.activity.clone()
     }
 
     /// Wake the main loop now, not at its next tick, when it has something
@@ -807,7 +911,7 @@ impl State {
                     self.tasks[t as usize].unmanaged_clients,
                 )
             },
-            self.unmanaged_clients,
+            self.admission.unmanaged_clients(),
             (0..self.scheduler.pipeline().len() as TaskIndex)
                 .map(|t| self.scheduler.task_state(t).worker_start_count as u32)
                 .collect(),
