@@ -24,6 +24,7 @@ mod py_stats;
 mod py_task_options;
 mod py_task_spec;
 mod py_task_state;
+mod py_tick;
 mod py_tracking;
 
 /// Spatial id of a grid position (daisy 1.x's Cantor numbering).
@@ -159,6 +160,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_run_result::PyRunResult>()?;
     m.add_class::<py_run_result::PyFailure>()?;
     m.add_class::<py_run_result::PyFailedBlock>()?;
+    m.add_class::<py_tick::PyTick>()?;
     m.add_function(wrap_pyfunction!(py_server::run_distributed, m)?)?;
     m.add_function(wrap_pyfunction!(py_server::check_run, m)?)?;
     m.add_function(wrap_pyfunction!(interpreter::at_interpreter_exit, m)?)?;

@@ -16,6 +16,7 @@ use crate::py_scheduler::{OutputArgs, TaskStoreOptions, declared_outputs, run_pl
 use crate::py_task_options::PyTaskOptions;
 use crate::py_task_spec::PyTaskSpec;
 use crate::py_task_state::PyTaskState;
+use crate::py_tick::PyTick;
 use daisy_core::serial::Measure;
 use daisy_core::server::config::JobCommand;
 use daisy_core::server::{
@@ -323,18 +324,14 @@ impl PyHooks {
             py,
             PyLiveDetail::new(snap.live.clone(), self.task_ids.clone()),
         )?;
-        self.on_tick
-            .call1(
-                py,
-                (
-                    states,
-                    in_caller_order(&self.caller_order, &snap.workers),
-                    in_caller_order(&self.caller_order, &snap.restarts),
-                    round_trips,
-                    live,
-                ),
-            )
-            .map(|_| ())
+        let tick = PyTick {
+            states,
+            workers: in_caller_order(&self.caller_order, &snap.workers),
+            restarts: in_caller_order(&self.caller_order, &snap.restarts),
+            round_trips,
+            live,
+        };
+        self.on_tick.call1(py, (tick,)).map(|_| ())
     }
 }
 
@@ -385,8 +382,8 @@ pub fn check_run(
 }
 
 /// Run `specs` with worker processes, one [`PyTaskConfig`] per task (in
-/// any order); `on_tick` gets its per-task lists (states, workers,
-/// restarts) in the order of `specs`. Returns the run's [`PyRunResult`],
+/// any order); `on_tick` gets a [`PyTick`] every tick, its per-task lists
+/// (states, workers, restarts) in the order of `specs`. Returns the run's [`PyRunResult`],
 /// finished or stopped (a stopped run's carries the exception that stopped
 /// it); raises only where the run could not start.
 #[pyfunction]

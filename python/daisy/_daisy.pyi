@@ -26,6 +26,7 @@ __all__ = [
     "RunResult",
     "Failure",
     "FailedBlock",
+    "Tick",
     "cantor_number",
     "reset_tracking",
     "adopt_tracking",
@@ -385,11 +386,24 @@ def run_distributed(
     specs: Sequence[TaskSpec],
     tasks: Sequence[TaskConfig],
     run: RunConfig,
-    on_tick: Callable[
-        [list[TaskState], list[int], list[int], list[tuple[str, float]], LiveDetail], Any
-    ],
+    on_tick: Callable[[Tick], Any],
     on_listening: Callable[[str, int, str], Any],
 ) -> RunResult: ...
+
+@final
+class Tick:
+    """What a distributed run shows Python at each tick of its server."""
+
+    @property
+    def states(self) -> list[TaskState]: ...
+    @property
+    def workers(self) -> list[int]: ...
+    @property
+    def restarts(self) -> list[int]: ...
+    @property
+    def round_trips(self) -> list[tuple[str, float]]: ...
+    @property
+    def live(self) -> LiveDetail: ...
 
 @final
 class Failure:

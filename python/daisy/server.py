@@ -36,11 +36,11 @@ from daisy import logging as daisy_logging
 from daisy._daisy import (
     FailedBlock,
     Failure,
-    LiveDetail,
     RunConfig,
     RunResult,
     TaskConfig,
     TaskState,
+    Tick,
     check_run,
     pipeline_order,
     run_distributed,
@@ -247,19 +247,12 @@ class _RunViews:
             print(f"daisy: dashboard at {views.dashboard.url}", file=sys.stderr, flush=True)
         return views
 
-    def update(
-        self,
-        states: list[TaskState],
-        workers: list[int],
-        restarts: list[int],
-        round_trips: list[tuple[str, float]],
-        live: LiveDetail,
-    ) -> None:
+    def update(self, tick: Tick) -> None:
         """A tick's figures."""
         if self.metrics is not None:
-            self.metrics.update(states, workers, restarts, round_trips)
+            self.metrics.update(tick.states, tick.workers, tick.restarts, tick.round_trips)
         if self.dashboard is not None:
-            self.dashboard.update(states, workers, restarts, live)
+            self.dashboard.update(tick.states, tick.workers, tick.restarts, tick.live)
 
     def finish(self, states: Any, report: Any, outcome: str) -> None:
         """The run's end, as the dashboard shows it until it closes."""
@@ -547,27 +540,22 @@ class Server(ServerObservee):
 
         return on_listening
 
-    def _on_tick(self, plan: _RunPlan) -> Callable[..., None]:
+    def _on_tick(self, plan: _RunPlan) -> Callable[[Tick], None]:
         """What the core calls every tick: the progress observers, the
         state events, the live views, and the stop event."""
 
-        def on_tick(
-            states: list[TaskState],
-            workers: list[int],
-            restarts: list[int],
-            round_trips: list[tuple[str, float]],
-            live: LiveDetail,
-        ) -> None:
-            pace = live.pace()
+        def on_tick(tick: Tick) -> None:
+            pace = tick.live.pace()
             for obs in plan.observers:
                 paced = getattr(obs, "pace", None)
-                for i, (tid, state, n) in enumerate(zip(plan.order, states, workers, strict=True)):
+                rows = zip(plan.order, tick.states, tick.workers, strict=True)
+                for i, (tid, state, n) in enumerate(rows):
                     obs.update(tid, state, n)
                     if paced is not None and i < len(pace):
                         paced(tid, pace[i][0], pace[i][1])
-            for tid, state in zip(plan.order, states, strict=True):
+            for tid, state in zip(plan.order, tick.states, strict=True):
                 plan.events.update(tid, state)
-            plan.views.update(states, workers, restarts, round_trips, live)
+            plan.views.update(tick)
             if self.stop_event is not None and self.stop_event.is_set():
                 raise _StopRequested()
 

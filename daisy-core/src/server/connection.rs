@@ -18,6 +18,7 @@
 //! dimension) or whose figures are not finite and non-negative breaks the
 //! protocol: the connection is closed and the block it held is retried.
 
+use super::admission::Door;
 use super::live::BarOutcome;
 use super::policy::{self, Returned};
 use super::state::{Shared, State};
@@ -34,14 +35,6 @@ use tokio_util::codec::Framed;
 /// worker on a loaded node, short enough that a silent peer does not hold a
 /// connection for the whole run.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Connections that have not said hello yet, at most, at once, through
-/// each door (the TCP port and the local socket count apart, so strangers
-/// on the network cannot make this machine's own workers wait): far more
-/// than workers start at once on any cluster, few enough that strangers
-/// cannot hold the driver's descriptors and memory. More are told the
-/// server is busy.
-pub const MAX_PENDING_HELLOS: usize = 256;
 
 /// How long a connection beyond `MAX_PENDING_HELLOS` is read before it is
 /// told the server is busy: a hello arrives within a round trip, and a
@@ -128,84 +121,6 @@ impl Listener {
                 (Box::new(stream), Door::Local, here)
             }
         }))
-    }
-}
-
-/// Which listener a connection came through: each has its own allowance
-/// of connections waiting to say hello ([`MAX_PENDING_HELLOS`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Door {
-    /// The TCP port: workers on other machines, and anyone on the network.
-    Tcp = 0,
-    /// The Unix-domain socket: this machine's workers of this user.
-    Local = 1,
-}
-
-impl std::fmt::Display for Door {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Door::Tcp => "the TCP port",
-            Door::Local => "the local socket",
-        })
-    }
-}
-
-/// The doors' bookkeeping: connections accepted, those still to say
-/// hello (per door: a flood through the TCP port never keeps out workers
-/// coming through the local socket), those admitted and still open, and
-/// the clients that came without a worker id. Owned here; the run's state
-/// holds it.
-#[derive(Debug, Default)]
-pub struct Admission {
-    next_conn: u64,
-    pending_hellos: [usize; 2],
-    door_was_full: [bool; 2],
-    open_connections: usize,
-    unmanaged_clients: u32,
-}
-
-impl Admission {
-    /// Admitted connections whose handler still runs (the run's end waits
-    /// for them to hear "no more blocks").
-    pub fn open_connections(&self) -> usize {
-        self.open_connections
-    }
-
-    /// Clients that connected without a worker id, in all.
-    pub fn unmanaged_clients(&self) -> u32 {
-        self.unmanaged_clients
-    }
-
-    fn new_conn_id(&mut self) -> u64 {
-        self.next_conn += 1;
-        self.next_conn
-    }
-
-    /// One more stranger through `door` to wait for, unless the door is
-    /// full (then false, and the first time it says so).
-    fn expect_hello(&mut self, door: Door) -> bool {
-        let waiting = &mut self.pending_hellos[door as usize];
-        if *waiting < MAX_PENDING_HELLOS {
-            *waiting += 1;
-            return true;
-        }
-        if !self.door_was_full[door as usize] {
-            self.door_was_full[door as usize] = true;
-            tracing::warn!(
-                "{MAX_PENDING_HELLOS} connections through {door} are waiting to say hello; \
-                 more are told the server is busy (a port scan, or clients stuck on the \
-                 network?). Workers that come through {} are not affected",
-                match door {
-                    Door::Tcp => Door::Local,
-                    Door::Local => Door::Tcp,
-                }
-            );
-        }
-        false
-    }
-
-    fn hello_heard(&mut self, door: Door) {
-        self.pending_hellos[door as usize] -= 1;
     }
 }
 
@@ -663,6 +578,7 @@ fn release(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::admission::MAX_PENDING_HELLOS;
     use crate::server::state::WorkerSlot;
     use crate::server::state::test_support::{hand_out, state};
     use tokio::io::{AsyncReadExt, DuplexStream};

@@ -49,6 +49,7 @@
 //! stops the run (Ctrl-C in the driver), every worker's process group is
 //! killed at once, and the run ends after at most [`INTERRUPT_GRACE`].
 
+pub mod admission;
 pub mod checks;
 pub mod config;
 pub mod connection;
@@ -61,9 +62,10 @@ pub mod policy;
 pub mod state;
 pub mod supervision;
 
+pub use self::admission::MAX_PENDING_HELLOS;
 pub use self::checks::BlockCheck;
 pub use self::config::{LogMode, ServerConfig, TaskRuntime, WorkerCommand};
-pub use self::connection::{HELLO_TIMEOUT, MAX_PENDING_HELLOS};
+pub use self::connection::HELLO_TIMEOUT;
 pub use self::hooks::RunHooks;
 pub use self::live::{BarOutcome, BlockBar, LiveDetail, RecentFailure, TaskPace, WorkerNow};
 pub use self::state::RunSnapshot;

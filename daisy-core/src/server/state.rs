@@ -11,9 +11,9 @@
 //! or the timeout sweep. A late report for a block that is no longer
 //! outstanding is refused.
 
+use super::admission::Admission;
 use super::checks::CheckStage;
 use super::config::ServerConfig;
-use super::connection::Admission;
 use super::live::{
     BarOutcome, BlockBar, LiveDetail, LiveWindow, MAX_RECENT_FAILURES, RecentFailure, TaskPace,
     WorkerNow,
