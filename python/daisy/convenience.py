@@ -332,10 +332,6 @@ def _write_html_report(tasks: Any, report_html: str | os.PathLike[str]) -> None:
     print(f"daisy: the HTML report is at {written.absolute()}", flush=True)
 
 
-# Pipeline.run_blockwise runs through here (pipeline.py cannot import this
-# module: this one imports it)
-Pipeline._runner = run_blockwise
-
 # names daisy 1.x exported from this module, imported on first use
 __getattr__ = _v1_names.lazy_names(
     __name__,

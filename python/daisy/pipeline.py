@@ -73,10 +73,6 @@ class Pipeline:
     bring their ``upstream_tasks`` along. ``edges``, ``sources`` and
     ``outputs`` give the tasks back, as 2.0.0 does."""
 
-    #: runs a pipeline (``daisy.run_blockwise``); set by `daisy.convenience`,
-    #: which owns running, so that this module need not import it
-    _runner: Any = None
-
     def __init__(
         self,
         tasks: Iterable[Composable] | None = None,
@@ -138,9 +134,11 @@ class Pipeline:
     def run_blockwise(self, *args: Any, **kwargs: Any) -> Any:
         """Run the pipeline: ``daisy.run_blockwise(pipeline, ...)``, with the
         same arguments and return value."""
-        if Pipeline._runner is None:
-            raise RuntimeError("Pipeline.run_blockwise: import daisy first")
-        return Pipeline._runner(self, *args, **kwargs)
+        # the package's own name, found when called: the module that runs
+        # pipelines (daisy.convenience) imports this one
+        import daisy
+
+        return daisy.run_blockwise(self, *args, **kwargs)
 
     @classmethod
     def of(cls, tasks: Any) -> Pipeline:
