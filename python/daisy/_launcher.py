@@ -71,6 +71,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from daisy import _worker
@@ -413,6 +414,22 @@ def connect_job(job_context: dict[str, Any]) -> socket.socket:
     return sock
 
 
+def _load_or_say_cold(
+    sock: socket.socket, where: str, read: Callable[[], bytes]
+) -> tuple[Any, Any] | None:
+    """The task's ``(function, post_check)`` from the payload `read`
+    gives; where it does not load, its traceback on stderr, the server
+    told to start this task's workers cold (they will say why), and None.
+    The payload's bytes are not kept."""
+    try:
+        return _worker.load_payload(read())
+    except BaseException as e:
+        traceback.print_exc()
+        failed = f"the task's function did not load in {where}: {type(e).__name__}: {e}"
+        say(sock, event="cold", reason=failed)
+        return None
+
+
 def main_job(payload_path: str) -> int:
     """A job's node launcher: connect, load the payload file (checked
     against its digest), then serve the server's requests."""
@@ -421,15 +438,14 @@ def main_job(payload_path: str) -> int:
     _worker.log_daisy_messages()
     job_context = json.loads(os.environ.pop(JOB_CONTEXT_VARIABLE))
     sock = connect_job(job_context)
-    try:
-        payload = read_payload(payload_path, str(job_context["payload_sha256"]))
-        function, post_check = _worker.load_payload(payload)
-    except BaseException as e:
-        traceback.print_exc()
-        failed = f"the task's function did not load in the job's launcher: {type(e).__name__}: {e}"
-        say(sock, event="cold", reason=failed)
+    loaded = _load_or_say_cold(
+        sock,
+        "the job's launcher",
+        lambda: read_payload(payload_path, str(job_context["payload_sha256"])),
+    )
+    if loaded is None:
         return 1
-    del payload
+    function, post_check = loaded
     reason = fork_unsafe_reason()
     try:
         os.close(os.pidfd_open(os.getpid()))
@@ -452,15 +468,10 @@ def main() -> int:
     """Load the payload from stdin, then serve fork requests."""
     _worker.log_daisy_messages()
     sock = socket.socket(fileno=int(os.environ.pop(FD_VARIABLE)))
-    payload = sys.stdin.buffer.read()
-    try:
-        function, post_check = _worker.load_payload(payload)
-    except BaseException as e:
-        traceback.print_exc()
-        failed = f"the task's function did not load in the launcher: {type(e).__name__}: {e}"
-        say(sock, event="cold", reason=failed)
+    loaded = _load_or_say_cold(sock, "the launcher", sys.stdin.buffer.read)
+    if loaded is None:
         return 0
-    del payload
+    function, post_check = loaded
     launcher = Launcher(sock, function, post_check)
     reason = fork_unsafe_reason()
     try:

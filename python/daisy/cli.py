@@ -106,6 +106,15 @@ class CliError(Exception):
     printed as one line on stderr, exit status 2."""
 
 
+def _runs_files(path: str) -> list[Path]:
+    """The run histories at `path` (a file, or a directory searched
+    below), or a CliError saying there are none."""
+    files = find_runs_files(Path(path))
+    if not files:
+        raise CliError(f"no {RUNS_FILE} at {path}")
+    return files
+
+
 #: what ``daisy report --html`` says, alone on stderr, where bokeh is missing
 NEEDS_BOKEH = 'the HTML report needs bokeh: pip install "daisy[report]"'
 
@@ -145,10 +154,7 @@ def report_command(args: argparse.Namespace) -> int:
         raise CliError(
             f"--max-workers {args.max_workers}: give the number of worker rows to show, 0 or more"
         )
-    files = find_runs_files(Path(args.path))
-    if not files:
-        print(f"daisy: no {RUNS_FILE} at {args.path}", file=sys.stderr)
-        return 2
+    files = _runs_files(args.path)
     rows, sections = [], []
     for f in files:
         runs = read_runs(f)
@@ -254,10 +260,7 @@ def compare_command(args: argparse.Namespace) -> int:
         raise CliError(
             f"--factor {args.factor}: give the growth to flag, a number above 0 (e.g. 2)"
         )
-    files = find_runs_files(Path(args.path))
-    if not files:
-        print(f"daisy: no {RUNS_FILE} at {args.path}", file=sys.stderr)
-        return 2
+    files = _runs_files(args.path)
     rows = []
     for f in files:
         rows += compare_runs(read_runs(f), args.history, args.factor)
