@@ -20,9 +20,10 @@
 //! the old store or the new one, never a mix; the fault points
 //! (`crate::fault`) between the steps let a test kill a real driver there.
 
+use super::arrays::{DONE, FAILURES, STAGING, STATS};
 use super::layout::{Layout, growth_shift, mismatch};
 use super::zarr_array::{ArrayKind, chunk_path, filled, io_err, write_array};
-use super::{DONE, FAILURES, STATS, array_grid, write_group};
+use super::{array_grid, write_group};
 use crate::block_grid::BlockGrid;
 use crate::error::DaisyError;
 use crate::fault;
@@ -30,10 +31,6 @@ use crate::geometry::{Coord, GridIndexer};
 use crate::task_spec::TaskSpec;
 use std::fs;
 use std::path::Path;
-
-/// The staging directory of a migration in progress (inside the store;
-/// no Zarr reader lists it before it is committed, and it is gone after).
-pub const STAGING: &str = ".daisy-migration";
 
 /// Every array kind a store may hold.
 fn all_kinds() -> impl Iterator<Item = ArrayKind> {

@@ -4,8 +4,13 @@
 //! owns it; DONE_MARKERS.md describes it for users.
 //!
 //! Its parts: [`zarr_array`] (one single-chunk memory-mapped array),
-//! [`layout`] (the layout hash and growth check); this module assembles
-//! them into a task's store, opens, migrates and resets it.
+//! [`arrays`] (what a store holds, by name, and the resource-tracking
+//! arrays), [`layout`] (the layout hash and growth check), [`integrity`]
+//! (whether a store is whole, and the refusals when it is not),
+//! [`migration`] (a grown volume), [`outputs`] (the declared outputs'
+//! identities), [`lock`] (one run at a time) and [`history`] (the
+//! `runs.jsonl` beside it); this module assembles them into a task's
+//! store, opens and resets it.
 //!
 //! ## Layout
 //! ```text
@@ -45,21 +50,25 @@
 //! the old ones and renames them into place before the group metadata is
 //! rewritten, so an interrupted migration leaves the old store intact.
 
+pub mod arrays;
+pub mod history;
+pub mod integrity;
 pub mod layout;
 pub mod lock;
 pub mod migration;
 pub mod outputs;
 pub mod zarr_array;
 
-/// Name of a task's run history file: one report line per run (and one
-/// record per `reset` that kept it), in its store or its log directory.
-pub const RUNS_FILE: &str = "runs.jsonl";
+pub use self::arrays::{DONE, FAILURES, RUNS_FILE, STATS, TrackingRecord};
+pub use self::history::{append_runs_line, history_file};
 
+use self::arrays::{RESET_MARKER, StatsArrays};
+use self::integrity::{open_array, read_group};
 use self::layout::{Layout, mismatch};
 use self::lock::{LOCK_FILE, StoreLock};
 use self::zarr_array::{
-    ArrayKind, ElementType, MappedArray, StoredArray, chunk_path, create_array, io_err, map_array,
-    read_array, write_array_metadata, write_atomic,
+    MappedArray, StoredArray, chunk_path, create_array, io_err, read_array, write_array_metadata,
+    write_atomic,
 };
 use crate::block::Block;
 use crate::block_grid::BlockGrid;
@@ -70,164 +79,10 @@ use crate::task_spec::TaskSpec;
 use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
-use zarrs_metadata::v3::{GroupMetadataV3, NodeMetadataV3};
-
-/// `done`: 1 once the block completed.
-pub const DONE: ArrayKind = ArrayKind {
-    name: "done",
-    dtype: ElementType::U8,
-    fill: [0; 8],
-};
-
-/// `failures`: failed attempts of the block.
-pub const FAILURES: ArrayKind = ArrayKind {
-    name: "failures",
-    dtype: ElementType::U32,
-    fill: [0; 8],
-};
-
-const NAN32: [u8; 8] = {
-    let b = f32::NAN.to_le_bytes();
-    [b[0], b[1], b[2], b[3], 0, 0, 0, 0]
-};
-const NAN64: [u8; 8] = f64::NAN.to_le_bytes();
-
-const fn stat(name: &'static str, dtype: ElementType, fill: [u8; 8]) -> ArrayKind {
-    ArrayKind { name, dtype, fill }
-}
-
-/// The arrays added by resource tracking, in the order of
-/// [`StatsArrays::open`]. Cells of blocks that never executed hold the fill
-/// value (NaN for measurements and times, 2^32-1 for "no worker").
-pub const STATS: [ArrayKind; 10] = [
-    stat("wall_seconds", ElementType::F32, NAN32),
-    stat("cpu_seconds", ElementType::F32, NAN32),
-    stat("peak_rss_bytes", ElementType::U64, [0; 8]),
-    stat("io_read_bytes", ElementType::U64, [0; 8]),
-    stat("io_write_bytes", ElementType::U64, [0; 8]),
-    stat("gpu_util_pct", ElementType::F32, NAN32),
-    stat("gpu_mem_bytes", ElementType::U64, [0; 8]),
-    stat(
-        "worker_id",
-        ElementType::U32,
-        [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0],
-    ),
-    stat("sent_at", ElementType::F64, NAN64),
-    stat("returned_at", ElementType::F64, NAN64),
-];
-
-/// What the store holds for one block.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TrackingRecord {
-    /// Marked done.
-    pub done: bool,
-    /// Failed attempts.
-    pub failures: u32,
-    /// Its measurement, if it executed with resource tracking.
-    pub stats: Option<BlockStats>,
-    /// The worker that completed it (None: unmanaged client or serial).
-    pub worker_id: Option<u32>,
-    /// Dispatch time, seconds since the UNIX epoch.
-    pub sent_at: Option<f64>,
-    /// Return time, seconds since the UNIX epoch.
-    pub returned_at: Option<f64>,
-}
+use zarrs_metadata::v3::GroupMetadataV3;
 
 /// Why a store of another layout, or a directory no daisy made, is refused.
 const FOREIGN: &str = "it was written for a different block layout (or by another program)";
-
-/// "No worker" in the `worker_id` array (serial runs, unmanaged clients).
-const NO_WORKER: u32 = u32::MAX;
-
-/// The resource-tracking arrays, one named field per figure.
-struct StatsArrays {
-    wall_seconds: MappedArray,
-    cpu_seconds: MappedArray,
-    peak_rss_bytes: MappedArray,
-    io_read_bytes: MappedArray,
-    io_write_bytes: MappedArray,
-    gpu_util_pct: MappedArray,
-    gpu_mem_bytes: MappedArray,
-    worker_id: MappedArray,
-    sent_at: MappedArray,
-    returned_at: MappedArray,
-}
-
-impl StatsArrays {
-    /// Open (creating where missing) the [`STATS`] arrays of a store.
-    fn open(store: &Path, shape: &Coord) -> Result<Self, DaisyError> {
-        let [w, c, rss, ior, iow, gu, gm, wid, sent, ret] =
-            STATS.map(|k| map_array(store, k, shape));
-        Ok(Self {
-            wall_seconds: w?,
-            cpu_seconds: c?,
-            peak_rss_bytes: rss?,
-            io_read_bytes: ior?,
-            io_write_bytes: iow?,
-            gpu_util_pct: gu?,
-            gpu_mem_bytes: gm?,
-            worker_id: wid?,
-            sent_at: sent?,
-            returned_at: ret?,
-        })
-    }
-
-    fn all(&self) -> [&MappedArray; 10] {
-        [
-            &self.wall_seconds,
-            &self.cpu_seconds,
-            &self.peak_rss_bytes,
-            &self.io_read_bytes,
-            &self.io_write_bytes,
-            &self.gpu_util_pct,
-            &self.gpu_mem_bytes,
-            &self.worker_id,
-            &self.sent_at,
-            &self.returned_at,
-        ]
-    }
-
-    /// Write one block's figures: ten stores into the mappings, no
-    /// allocation.
-    fn record(&mut self, cell: u64, stats: &BlockStats, worker: Option<u32>, sent: f64, ret: f64) {
-        self.wall_seconds.set(cell, stats.wall_seconds as f32);
-        self.cpu_seconds.set(cell, stats.cpu_seconds as f32);
-        self.peak_rss_bytes.set(cell, stats.peak_rss_bytes);
-        self.io_read_bytes.set(cell, stats.io_read_bytes);
-        self.io_write_bytes.set(cell, stats.io_write_bytes);
-        self.gpu_util_pct.set(cell, stats.gpu_util_pct);
-        self.gpu_mem_bytes.set(cell, stats.gpu_mem_bytes);
-        self.worker_id.set(cell, worker.unwrap_or(NO_WORKER));
-        self.sent_at.set(cell, sent);
-        self.returned_at.set(cell, ret);
-    }
-
-    /// A block's figures, worker and stamps (done and failures left
-    /// unset); None for a block never measured (its wall time is the NaN
-    /// fill).
-    fn read(&self, cell: u64) -> Option<TrackingRecord> {
-        let wall = self.wall_seconds.get::<f32>(cell).filter(|w| !w.is_nan())?;
-        let stats = BlockStats {
-            wall_seconds: f64::from(wall),
-            cpu_seconds: f64::from(self.cpu_seconds.get::<f32>(cell).unwrap_or(0.0)),
-            peak_rss_bytes: self.peak_rss_bytes.get(cell).unwrap_or(0),
-            io_read_bytes: self.io_read_bytes.get(cell).unwrap_or(0),
-            io_write_bytes: self.io_write_bytes.get(cell).unwrap_or(0),
-            gpu_util_pct: self.gpu_util_pct.get(cell).unwrap_or(f32::NAN),
-            gpu_mem_bytes: self.gpu_mem_bytes.get(cell).unwrap_or(0),
-        };
-        let worker = self.worker_id.get::<u32>(cell).filter(|&w| w != NO_WORKER);
-        let stamp = |a: &MappedArray| a.get::<f64>(cell).filter(|t| !t.is_nan());
-        Some(TrackingRecord {
-            done: false,
-            failures: 0,
-            stats: Some(stats),
-            worker_id: worker,
-            sent_at: stamp(&self.sent_at),
-            returned_at: stamp(&self.returned_at),
-        })
-    }
-}
 
 /// The tracking store of one task, open for reading and writing.
 pub struct TrackingStore {
@@ -262,210 +117,6 @@ fn array_grid(spec: &TaskSpec) -> (Coord, Coord) {
 
 /// The group attribute naming the task a store belongs to.
 const TASK_ID_ATTR: &str = "daisy_task_id";
-
-/// Left in a store by `reset` from its first step to its last: the
-/// leftovers beside it are a reset's, with no mark to keep.
-const RESET_MARKER: &str = ".daisy-reset";
-
-/// True if every byte of `file` is `kind`'s fill value (a chunk that holds
-/// no mark). Read in pieces: only a damaged store's chunks are read whole.
-fn chunk_is_blank(file: &Path, kind: &ArrayKind) -> Result<bool, DaisyError> {
-    use std::io::Read;
-    let size = kind.dtype.size();
-    let fill = &kind.fill[..size];
-    let mut f = fs::File::open(file).map_err(|e| io_err(file, e))?;
-    let mut buf = vec![0u8; size * 65536];
-    let mut offset = 0usize;
-    loop {
-        let n = f.read(&mut buf).map_err(|e| io_err(file, e))?;
-        if n == 0 {
-            return Ok(true);
-        }
-        for (i, b) in buf[..n].iter().enumerate() {
-            if *b != fill[(offset + i) % size] {
-                return Ok(false);
-            }
-        }
-        offset += n;
-    }
-}
-
-/// What shows that the directory at `store` held the marks of earlier runs
-/// (a run history, or a done or failures chunk that is not blank); None
-/// where nothing would be lost by making the store again.
-fn earlier_marks(store: &Path) -> Result<Option<String>, DaisyError> {
-    if store.join(RESET_MARKER).exists() {
-        return Ok(None);
-    }
-    for kind in [DONE, FAILURES] {
-        let Ok(entries) = walk_chunks(&store.join(kind.name)) else {
-            continue;
-        };
-        for chunk in entries {
-            if !chunk_is_blank(&chunk, &kind)? {
-                return Ok(Some(format!("{} holds marks", chunk.display())));
-            }
-        }
-    }
-    let runs = store.join(RUNS_FILE);
-    if let Ok(text) = fs::read_to_string(&runs) {
-        let last = text.lines().rev().find(|l| !l.trim().is_empty());
-        let reset_last = last
-            .and_then(|l| serde_json::from_str::<Value>(l).ok())
-            .is_some_and(|v| v.get("reset_at").is_some() && v.get("task_id").is_none());
-        if last.is_some() && !reset_last {
-            return Ok(Some(format!("{} records earlier runs", runs.display())));
-        }
-    }
-    Ok(None)
-}
-
-/// The chunk files under an array directory (`c/0/../0`, any depth).
-fn walk_chunks(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.join("c")];
-    while let Some(d) = todo.pop() {
-        for entry in fs::read_dir(&d)? {
-            let p = entry?.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else if p.extension().is_none() {
-                out.push(p);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// A store that held marks and lost a file daisy cannot make again
-/// without losing them (a scratch purge deletes small old files first).
-fn damaged(store: &Path, missing: &Path, evidence: &str) -> DaisyError {
-    DaisyError::StoreDamaged(format!(
-        "tracking store {store} is damaged: {missing} is missing, but {evidence}. Something \
-         deleted the file (scratch purge policies delete small old files first); daisy will \
-         not make a new store over the marks. Restore the file from a backup; or, if this \
-         task has the total_roi, read_roi, write_roi and fit of the runs that wrote the \
-         store, call task.adopt_tracking_store() to write the metadata again (every mark is \
-         kept); or task.reset() to start afresh",
-        store = store.display(),
-        missing = missing.display(),
-    ))
-}
-
-/// A store whose directory of done marks is gone while it held marks:
-/// unlike lost metadata, nothing can write them again.
-fn marks_lost(store: &Path, missing: &Path, evidence: &str) -> DaisyError {
-    DaisyError::StoreDamaged(format!(
-        "tracking store {store} is damaged: {missing} is missing, but {evidence}. Something \
-         deleted the directory (a scratch purge?), and the marks of those runs went with it; \
-         daisy will not make it again and redo every block without a word. Restore \
-         {missing} from a backup to resume; or call task.reset() once to start afresh (every \
-         block runs again; the run history is kept)",
-        store = store.display(),
-        missing = missing.display(),
-    ))
-}
-
-/// The attributes of the store's group, None where there is no store yet,
-/// or an error (naming `expected`, this task's layout hash) for a
-/// directory that is not a daisy store, and for a store that lost its
-/// group metadata while it held marks.
-fn read_group(store: &Path, expected: &str) -> Result<Option<Value>, DaisyError> {
-    let meta_path = store.join("zarr.json");
-    if !store.exists() {
-        return Ok(None);
-    }
-    if !meta_path.is_file() {
-        // The group's zarr.json is written last when a store is made (and
-        // removed first by a reset), so a directory holding nothing but
-        // daisy's own files is no store yet, or one a reset emptied; it is
-        // made again if nothing in it is a mark. Anything else is someone
-        // else's and is left alone.
-        let ours = |name: &std::ffi::OsStr| {
-            name == LOCK_FILE
-                || name == RUNS_FILE
-                || name == RESET_MARKER
-                || name == migration::STAGING
-                || [DONE, FAILURES]
-                    .iter()
-                    .chain(STATS.iter())
-                    .any(|k| name == k.name)
-        };
-        let leftovers = fs::read_dir(store)
-            .map_err(|e| io_err(store, e))?
-            .filter_map(Result::ok)
-            .all(|entry| ours(&entry.file_name()));
-        if leftovers {
-            if let Some(evidence) = earlier_marks(store)? {
-                return Err(damaged(store, &meta_path, &evidence));
-            }
-            return Ok(None);
-        }
-        return Err(mismatch(
-            store,
-            expected,
-            "(none)",
-            "the directory exists but is not a daisy tracking store (no zarr.json)",
-        ));
-    }
-    let text = fs::read_to_string(&meta_path).map_err(|e| io_err(&meta_path, e))?;
-    let node: NodeMetadataV3 = serde_json::from_str(&text).map_err(|_| {
-        mismatch(
-            store,
-            expected,
-            "(unreadable)",
-            "its zarr.json is not Zarr v3 metadata (an older daisy wrote a different layout)",
-        )
-    })?;
-    match node {
-        NodeMetadataV3::Array(_) => Err(mismatch(
-            store,
-            expected,
-            "(array)",
-            "it is a bare Zarr array written by an older daisy, not a tracking group",
-        )),
-        NodeMetadataV3::Group(g) => Ok(Some(Value::Object(g.attributes))),
-    }
-}
-
-/// Map one array of a store, creating it where it was never made. Its
-/// metadata gone beside a chunk that holds anything but the fill value,
-/// or the chunk of done marks or failure counts gone beside its metadata,
-/// is a damaged store: refused, never made again over the marks. So is
-/// the whole directory of done marks gone from a store whose history (or
-/// failure counts) records earlier runs: its marks are lost, and making it
-/// again would redo every block without a word. (A lost directory of
-/// failure counts is made again: the counts are lost, no block is redone.)
-fn open_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedArray, DaisyError> {
-    if shape.product() > 0 {
-        let dir = store.join(kind.name);
-        let meta = dir.join("zarr.json");
-        let chunk = chunk_path(&dir, shape.dims());
-        let holds_marks = kind == DONE || kind == FAILURES;
-        if kind == DONE
-            && !dir.exists()
-            && let Some(evidence) = earlier_marks(store)?
-        {
-            return Err(marks_lost(store, &dir, &evidence));
-        }
-        match (meta.is_file(), chunk.is_file()) {
-            (false, true) if !chunk_is_blank(&chunk, &kind)? => {
-                let evidence = format!("its chunk {} holds marks", chunk.display());
-                return Err(damaged(store, &meta, &evidence));
-            }
-            (true, false) if holds_marks => {
-                let evidence = format!(
-                    "its metadata {} is there: the {} of earlier runs are lost",
-                    meta.display(),
-                    kind.name
-                );
-                return Err(damaged(store, &chunk, &evidence));
-            }
-            _ => {}
-        }
-    }
-    map_array(store, kind, shape)
-}
 
 /// Set a file's modification time to now: age-based scratch purges see the
 /// store's small metadata files, written once when it was made, as in use.
@@ -896,46 +547,6 @@ impl TrackingStore {
     }
 }
 
-/// Where the run history of task `task_id` lives: `<store>/runs.jsonl`
-/// for a tracked task, else `<history base>/<task id>/runs.jsonl`, else
-/// None (the report is only returned).
-pub fn history_file(
-    task_id: &str,
-    store: Option<&Path>,
-    history_base: Option<&Path>,
-) -> Option<std::path::PathBuf> {
-    match (store, history_base) {
-        (Some(store), _) => Some(store.join(RUNS_FILE)),
-        (None, Some(base)) => Some(base.join(task_id).join(RUNS_FILE)),
-        (None, None) => None,
-    }
-}
-
-/// Append `line` and a newline to the `runs.jsonl` at `path` (created, with
-/// its directory, if missing; private, never through a planted link: see
-/// `crate::private_files`) in one write call, so that concurrent appends
-/// never interleave.
-/// After a last line that was cut short (a full disk, a killed writer) the
-/// new line starts a line of its own: only the damaged line is lost, and
-/// readers skip it.
-pub fn append_runs_line(path: &Path, line: &str) -> std::io::Result<()> {
-    use std::io::{Read, Seek, SeekFrom, Write};
-    let mut f = crate::private_files::open_append(path)?;
-    let len = f.metadata()?.len();
-    let mut text = String::with_capacity(line.len() + 2);
-    if len > 0 {
-        let mut last = [0u8; 1];
-        f.seek(SeekFrom::Start(len - 1))?;
-        f.read_exact(&mut last)?;
-        if last[0] != b'\n' {
-            text.push('\n');
-        }
-    }
-    text.push_str(line);
-    text.push('\n');
-    f.write_all(text.as_bytes())
-}
-
 fn not_a_store(path: &Path) -> DaisyError {
     DaisyError::Io(format!(
         "{}: not a daisy tracking store; not deleting it",
@@ -1198,30 +809,6 @@ mod tests {
         assert!(e.contains(&Layout::of(&s).hash()), "{e}");
         fs::remove_dir_all(&path).unwrap();
         fs::remove_dir_all(&foreign).unwrap();
-    }
-
-    #[test]
-    fn a_line_after_a_torn_one_starts_a_line_of_its_own() {
-        let dir = tmp("torn");
-        fs::create_dir_all(&dir).unwrap();
-        let runs = dir.join(RUNS_FILE);
-        append_runs_line(&runs, r#"{"a":1}"#).unwrap();
-        // a full disk cut the next line short
-        let mut text = fs::read_to_string(&runs).unwrap();
-        text.push_str(r#"{"b":"#);
-        fs::write(&runs, &text).unwrap();
-        append_runs_line(&runs, r#"{"c":3}"#).unwrap();
-        append_runs_line(&runs, r#"{"d":4}"#).unwrap();
-        let lines: Vec<String> = fs::read_to_string(&runs)
-            .unwrap()
-            .lines()
-            .map(String::from)
-            .collect();
-        assert_eq!(
-            lines,
-            [r#"{"a":1}"#, r#"{"b":"#, r#"{"c":3}"#, r#"{"d":4}"#]
-        );
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -1503,7 +1090,7 @@ mod tests {
                 );
             }
             drop(t);
-            assert!(!path.join(migration::STAGING).exists(), "{point}");
+            assert!(!path.join(arrays::STAGING).exists(), "{point}");
             fs::remove_dir_all(&path).unwrap();
         }
     }
