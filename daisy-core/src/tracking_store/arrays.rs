@@ -1,6 +1,6 @@
 //! What a tracking store holds, by name: its arrays (the done marks, the
 //! failure counts and, with resource tracking, ten figures per block) and
-//! the files daisy keeps beside them. [`StatsArrays`] reads and writes the
+//! the files daisy keeps beside them. `StatsArrays` reads and writes the
 //! resource-tracking arrays of an open store; the rest of the store is
 //! `super`'s.
 
@@ -47,7 +47,7 @@ const fn stat(name: &'static str, dtype: ElementType, fill: [u8; 8]) -> ArrayKin
 }
 
 /// The arrays added by resource tracking, in the order of
-/// [`StatsArrays::open`]. Cells of blocks that never executed hold the fill
+/// `StatsArrays::open`. Cells of blocks that never executed hold the fill
 /// value (NaN for measurements and times, 2^32-1 for "no worker").
 pub const STATS: [ArrayKind; 10] = [
     stat("wall_seconds", ElementType::F32, NAN32),

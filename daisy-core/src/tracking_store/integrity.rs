@@ -1,8 +1,8 @@
 //! Whether a tracking store is whole: what shows it held marks, and the
 //! refusals for one that lost a file daisy cannot make again without
 //! losing them (a scratch purge deletes small old files first). Opening a
-//! store asks here before it maps an array or reads the group ([`read_group`],
-//! [`open_array`]); nothing here writes.
+//! store asks here before it maps an array or reads the group (`read_group`,
+//! `open_array`); nothing here writes.
 
 use super::arrays::{DONE, FAILURES, RESET_MARKER, RUNS_FILE, STAGING, STATS};
 use super::layout::mismatch;
