@@ -922,19 +922,9 @@ _SCRIPT = """
 
 
 @functools.cache
-def page_html() -> str:
-    """The dashboard page: the tables and the timeline, bokeh inline, and
-    the script that polls ``status.json`` (built once per process: it is
-    the same for every run)."""
-    try:
-        import bokeh.embed
-        import bokeh.models
-        import bokeh.plotting
-        import bokeh.resources
-    except ImportError:
-        raise ImportError(
-            "dashboard_port: the dashboard needs bokeh; pip install bokeh (or daisy[report])"
-        ) from None
+def _timeline_figure(bokeh: Any) -> Any:
+    """The live timeline: an empty bokeh figure whose bars (one row per
+    worker) the page's script fills from ``status.json``."""
     src = bokeh.models.ColumnDataSource(
         name="dashboard_bars",
         data={
@@ -985,7 +975,23 @@ def page_html() -> str:
             ]
         )
     )
-    script, div = bokeh.embed.components(fig)
+    return fig
+
+
+def page_html() -> str:
+    """The dashboard page: the tables and the timeline, bokeh inline, and
+    the script that polls ``status.json`` (built once per process: it is
+    the same for every run)."""
+    try:
+        import bokeh.embed
+        import bokeh.models
+        import bokeh.plotting
+        import bokeh.resources
+    except ImportError:
+        raise ImportError(
+            "dashboard_port: the dashboard needs bokeh; pip install bokeh (or daisy[report])"
+        ) from None
+    script, div = bokeh.embed.components(_timeline_figure(bokeh))
     # bokeh's own bundle only (a figure needs no widgets, tables or GL):
     # a third of the size of every bundle inline
     resources = bokeh.resources.Resources(mode="inline", components=["bokeh"]).render()

@@ -121,6 +121,25 @@ def _timeline(
                 "already and skipped).</p>"
             )
         ]
+    bars, shown, note = _timeline_bars(report, arrays, t0)
+    source = bk.models.ColumnDataSource(bars, name="timeline_source")
+    retried = bars["state"].count(_BAR_STATES[1])
+    text = (
+        f"<p>{shown} blocks of this run on the timeline at their successful attempt "
+        f"({retried} of them after failed attempts), and {len(report.failed_attempts)} failed "
+        f"attempts (the report keeps the first 1,000 of a run).{note}</p>"
+    )
+    return [_timeline_figure(bk, report.task_id, source, axis), bk.models.Div(text=text)]
+
+
+def _timeline_bars(
+    report: TaskReport, arrays: dict[str, np.ndarray], t0: float
+) -> tuple[dict[str, Any], int, str]:
+    """The bars of the run's blocks (their successful attempts, from the
+    store, at most `MAX_BARS` of them, evenly sampled) and of its failed
+    attempts (from the report): their columns, how many blocks are shown,
+    and a note where they were sampled."""
+    sent, ret, wid = arrays["sent_at"], arrays["returned_at"], arrays["worker_id"]
     # the blocks this run executed (the store keeps older runs' stamps too)
     start = report.started_at - 1.0
     end = report.finished_at + 1.0
@@ -150,12 +169,15 @@ def _timeline(
     cells = np.concatenate([index, [a.index for a in attempts]]).astype(np.int64)
     states = [_BAR_STATES[1] if f else _BAR_STATES[0] for f in failed_before]
     states += [_BAR_STATES[3] if a.timed_out else _BAR_STATES[2] for a in attempts]
-    source = bk.models.ColumnDataSource(
-        {"left": left, "right": right, "worker": rows, "cell": cells, "state": states},
-        name="timeline_source",
-    )
+    bars = {"left": left, "right": right, "worker": rows, "cell": cells, "state": states}
+    return bars, int(index.size), note
+
+
+def _timeline_figure(bk: Any, task_id: str, source: Any, axis: Any) -> Any:
+    """The Gantt chart itself: one row per worker (-1: blocks without a
+    managed worker), bars coloured by how each attempt ended."""
     fig = bk.plotting.figure(
-        title=f"{report.task_id}: blocks on workers (seconds since the run started)",
+        title=f"{task_id}: blocks on workers (seconds since the run started)",
         height=260,
         sizing_mode="stretch_width",
         name="timeline",
@@ -169,7 +191,6 @@ def _timeline(
             ("ended", "@state"),
         ],
     )
-    # one row per worker (-1: blocks without a managed worker)
     fig.quad(
         left="left",
         right="right",
@@ -190,13 +211,7 @@ def _timeline(
     # worker ids are integers: no tick at 0.5 or 4.5
     fig.yaxis.ticker = bk.models.BasicTicker(min_interval=1)
     fig.xaxis.axis_label = "seconds since the run started (one axis for every task of the run)"
-    retried = states.count(_BAR_STATES[1])
-    text = (
-        f"<p>{index.size} blocks of this run on the timeline at their successful attempt "
-        f"({retried} of them after failed attempts), and {len(attempts)} failed attempts "
-        f"(the report keeps the first 1,000 of a run).{note}</p>"
-    )
-    return [fig, bk.models.Div(text=text)]
+    return fig
 
 
 #: units of the histograms' axes, largest first: (name, size in the base unit)

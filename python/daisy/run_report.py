@@ -1157,7 +1157,20 @@ class TaskReport:
     # -- the panel -------------------------------------------------------
 
     def render(self, max_workers: int = 10) -> str:
-        """This task's section of the Resource Utilization panel."""
+        """This task's section of the Resource Utilization panel: its head
+        line, its blocks, its failures and its workers."""
+        lines = self._head_lines()
+        lines += self._block_lines()
+        lines += self._failure_lines()
+        lines += self._worker_lines(max_workers)
+        return "\n".join(lines)
+
+    #: where the blocks' and failures' lines start, after their label
+    _PAD = " " * len("    blocks  ")
+
+    def _head_lines(self) -> list[str]:
+        """Blocks, workers and wall time; and the task's own span where a
+        pipeline's waits for other tasks made its wall longer."""
         b, w = self.blocks, self.workers
         head = f"  {self.task_id}  {b.count} blocks"
         if b.skipped:
@@ -1176,17 +1189,24 @@ class TaskReport:
                 f"    span     {format_seconds(span)} of its own "
                 "(its first block out to its last back)"
             )
+        return lines
+
+    def _block_lines(self) -> list[str]:
+        """What the blocks cost: round trip, measured figures, GPU, the
+        reading of cpu per wall, warm-up, the slowest blocks, notices."""
+        b, pad = self.blocks, self._PAD
+        lines: list[str] = []
         label = "    blocks  "
         if b.round_trip:
             lines.append(f"{label} round trip {b.round_trip.format()}")
-            label = " " * len(label)
+            label = pad
         if b.has_stats:
             lines.append(
                 f"{label} wall {b.wall.format()}   cpu {b.cpu.format()}"
                 f"   peak RSS {b.peak_rss.format('B')}"
             )
             second = (
-                f"{' ' * len(label)} io read {format_bytes(b.io_read.total)}"
+                f"{pad} io read {format_bytes(b.io_read.total)}"
                 f"  write {format_bytes(b.io_write.total)}"
             )
             if b.overhead:
@@ -1195,16 +1215,15 @@ class TaskReport:
             lines.append(second)
             if b.gpu_mem:
                 lines.append(
-                    f"{' ' * len(label)} gpu {b.gpu_util.format()}"
+                    f"{pad} gpu {b.gpu_util.format()}"
                     f"   gpu memory peak {format_bytes(b.gpu_mem.max)}"
                     f" (mean {format_bytes(b.gpu_mem.mean)})"
                 )
             if b.peak_rss_source == "process_peak":
                 lines.append(
-                    f"{' ' * len(label)} (peak RSS is each worker's peak so far: this system "
+                    f"{pad} (peak RSS is each worker's peak so far: this system "
                     "cannot reset it per block)"
                 )
-        pad = " " * len(label)
         if b.cpu_per_wall is not None:
             lines.append(
                 f"{pad} cpu per block-second {b.cpu_per_wall:.2f} ({_cpu_words(b.cpu_per_wall)})"
@@ -1220,32 +1239,44 @@ class TaskReport:
             shown = ", ".join(f"{i} ({format_seconds(t)})" for i, t in b.slowest)
             lines.append(f"{pad} slowest blocks {shown}")
         lines.extend(f"{pad} {n}" for n in self.notices)
-        if b.failures:
-            lines.append(f"{' ' * len(label)} {b.failures} failed attempt(s)")
+        return lines
+
+    def _failure_lines(self) -> list[str]:
+        """How many attempts failed, and the most frequent causes."""
+        lines: list[str] = []
+        if self.blocks.failures:
+            lines.append(f"{self._PAD} {self.blocks.failures} failed attempt(s)")
         if self.failure_causes:
             lines.append("    failed because")
-            lines.extend(self.failure_causes.render(indent=" " * (len(label) + 1)))
-        if w.count:
-            lines.append(
-                f"    workers  startup {w.startup.format()}   idle {w.idle.format()}"
-                f"   teardown {w.teardown.format()}"
-            )
-            exits = " ".join(f"{n} {kind}" for kind, n in w.exits.items() if n)
-            tail = f"             exits {exits or '—'}"
-            if w.spawner in QUEUED_SPAWNERS:
-                tail += f"   ({w.spawner} workers: startup includes the queue wait)"
+            lines.extend(self.failure_causes.render(indent=self._PAD + " "))
+        return lines
+
+    def _worker_lines(self, max_workers: int) -> list[str]:
+        """The workers' phases, exits, starts and idle time, their jobs,
+        and a table of at most `max_workers` of them."""
+        w = self.workers
+        if not w.count:
             if w.unmanaged_clients:
-                tail += f" (+ {w.unmanaged_clients} unmanaged client(s))"
-            lines.append(tail)
-            lines.append(f"             starts {w.starts_line()}")
-            lines.append(f"             {w.idle_line()}")
-            jobs = w.jobs_line()
-            if jobs is not None:
-                lines.append(f"             {jobs}")
-            lines.extend(self._worker_table(max_workers))
-        elif w.unmanaged_clients:
-            lines.append(f"    workers  {w.unmanaged_clients} unmanaged client(s)")
-        return "\n".join(lines)
+                return [f"    workers  {w.unmanaged_clients} unmanaged client(s)"]
+            return []
+        lines = [
+            f"    workers  startup {w.startup.format()}   idle {w.idle.format()}"
+            f"   teardown {w.teardown.format()}"
+        ]
+        exits = " ".join(f"{n} {kind}" for kind, n in w.exits.items() if n)
+        tail = f"             exits {exits or '—'}"
+        if w.spawner in QUEUED_SPAWNERS:
+            tail += f"   ({w.spawner} workers: startup includes the queue wait)"
+        if w.unmanaged_clients:
+            tail += f" (+ {w.unmanaged_clients} unmanaged client(s))"
+        lines.append(tail)
+        lines.append(f"             starts {w.starts_line()}")
+        lines.append(f"             {w.idle_line()}")
+        jobs = w.jobs_line()
+        if jobs is not None:
+            lines.append(f"             {jobs}")
+        lines.extend(self._worker_table(max_workers))
+        return lines
 
     def _worker_table(self, max_workers: int) -> list[str]:
         columns = [
