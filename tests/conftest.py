@@ -18,6 +18,20 @@ import pytest
 import daisy
 
 
+def wait_until(condition: Any, what: str, timeout: float = 30.0) -> None:
+    """Poll `condition` every 10 ms until it holds, instead of sleeping a
+    fixed time and hoping: as fast as the machine allows, and sturdy on a
+    loaded one. Fails naming `what` after `timeout` seconds (a generous
+    deadline: only a hang misses it)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not so after {timeout:.0f} s")
+        time.sleep(0.01)
+
+
 def roi(offset: Sequence[int], shape: Sequence[int]) -> daisy.Roi:
     """A funlib ``Roi`` (``daisy.Roi``) from plain sequences."""
     return daisy.Roi(tuple(offset), tuple(shape))

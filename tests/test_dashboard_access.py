@@ -30,7 +30,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from conftest import line_task
+from conftest import line_task, wait_until
 from test_dashboard import Run as DashboardRun
 
 import daisy
@@ -568,7 +568,8 @@ def test_connections_past_the_cap_are_closed_at_once(monkeypatch):
     request = f"GET /status.json HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
     held = [socket.create_connection(("127.0.0.1", dash.port), timeout=10) for _ in range(cap)]
     try:
-        time.sleep(0.5)  # every one accepted
+        open_now = dash._server._server._open
+        wait_until(lambda: len(open_now) == cap, f"all {cap} held connections accepted")
         with socket.create_connection(("127.0.0.1", dash.port), timeout=10) as extra:
             try:
                 extra.sendall(request.encode())
@@ -581,7 +582,7 @@ def test_connections_past_the_cap_are_closed_at_once(monkeypatch):
         held[0].sendall(request.encode())
         assert held[0].recv(65536).startswith(b"HTTP/1.1 200")
         held.pop(0).close()
-        time.sleep(0.5)
+        wait_until(lambda: len(open_now) == cap - 1, "the closed connection's slot freed")
         with socket.create_connection(("127.0.0.1", dash.port), timeout=10) as again:
             again.sendall(request.encode())
             assert again.recv(65536).startswith(b"HTTP/1.1 200")
