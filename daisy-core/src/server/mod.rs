@@ -234,6 +234,14 @@ async fn serve<H: RunHooks + 'static>(
     Ok(out)
 }
 
+/// The shortest gap between two passes of the main loop, beyond its tick,
+/// taken for a stall of the server itself (its process stopped: a
+/// suspended laptop or VM, a frozen cgroup, Ctrl-Z; or starved of CPU):
+/// far above any scheduling delay of a running process, far below any
+/// sensible block timeout. Block deadlines move on by the whole gap (see
+/// `State::server_stalled`).
+pub const STALL: Duration = Duration::from_secs(1);
+
 /// How long the server stays awake after a message before it sleeps in
 /// the kernel: a busy run's next message comes within this, and a server
 /// that slept pays to be woken (on a virtual machine whose idle CPUs halt,
@@ -277,6 +285,8 @@ async fn main_loop<H: RunHooks>(
     let mut interval = tokio::time::interval(shared.state().config.tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let wake = shared.state().main_wake();
+    let tick = shared.state().config.tick;
+    let mut last_pass = Instant::now();
     loop {
         // a tick also calls the hook (progress, Ctrl-C); an exit or a wake
         // (see `State::wake_main`) is acted on at once, without it
@@ -303,6 +313,16 @@ async fn main_loop<H: RunHooks>(
 
         let snap = {
             let mut st = shared.state_mut();
+            // time the server did not run (the process was stopped or
+            // starved) is nobody's block's: deadlines move on by it before
+            // any is enforced
+            let now = Instant::now();
+            let unwatched = now
+                .saturating_duration_since(last_pass)
+                .saturating_sub(tick);
+            if unwatched >= STALL {
+                st.server_stalled(unwatched);
+            }
             sweep_timeouts(&mut st);
             jobs::sweep(&mut st);
             abandon_crashing_tasks(&mut st);
@@ -330,6 +350,7 @@ async fn main_loop<H: RunHooks>(
         if shared.state().scheduler.is_done() {
             return Ok(());
         }
+        last_pass = Instant::now();
     }
 }
 

@@ -678,6 +678,30 @@ impl State {
         block
     }
 
+    /// The server did not run for `gap` (its process was stopped, or
+    /// starved): whatever its workers did meanwhile it did not watch, and a
+    /// block that finished then may still have its release unread. Every
+    /// deadline moves on by the gap, so that a block times out only for
+    /// time its worker was watched: timed out means the worker was slow.
+    pub fn server_stalled(&mut self, gap: std::time::Duration) {
+        let mut moved = 0usize;
+        for o in self.outstanding.values_mut() {
+            if let Some(d) = o.deadline.as_mut() {
+                *d += gap;
+                moved += 1;
+            }
+        }
+        let gap = gap.as_secs_f64();
+        if moved > 0 {
+            tracing::warn!(
+                "the server did not run for {gap:.1} s (its process was stopped, or starved of \
+                 CPU); the deadlines of the {moved} block(s) out with a timeout move on by as much"
+            );
+        } else {
+            tracing::debug!("the server did not run for {gap:.1} s");
+        }
+    }
+
     /// Hand `block` out on connection `conn` (of managed worker `worker`,
     /// if any): the one place a block enters `outstanding`, with its send
     /// stamps (the ledger's wall clock, the round trip's instant), its
@@ -1063,6 +1087,23 @@ mod tests {
             .process_group(0)
             .spawn()
             .expect("sleep starts")
+    }
+
+    #[test]
+    fn a_stall_of_the_server_moves_every_deadline_on_by_its_length() {
+        let mut st = state();
+        st.config.tasks[0].timeout = Some(std::time::Duration::from_secs(3));
+        let timed = hand_out(&mut st, 0, 1);
+        let before = st.outstanding[&timed].deadline.unwrap();
+        st.server_stalled(std::time::Duration::from_secs(25));
+        let after = st.outstanding[&timed].deadline.unwrap();
+        assert_eq!(after - before, std::time::Duration::from_secs(25));
+        // what expired only for the time nobody watched has not expired
+        let expired = policy::expired(
+            st.outstanding.iter().map(|(k, o)| (*k, o.deadline)),
+            before + std::time::Duration::from_secs(1),
+        );
+        assert!(expired.is_empty());
     }
 
     #[test]

@@ -1,0 +1,119 @@
+"""A paused world misjudges nothing (issue 40, item 1).
+
+A driver stopped for a while (a suspended laptop or VM, a frozen cgroup,
+Ctrl-Z then ``fg``) while its workers go on must not blame them for the
+time it did not watch: blocks that finished during the pause were declared
+timed out, and blocks handed out just before it failed as "worker died
+(SIGKILL)", the server's own kill. The same when the whole job was stopped
+with its workers (``scontrol suspend``): nothing was slow, and nothing may
+run again.
+
+The run here, scaled down from the issue's: 12 blocks of 0.5 s on 3
+workers, ``timeout=3``, ``max_retries=0``; the driver (or the driver and
+its workers) is stopped with SIGSTOP for 6 s, twice the timeout, once the
+first blocks are under way, then continued. Every block completes, none
+fails, and none runs twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+DRIVER = textwrap.dedent(
+    """
+    import json, os, sys, time
+    import daisy
+
+    BASE = sys.argv[1]
+
+    def work(block):
+        i = block.block_id[1]
+        with open(os.path.join(BASE, "runs", f"{i}-{os.getpid()}-{time.time()!r}"), "w"):
+            pass
+        with open(os.path.join(BASE, "workers", str(os.getpid())), "w"):
+            pass
+        time.sleep(0.5)
+
+    task = daisy.Task(
+        "paused",
+        total_roi=daisy.Roi((0,), (12,)),
+        read_roi=daisy.Roi((0,), (1,)),
+        write_roi=daisy.Roi((0,), (1,)),
+        process_function=work,
+        num_workers=3,
+        timeout=3,
+        max_retries=0,
+    )
+    daisy.logging.set_log_basedir(os.path.join(BASE, "logs"))
+    states = daisy.Server().run_blockwise([task], progress=False)
+    s = states["paused"]
+    print(json.dumps({
+        "completed": s.completed_count,
+        "failed": s.failed_count,
+        "orphaned": s.orphaned_count,
+        "restarts": s.worker_restart_count,
+    }), flush=True)
+    """
+)
+
+PAUSE = 6.0
+
+
+@pytest.mark.parametrize("who", ["driver", "driver_and_workers"])
+def test_a_stopped_driver_blames_no_worker_for_the_time_it_did_not_watch(tmp_path, who):
+    for d in ("runs", "workers"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "run.py").write_text(DRIVER)
+    with open(tmp_path / "stderr.txt", "w") as err:
+        driver = subprocess.Popen(
+            [sys.executable, str(tmp_path / "run.py"), str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+        stopped: list[int] = []
+        try:
+            # the first blocks are under way on every worker
+            deadline = time.monotonic() + 60
+            while len(os.listdir(tmp_path / "workers")) < 3:
+                assert driver.poll() is None, (tmp_path / "stderr.txt").read_text()[-3000:]
+                assert time.monotonic() < deadline, "the workers did not start"
+                time.sleep(0.02)
+            stopped = [driver.pid]
+            if who == "driver_and_workers":
+                stopped += [int(p) for p in os.listdir(tmp_path / "workers")]
+            for pid in stopped:
+                os.kill(pid, signal.SIGSTOP)
+            time.sleep(PAUSE)  # the pause itself: the condition under test
+        finally:
+            for pid in stopped:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        try:
+            out, _ = driver.communicate(timeout=120)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.communicate()
+    log = (tmp_path / "stderr.txt").read_text()
+    assert driver.returncode == 0, log[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result == {"completed": 12, "failed": 0, "orphaned": 0, "restarts": 0}, log[-3000:]
+    runs = [name.split("-")[0] for name in os.listdir(tmp_path / "runs")]
+    twice = sorted({i for i in runs if runs.count(i) > 1})
+    assert not twice, f"blocks {twice} ran again though they finished: {log[-3000:]}"
+    assert "timed out" not in log, log[-3000:]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
