@@ -40,6 +40,11 @@ pub enum WorkerExit {
     /// dismissed and left (the server starts another when blocks are
     /// ready again).
     Idle,
+    /// It left on its own, exiting normally after it took blocks, while
+    /// its task still had work (a worker function that returns after some
+    /// blocks, to cap its memory say): not a death and no restart; it is
+    /// replaced only when no other worker of its task is left.
+    Left,
 }
 
 /// How a worker process was started.

@@ -591,7 +591,8 @@ class WorkerRecord:
     final_wait: float | None = None
     teardown: float | None = None
     #: "clean", "error", "timeout", "interrupted", "idle" (handed back after
-    #: its task's idle_timeout), or None if still running
+    #: its task's idle_timeout), "left" (it exited on its own after some
+    #: blocks while its task had work: no death), or None if still running
     exit: str | None = None
     #: "warm" (forked by the task's launcher) or "cold" (a fresh process)
     start: str = "cold"

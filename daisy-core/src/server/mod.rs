@@ -474,12 +474,15 @@ fn start_workers(
 ) {
     let ready = st.scheduler.task_state(t).ready_count;
     loop {
+        let alive = st.flags().filter(|(_, w)| w.alive && w.task == t).count() as u32;
+        let max_workers = st.config.tasks[t as usize].max_workers;
+        let cap = st.tasks[t as usize].worker_cap(max_workers, alive);
         let rt = &st.config.tasks[t as usize];
         let fits = policy::fits(&st.config.resources, &st.resources_in_use(), &rt.requires);
         let needed = policy::staffing(
             t,
             ready,
-            rt.max_workers,
+            cap,
             st.workers.values().map(|w| w.flags()),
             fits,
         );
@@ -707,6 +710,9 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
     );
     if let Some(tl) = st.timelines.get_mut(&id) {
         tl.on_exit(Instant::now(), verdict.exit);
+    }
+    if verdict.exit == WorkerExit::Left {
+        st.tasks[flags.task as usize].worker_left();
     }
     if let Some(why) = verdict.unexpected
         && !st.stopping

@@ -100,6 +100,22 @@ pub fn staffing<'a>(
     }
 }
 
+/// How many workers task may have alive now: `max_workers`, less the
+/// workers that left on their own ([`WorkerExit::Left`]) since the task
+/// last had none alive. A worker that leaves normally is not replaced
+/// while another of its task serves it (daisy 1.x's rule: the workers
+/// that stay serve the task); once none is left, the task starts afresh
+/// up to `max_workers` (where 1.2.2 hung). Leaving after some blocks is a
+/// worker's choice, so a worker function that leaves after each block is
+/// served one pool at a time, never faster than its own pace.
+pub fn worker_cap(max_workers: u32, left: u32, alive: u32) -> u32 {
+    if alive == 0 {
+        max_workers
+    } else {
+        max_workers.saturating_sub(left)
+    }
+}
+
 /// A worker of another task than `needy` that waits for work and may be
 /// retired so its resources go to `needy`.
 pub fn retiree<'a>(
@@ -200,7 +216,8 @@ pub struct ExitVerdict {
 /// told there is none and without having taken a single block (a worker
 /// function that returns at once), counts like a crash: otherwise it would
 /// be replaced forever. One that did some work and left (to cap its memory,
-/// say) made progress and is simply replaced.
+/// say) made progress: it [`WorkerExit::Left`], no death and no restart,
+/// and [`worker_cap`] replaces it only once no worker of its task is left.
 pub fn classify_exit(
     expected: Option<WorkerExit>,
     success: Option<bool>,
@@ -228,6 +245,8 @@ pub fn classify_exit(
     let exit = match (expected, &unexpected) {
         (Some(kind), _) => kind,
         (None, Some(_)) => WorkerExit::Error,
+        // not told there was no more: it left while its task had work
+        (None, None) if !flags.dismissed && !task_finished => WorkerExit::Left,
         (None, None) => WorkerExit::Clean,
     };
     ExitVerdict {
@@ -492,7 +511,8 @@ mod tests {
         assert!(v.unexpected.unwrap().contains("without taking a block"));
         // a crash is no empty exit
         assert!(!classify_exit(None, Some(false), "signal: 9", &w, false).took_nothing);
-        // dismissed, or did some work, or the task is finished: clean
+        // dismissed, or the task is finished: clean; did some work and
+        // left while the task had more: left, on its own (no death)
         let dismissed = WorkerFlags {
             dismissed: true,
             ..w
@@ -501,17 +521,31 @@ mod tests {
             blocks_taken: 3,
             ..w
         };
-        for (flags, finished) in [(&dismissed, false), (&worked, false), (&w, true)] {
+        let cases = [
+            (&dismissed, false, WorkerExit::Clean),
+            (&worked, false, WorkerExit::Left),
+            (&worked, true, WorkerExit::Clean),
+            (&w, true, WorkerExit::Clean),
+        ];
+        for (flags, finished, exit) in cases {
             let v = classify_exit(None, Some(true), "exit status: 0", flags, finished);
             assert_eq!(
                 v,
                 ExitVerdict {
-                    exit: WorkerExit::Clean,
+                    exit,
                     unexpected: None,
                     took_nothing: false,
                 }
             );
         }
+    }
+
+    #[test]
+    fn a_worker_that_left_is_replaced_only_once_none_of_its_task_is_left() {
+        assert_eq!(worker_cap(2, 0, 1), 2);
+        assert_eq!(worker_cap(2, 1, 1), 1, "one left, one serves: no third");
+        assert_eq!(worker_cap(2, 5, 1), 0);
+        assert_eq!(worker_cap(2, 5, 0), 2, "none left: the task starts afresh");
     }
 
     #[test]

@@ -315,6 +315,9 @@ pub struct TaskSlot {
     /// Of those, the workers that exited cleanly without taking a block
     /// (see [`policy::restart_limit`]).
     empty_exits: u32,
+    /// Its workers that left on their own since it last had none alive
+    /// (see [`policy::worker_cap`]).
+    left: u32,
     /// Clients that connected to it without a worker id.
     pub unmanaged_clients: u64,
     /// Its launcher (warm starts).
@@ -350,6 +353,19 @@ impl TaskSlot {
             self.empty_exits += 1;
         }
         policy::replaced(self.deaths, max_worker_restarts)
+    }
+
+    /// One of its workers left on its own (see [`policy::worker_cap`]).
+    pub fn worker_left(&mut self) {
+        self.left += 1;
+    }
+
+    /// How many workers it may have alive now, `alive` being alive.
+    pub fn worker_cap(&mut self, max_workers: u32, alive: u32) -> u32 {
+        if alive == 0 {
+            self.left = 0; // none is left: it starts afresh
+        }
+        policy::worker_cap(max_workers, self.left, alive)
     }
 
     /// Why the task is abandoned for its workers' stops, if it is
