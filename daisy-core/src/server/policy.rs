@@ -117,11 +117,19 @@ pub fn worker_cap(max_workers: u32, left: u32, alive: u32) -> u32 {
 }
 
 /// A worker of another task than `needy` that waits for work and may be
-/// retired so its resources go to `needy`.
+/// retired so its resources go to `needy`, when `needy` would otherwise
+/// starve: it has no live worker at all. A task that has workers waits
+/// for the budget to free instead of taking another task's: retiring a
+/// waiting worker whenever a task wanted one more churned workers on a
+/// busy node (a recolor task of 4 workers started 8 to 12, each dismissed
+/// a moment after it started, while its upstream tasks took turns).
 pub fn retiree<'a>(
-    workers: impl Iterator<Item = (u32, &'a WorkerFlags)>,
+    workers: impl Iterator<Item = (u32, &'a WorkerFlags)> + Clone,
     needy: TaskIndex,
 ) -> Option<u32> {
+    if workers.clone().any(|(_, w)| w.alive && w.task == needy) {
+        return None;
+    }
     workers
         .filter(|(_, w)| w.alive && w.task != needy && w.waiting && !w.retire)
         .map(|(id, _)| id)
@@ -417,9 +425,12 @@ mod tests {
         c.waiting = true;
         c.retire = true;
         let busy = worker(1);
-        let ws = [(0, &a), (1, &busy), (2, &c), (3, &b)];
+        let ws = [(1, &busy), (2, &c), (3, &b)];
         assert_eq!(retiree(ws.into_iter(), 0), Some(3));
         assert_eq!(retiree([(0, &a)].into_iter(), 0), None, "not its own task");
+        // a task that has a worker waits for the budget: no one is retired
+        let ws = [(0, &a), (1, &busy), (2, &c), (3, &b)];
+        assert_eq!(retiree(ws.into_iter(), 0), None, "it would not starve");
     }
 
     #[test]
