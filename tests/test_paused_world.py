@@ -116,3 +116,106 @@ def test_a_stopped_driver_blames_no_worker_for_the_time_it_did_not_watch(tmp_pat
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+# -- item 2: a stopped unmanaged worker writes nothing after its retry ------
+
+HAND_STARTED = textwrap.dedent(
+    """
+    import sys, time
+    import daisy
+
+    beats, held = sys.argv[1], sys.argv[2]
+    client = daisy.Client()
+    with client.acquire_block() as block:
+        with open(held, "w") as f:
+            f.write(str(block.block_id[1]))
+        while True:   # a block written in pieces
+            with open(beats, "a") as f:
+                f.write(f"{time.time()!r}\\n")
+            time.sleep(0.05)
+    """
+)
+
+
+def test_a_stopped_unmanaged_worker_writes_nothing_once_its_block_was_retried(tmp_path):
+    """A hand-started ``daisy.Client()`` worker (its own session, as an
+    ``srun`` step on another node) is stopped in the middle of a block
+    written in pieces, past the task's timeout; the block is retried by
+    another worker; then the stale one is continued. Its watchdog thread
+    raced the user's thread at SIGCONT and lost in 2 of 3 runs (one more
+    piece written after the retry). The fence is now the kernel's: a timer
+    armed with SIGKILL a second past the deadline ends the process while it
+    is still stopped, before any of its threads runs again."""
+    import threading
+
+    import daisy
+
+    for round_ in range(3):
+        base = tmp_path / f"round{round_}"
+        base.mkdir()
+        beats, held, starts = base / "beats", base / "held", base / "starts"
+        hand: list[subprocess.Popen[str]] = []
+
+        def on_listening(context, beats=beats, held=held, hand=hand):
+            hand.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", HAND_STARTED, str(beats), str(held)],
+                    env=dict(os.environ, DAISY_CONTEXT=context.to_env()),
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,
+                )
+            )
+
+        def local(block, held=held, starts=starts):
+            end = time.monotonic() + 30
+            while not held.exists() and time.monotonic() < end:
+                time.sleep(0.02)
+            with open(starts, "a") as f:
+                f.write(json.dumps([block.block_id[1], time.time()]) + "\n")
+
+        task = daisy.Task(
+            f"unmanaged{round_}",
+            total_roi=daisy.Roi((0,), (30,)),
+            read_roi=daisy.Roi((0,), (10,)),
+            write_roi=daisy.Roi((0,), (10,)),
+            process_function=local,
+            timeout=1,
+            max_retries=2,
+            max_workers=1,
+        )
+        task.init_callback_fn = on_listening
+        result: dict[str, object] = {}
+
+        def target(task=task, result=result):
+            result["states"] = daisy.Server().run_blockwise([task], progress=False)
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not held.exists():
+                assert time.monotonic() < deadline, "the hand-started worker took no block"
+                time.sleep(0.01)
+            hand[0].send_signal(signal.SIGSTOP)
+            thread.join(90)
+            assert not thread.is_alive(), "the run did not end within 90 s"
+            hand[0].send_signal(signal.SIGCONT)
+            hand[0].wait(30)
+        finally:
+            for p in hand:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        states = result["states"]
+        assert isinstance(states, dict)
+        state = states[f"unmanaged{round_}"]
+        assert state.completed_count == state.total_block_count == 3, state
+        stuck = int(held.read_text())
+        retry = [t for b, t in map(json.loads, starts.read_text().splitlines()) if b == stuck]
+        assert retry, "the stuck block was never retried"
+        stale = [t for t in map(float, beats.read_text().split()) if t >= min(retry)]
+        assert not stale, (
+            f"round {round_}: the stale attempt wrote {len(stale)} piece(s) after its retry"
+        )

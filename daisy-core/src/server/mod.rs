@@ -479,13 +479,7 @@ fn start_workers(
         let cap = st.tasks[t as usize].worker_cap(max_workers, alive);
         let rt = &st.config.tasks[t as usize];
         let fits = policy::fits(&st.config.resources, &st.resources_in_use(), &rt.requires);
-        let needed = policy::staffing(
-            t,
-            ready,
-            cap,
-            st.workers.values().map(|w| w.flags()),
-            fits,
-        );
+        let needed = policy::staffing(t, ready, cap, st.workers.values().map(|w| w.flags()), fits);
         match needed {
             Staffing::Enough => return,
             Staffing::NoRoom => {
