@@ -414,6 +414,18 @@ def connect_job(job_context: dict[str, Any]) -> socket.socket:
     return sock
 
 
+def _why_not_fork() -> str | None:
+    """Why this launcher must start its workers as fresh interpreters
+    (the loaded function left threads, or this system cannot watch forked
+    children with a pidfd), or None where forking is safe."""
+    reason = fork_unsafe_reason()
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError) as e:
+        reason = f"this system cannot watch forked workers (pidfd_open: {e})"
+    return reason
+
+
 def _load_or_say_cold(
     sock: socket.socket, where: str, read: Callable[[], bytes]
 ) -> tuple[Any, Any] | None:
@@ -446,11 +458,7 @@ def main_job(payload_path: str) -> int:
     if loaded is None:
         return 1
     function, post_check = loaded
-    reason = fork_unsafe_reason()
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except (AttributeError, OSError) as e:
-        reason = f"this system cannot watch forked workers (pidfd_open: {e})"
+    reason = _why_not_fork()
     if reason is not None:
         print(
             f"daisy job launcher: starting workers as fresh interpreters: {reason}", file=sys.stderr
@@ -473,11 +481,7 @@ def main() -> int:
         return 0
     function, post_check = loaded
     launcher = Launcher(sock, function, post_check)
-    reason = fork_unsafe_reason()
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except (AttributeError, OSError) as e:
-        reason = f"this system cannot watch forked workers (pidfd_open: {e})"
+    reason = _why_not_fork()
     if reason is not None:
         launcher.say(event="cold", reason=reason)
         return 0
