@@ -131,6 +131,18 @@ def test_the_summary_says_what_to_do_next(failed_run):
     assert all((tmp / log).exists() or Path(log).exists() for log in logs), logs
 
 
+def test_blocks_that_failed_the_same_way_every_time_point_at_the_code(failed_run):
+    """Issue 41: blocks 30 and 100 raise the same error on both attempts;
+    a rerun would fail again until the code or the ROI is fixed, and the
+    advice says so before it says to rerun."""
+    _, out = failed_run
+    section = _task_section(out, "extract")
+    next_line = next(line for line in section.splitlines() if "Next:" in line)
+    assert "failed the same way on every attempt" in next_line, section
+    assert "the code or the block's ROI" in next_line, section
+    assert "not chance" in next_line, section
+
+
 RETRIED_SCRIPT = textwrap.dedent(
     """\
     import os
@@ -251,3 +263,36 @@ def test_workers_killed_alike_are_one_cause_without_their_ids(tmp_path):
     assert sorted({reason.split(" died")[0] for _, _, _, reason in server.failures}) == [
         f"worker {i}" for i in range(4)
     ]
+
+
+def _differs_each_time(block):
+    import os
+
+    marks = os.environ["DIFFERS_MARKS"]
+    n = len(os.listdir(marks))
+    open(os.path.join(marks, str(n)), "w").close()
+    raise ValueError(f"attempt {n} met a different error")
+
+
+def test_blocks_that_failed_differently_get_no_such_diagnosis(tmp_path, monkeypatch):
+    """The diagnosis needs the same error on every attempt: errors that
+    differ from one attempt to the next may be chance, and the advice is
+    the plain rerun."""
+    import daisy
+
+    monkeypatch.setenv("DIFFERS_MARKS", str(tmp_path))
+    task = daisy.Task(
+        "differs",
+        daisy.Roi((0,), (10,)),
+        daisy.Roi((0,), (10,)),
+        daisy.Roi((0,), (10,)),
+        process_function=_differs_each_time,
+        max_workers=1,
+        max_retries=2,
+    )
+    server = daisy.Server()
+    server.run_blockwise([task], progress=False)
+    notes = server.failure_notes()["differs"]
+    advice = next(line for line in notes if line.startswith("Next:"))
+    assert advice.startswith("Next: rerun to retry the failed blocks"), notes
+    assert "the same way" not in advice, notes

@@ -626,6 +626,26 @@ class Server(ServerObservee):
         plan.views.finish(states, self.last_report, "completed" if ok else "failed")
         return states
 
+    def _failed_alike(self, blocks: list[FailedBlock]) -> bool:
+        """Whether every block of `blocks` that failed for good, after more
+        than one attempt, failed with the same error on every attempt the
+        run noted (a rerun would fail again). False where none was retried,
+        or where the noted attempts do not cover them."""
+        failed = [b for b in blocks if b.failed and b.attempts > 1]
+        if not failed:
+            return False
+        for b in failed:
+            # each attempt's last line (a worker sends a traceback whole
+            # only the first time it sees it)
+            reasons = [
+                (f.reason.strip().splitlines() or [""])[-1]
+                for f in self.failures
+                if f.task_id == b.task_id and f.spatial_id == b.spatial_id
+            ]
+            if len(reasons) != b.attempts or len(set(reasons)) != 1:
+                return False
+        return True
+
     def _rerun_note(self, task: Any) -> str:
         """What a rerun of ``task`` skips: how its done blocks are known."""
         if task is not None and task.tracking_path is not None and self._block_tracking:
@@ -691,8 +711,18 @@ class Server(ServerObservee):
             unfinished = any(b.failed for b in rows) or state.failed_count or state.orphaned_count
             if unfinished:
                 # (every attempt that failed and was retried succeeded: nothing to rerun)
+                same = self._failed_alike(rows)
                 lines.append(
-                    "Next: rerun to retry the failed blocks (" + self._rerun_note(task) + ")"
+                    "Next: "
+                    + (
+                        "its failed blocks failed the same way on every attempt, which points "
+                        "at the code or the block's ROI, not chance: fix that, then "
+                        if same
+                        else ""
+                    )
+                    + "rerun to retry the failed blocks ("
+                    + self._rerun_note(task)
+                    + ")"
                 )
             workers = sorted(
                 {f.worker_id for f in self.failures if f.task_id == tid and f.worker_id is not None}
