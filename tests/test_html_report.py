@@ -266,3 +266,21 @@ def test_a_fully_resumed_rerun_says_there_was_nothing_to_do(tmp_path):
     assert "a serial run" not in text
     assert not list(layout.select({"name": "timeline"})), "no empty timeline"
     assert "this run processed no block" in text
+
+
+def test_a_task_without_a_store_says_where_its_failed_attempts_are(tmp_path):
+    """Issue 41: the page of a task without a tracking store read "No failed
+    attempts recorded in the store" under a banner of its failed attempts.
+    It has no map of them (no store), and says so, with the fix."""
+    daisy.logging.set_log_basedir(tmp_path / "logs")
+
+    def fails_two(block):
+        if block.block_id[1] in (1, 3):
+            block.status = daisy.BlockStatus.FAILED
+
+    task = line_task("untracked", 6, process_function=fails_two, max_retries=0, tracking_path=False)
+    assert not daisy.run_blockwise([task], multiprocessing=False, summary=False)
+    page = write_html_report(tmp_path / "logs", tmp_path / "untracked.html").read_text()
+    assert "untracked: failed, 2 failed attempt(s)" in page
+    assert "No failed attempts recorded" not in page
+    assert "2 failed attempt(s) this run, without a tracking store" in page

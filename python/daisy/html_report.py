@@ -318,9 +318,21 @@ def _worker_phases(bk: Any, report: TaskReport) -> Any:
     return fig
 
 
-def _failures(bk: Any, arrays: dict[str, np.ndarray]) -> Any:
+def _failures(bk: Any, report: TaskReport, arrays: dict[str, np.ndarray]) -> Any:
+    """The map of failed attempts over the block grid, from the store; a
+    task without one says how many attempts failed and how to get a map."""
     failures, shape = arrays.get("failures"), arrays.get("shape")
-    if failures is None or shape is None or not failures.any():
+    if failures is None or shape is None:
+        n = report.blocks.failures
+        text = (
+            f"<p>{n} failed attempt(s) this run, without a tracking store to map them over the "
+            "block grid (give the task a tracking_path for one); their causes are listed "
+            "above.</p>"
+            if n
+            else "<p>No failed attempts this run.</p>"
+        )
+        return bk.models.Div(text=text)
+    if not failures.any():
         return bk.models.Div(text="<p>No failed attempts recorded in the store.</p>")
     fig = bk.plotting.figure(
         title="failed attempts over the block grid (earlier axes summed)", height=260, width=330
@@ -431,7 +443,9 @@ def _task_section(bk: Any, report: TaskReport, store: Path | None, axis: Any = N
         parts.append(bk.layouts.row(*hist[i : i + 3]))
     parts.append(
         bk.layouts.row(
-            _trend(bk, report, arrays), _worker_phases(bk, report), _failures(bk, arrays)
+            _trend(bk, report, arrays),
+            _worker_phases(bk, report),
+            _failures(bk, report, arrays),
         )
     )
     return parts
