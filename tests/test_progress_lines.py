@@ -265,3 +265,20 @@ def _slowish(block):
     import time
 
     time.sleep(0.02)
+
+
+def test_every_finished_line_names_the_workers_that_served_its_task(tmp_path):
+    """Issue 41: the last lines mixed "1 worker" (a task that finished
+    while the run went on, at the tick it finished) with "0 workers" (a
+    task that finished with the run: its line came after its workers had
+    left). Each finished line now names the workers its task had at its
+    last tick."""
+    _, stderr, _ = _run(tmp_path, "default")
+    finished = {
+        m["task"]: int(m["workers"])
+        for lines in _lines_by_task(stderr).values()
+        for m in lines
+        if m["tail"].startswith("finished")
+    }
+    assert set(finished) == {"extract", "smooth"}, stderr
+    assert finished == {"extract": 1, "smooth": 1}, stderr

@@ -148,7 +148,8 @@ class LineProgress:
     second over the last 30 s, skips excluded, and what is left at that
     pace: the dashboard's figures too); the last line says ``finished in``
     instead of ``eta`` (``stopped after`` when the run ended before the
-    task did). A run of a day with
+    task did), and names the workers that served the task at its last
+    tick. A run of a day with
     the default interval writes a few thousand lines, not gigabytes.
     """
 
@@ -159,6 +160,10 @@ class LineProgress:
         self._started: dict[str, float] = {}
         self._written: dict[str, float] = {}
         self._latest: dict[str, tuple[TaskState, int]] = {}
+        #: per task: its live workers at its last tick before it ended (what
+        #: its "finished" line names: by the tick it ends, or the run's last
+        #: count, its workers may have left)
+        self._serving: dict[str, int] = {}
         self._ended: set[str] = set()
         #: per task: the core's pace, as `pace` last gave it
         self._pace: dict[str, tuple[float, float | None]] = {}
@@ -173,6 +178,8 @@ class LineProgress:
             return
         now = time.monotonic()
         self._latest[task_id] = (state, workers)
+        if not state.is_done() and workers:
+            self._serving[task_id] = workers
         if task_id not in self._started:
             self._started[task_id] = now
             self._write(task_id, now)
@@ -196,6 +203,7 @@ class LineProgress:
         if state.is_done():
             self._ended.add(task_id)
             tail = f"finished in {_duration(elapsed)}"
+            workers = self._serving.get(task_id, workers)
         elif last:  # the run ended before the task did (it was stopped)
             self._ended.add(task_id)
             tail = f"stopped after {_duration(elapsed)}"
