@@ -84,6 +84,11 @@ def test_ctrl_c_says_the_counts_and_what_a_rerun_resumes(tmp_path):
     assert 0 < recorded < 200 and m.group(2) == str(store)
     assert "count: " in text and "no tracking store: a rerun processes every block again" in text
     assert "KeyboardInterrupt" in text  # the interrupt still ends the script
+    # issue 41: blocks the Ctrl-C cut short were "stopped before they ran"
+    unfinished = [line for line in text.splitlines() if "unfinished" in line]
+    assert unfinished, text[-3000:]
+    assert all("before they ran" not in line for line in unfinished), unfinished
+    assert all("cut short" in line for line in unfinished), unfinished
     # the rerun skips exactly what the interrupted run said was recorded
     rerun = _run_on_a_terminal(args, interrupt_after_marks=None, marks=marks)
     assert f"SKIPPED {recorded}" in rerun, rerun[-3000:]

@@ -46,7 +46,11 @@ def format_execution_summary(
             ]
         pending = s.total_block_count - s.completed_count - s.failed_count - s.orphaned_count
         if pending > 0:
-            out += [f"    unfinished ⧗: {pending} (the run stopped before they ran)", ""]
+            out += [
+                f"    unfinished ⧗: {pending} (the run stopped before they were done: never "
+                "started, or cut short while they ran)",
+                "",
+            ]
         if s.total_block_count == 0:
             out += ["    no blocks: the task's ROIs leave none (the warning above says why)", ""]
         elif s.all_completed:
