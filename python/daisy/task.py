@@ -71,7 +71,8 @@ class Task(Composable):
         init_callback_fn: ``f(context)``, called once when the task starts.
         read_write_conflict: whether blocks whose read and write regions
             overlap must not run at the same time.
-        num_workers: daisy 1.x name of ``max_workers``.
+        num_workers: daisy 1.x name of ``max_workers`` (giving both is a
+            ``TypeError``, as in daisy 2.0.0).
         max_retries: how often a failed block is retried.
         fit: ``"valid"``, ``"overhang"`` or ``"shrink"``: what to do with
             blocks that stick out of ``total_roi``.
