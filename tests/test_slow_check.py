@@ -112,3 +112,61 @@ def test_a_slow_check_says_done_without_a_worker_and_without_stalling(workloads)
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+HUNG_CHECK = """
+import os, sys, time
+import daisy
+
+def hung_check(block):
+    open(os.path.join(sys.argv[1], "checking"), "w").close()
+    time.sleep(600)  # a check stuck on a hung shared filesystem
+    return False
+
+task = daisy.Task(
+    "hung",
+    total_roi=daisy.Roi((0,), (4,)),
+    read_roi=daisy.Roi((0,), (1,)),
+    write_roi=daisy.Roi((0,), (1,)),
+    process_function=lambda b: None,
+    check_function=hung_check,
+    max_workers=1,
+)
+daisy.run_blockwise([task], progress=False)
+"""
+
+
+def test_ctrl_c_stops_a_run_whose_check_function_hangs(tmp_path):
+    """A guard for the check's new home: inline, a check ran in the
+    driver's main thread, where Ctrl-C interrupted it; on the blocking pool
+    it is not, so the tick must see Ctrl-C and stop the run while the
+    check still hangs (it is waited for a moment, `CHECK_GRACE`, then left
+    behind)."""
+    import signal
+    import subprocess
+
+    script = tmp_path / "hung.py"
+    script.write_text(HUNG_CHECK)
+    driver = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "checking").exists():
+            assert driver.poll() is None, driver.communicate()
+            assert time.monotonic() < deadline, "the check was never asked"
+            time.sleep(0.02)
+        driver.send_signal(signal.SIGINT)
+        try:
+            _, err = driver.communicate(timeout=60)  # generous: only a hang misses it
+        except subprocess.TimeoutExpired:
+            pytest.fail("Ctrl-C did not stop a run whose check function hangs")
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode != 0
+    assert "KeyboardInterrupt" in err, err[-3000:]
