@@ -1164,3 +1164,30 @@ def test_stat_formats():
     s = daisy.Stat.from_dict({"n": 2, "mean": 1.0, "std": 0.0, "min": 1.0, "max": 1.0, "sum": 2.0})
     assert s.total == 2.0 and s.to_dict()["sum"] == 2.0
     assert daisy.Stat.from_dict(None) == daisy.Stat()
+
+
+def test_the_panel_shows_a_trend_only_over_enough_blocks(tmp_path):
+    """Issue 41: a slope fitted to 7 blocks ("trend ∠ -726 ms/block") is
+    noise read as a finding. The core says when a trend means something
+    (`trend_shown`: 10 measured blocks or more; the specification's own
+    example has 12) and the panel shows it only then."""
+    import daisy
+
+    def run(n):
+        task = daisy.Task(
+            f"trend{n}",
+            total_roi=daisy.Roi((0,), (n,)),
+            read_roi=daisy.Roi((0,), (1,)),
+            write_roi=daisy.Roi((0,), (1,)),
+            process_function=lambda b: None,
+            resource_tracking=True,
+            tracking_path=tmp_path / f"trend{n}",
+        )
+        assert daisy.run_blockwise([task], multiprocessing=False, progress=False, summary=False)
+        return daisy.last_report()[f"trend{n}"]
+
+    few, many = run(7), run(40)
+    assert few.blocks.has_stats and not few.blocks.trend_shown
+    assert "trend ∠" not in few.render()
+    assert many.blocks.trend_shown
+    assert "trend ∠" in many.render()

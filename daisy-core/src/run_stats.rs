@@ -100,6 +100,13 @@ impl Welford {
     }
 }
 
+/// The fewest measured blocks a trend is shown over: below it a
+/// least-squares slope of block times is mostly noise (the first blocks'
+/// warm-up alone tilts it), and a slope of 7 blocks read "-726 ms/block".
+/// Ten keeps the specification's own example (12 blocks on 3 workers,
+/// RUN_STATS.md) and leaves out the handfuls.
+pub const TREND_MIN_BLOCKS: u64 = 10;
+
 /// Least-squares slope of `y` against its index (0, 1, 2, ...), online.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Trend {
@@ -122,6 +129,11 @@ impl Trend {
         self.sum_y += y;
         self.sum_xx += x * x;
         self.sum_xy += x * y;
+    }
+
+    /// How many points were added.
+    pub fn count(&self) -> u64 {
+        self.n as u64
     }
 
     /// The slope per step (0 with fewer than two values).

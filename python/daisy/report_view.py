@@ -65,8 +65,9 @@ def block_summary_html(b: Any) -> str:
             ("peak RSS", b.peak_rss.format("B")),
             ("io read", format_bytes(b.io_read.total)),
             ("io write", format_bytes(b.io_write.total)),
-            ("trend", f"{b.trend_slope_ms:+.4f} ms/block"),
         ]
+        if b.trend_shown:
+            rows.append(("trend", f"{b.trend_slope_ms:+.4f} ms/block"))
         if b.overhead:
             rows.append(("overhead", b.overhead.format()))
         if b.gpu_util:

@@ -482,6 +482,9 @@ class BlockSummary:
     gpu_util: Stat = field(default_factory=Stat)
     gpu_mem: Stat = field(default_factory=Stat)
     trend_slope_ms: float = 0.0
+    #: whether the trend means something (fitted to enough blocks: the
+    #: core's ``TREND_MIN_BLOCKS``); views show it only then
+    trend_shown: bool = False
     #: where ``peak_rss`` comes from: "high_water_mark" (the kernel's mark,
     #: reset at each block's start), "process_peak" (no reset possible on
     #: that system: the process's peak so far), "" without stats
@@ -517,7 +520,7 @@ class BlockSummary:
     def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> BlockSummary:
         """From the report JSON. ``strict``: every key must be there."""
         defaults: dict[str, Any] = {"count": 0, "skipped": 0, "failures": 0}
-        defaults.update(has_stats=False, trend_slope_ms=0.0, peak_rss_source="")
+        defaults.update(has_stats=False, trend_slope_ms=0.0, trend_shown=False, peak_rss_source="")
         defaults.update(warmup_ratio=None, slowest=[], cpu_per_wall=None)
         defaults.update(dict.fromkeys(cls._STATS))
         f = _fields({} if d is None and not strict else d, defaults, "blocks", strict)
@@ -534,6 +537,7 @@ class BlockSummary:
             failures=int(f["failures"]),
             has_stats=bool(f["has_stats"]),
             trend_slope_ms=float(f["trend_slope_ms"]),
+            trend_shown=bool(f["trend_shown"]),
             peak_rss_source=str(f["peak_rss_source"]),
             **{k: Stat.from_dict(f[k], strict, cls._UNITS.get(k, "s")) for k in cls._STATS},
         )
@@ -569,6 +573,7 @@ class BlockSummary:
         }
         out.update({k: getattr(self, k).to_dict() for k in self._STATS})
         out["trend_slope_ms"] = self.trend_slope_ms
+        out["trend_shown"] = self.trend_shown
         out["peak_rss_source"] = self.peak_rss_source
         out["warmup_ratio"] = self.warmup_ratio
         out["slowest"] = [{"spatial_id": i, "seconds": t} for i, t in self.slowest]
@@ -1212,7 +1217,8 @@ class TaskReport:
             )
             if b.overhead:
                 second += f"   overhead {b.overhead.format()}"
-            second += f"   trend ∠ {b.trend_slope_ms:+.4f} ms/block"
+            if b.trend_shown:
+                second += f"   trend ∠ {b.trend_slope_ms:+.4f} ms/block"
             lines.append(second)
             if b.gpu_mem:
                 lines.append(

@@ -106,6 +106,7 @@ impl BlockAggregates {
             gpu_util: self.gpu_util.summary(),
             gpu_mem: self.gpu_mem.summary(),
             trend_slope_ms: self.trend.slope(),
+            trend_shown: self.trend.count() >= crate::run_stats::TREND_MIN_BLOCKS,
             peak_rss_source: if self.has_stats {
                 crate::block_profile::peak_rss_source().to_string()
             } else {

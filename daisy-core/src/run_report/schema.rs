@@ -44,6 +44,12 @@ pub struct BlockSummary {
     pub gpu_mem: StatSummary,
     /// Least-squares slope of wall time (ms) in completion order.
     pub trend_slope_ms: f64,
+    /// Whether the slope means something: fitted to at least
+    /// [`crate::run_stats::TREND_MIN_BLOCKS`] measured blocks (a slope of
+    /// 7 blocks read "-726 ms/block": noise). Views show the trend only
+    /// then. False in lines written before it was kept.
+    #[serde(default)]
+    pub trend_shown: bool,
     /// Where `peak_rss` comes from (see
     /// [`crate::block_profile::peak_rss_source`]); empty without stats.
     #[serde(default)]
