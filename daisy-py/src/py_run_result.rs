@@ -26,6 +26,47 @@ fn record_repr(name: &str, names: &[&str], values: &Bound<'_, PyTuple>) -> PyRes
     Ok(format!("{name}({})", fields.join(", ")))
 }
 
+/// The Python methods of a record that reads like the tuple it replaced:
+/// its `repr`, length, iteration (so it unpacks), indexing and equality
+/// (with a record of its kind or the tuple). `$ty` has `NAME`, `FIELDS`
+/// and `tuple()`.
+macro_rules! tuple_record_methods {
+    ($ty:ty) => {
+        #[pymethods]
+        impl $ty {
+            fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+                record_repr(Self::NAME, Self::FIELDS, &self.tuple().into_pyobject(py)?)
+            }
+
+            fn __len__(&self) -> usize {
+                Self::FIELDS.len()
+            }
+
+            fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+                self.tuple()
+                    .into_pyobject(py)?
+                    .try_iter()
+                    .map(Bound::into_any)
+            }
+
+            fn __getitem__<'py>(
+                &self,
+                py: Python<'py>,
+                index: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                self.tuple().into_pyobject(py)?.as_any().get_item(index)
+            }
+
+            fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+                if let Ok(other) = other.cast::<$ty>() {
+                    return Ok(self.tuple() == other.get().tuple());
+                }
+                self.tuple().into_pyobject(py)?.eq(other)
+            }
+        }
+    };
+}
+
 /// One failed attempt (`daisy._daisy.Failure`): read by name
 /// (`f.task_id`, `f.reason`); unpacks as the `(task_id, spatial_id,
 /// worker_id, reason)` tuple earlier releases of this package handed out,
@@ -44,6 +85,9 @@ pub struct PyFailure {
 }
 
 impl PyFailure {
+    const NAME: &'static str = "Failure";
+    const FIELDS: &'static [&'static str] = &["task_id", "spatial_id", "worker_id", "reason"];
+
     fn tuple(&self) -> FailureTuple {
         (
             self.task_id.clone(),
@@ -54,39 +98,7 @@ impl PyFailure {
     }
 }
 
-#[pymethods]
-impl PyFailure {
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let names = ["task_id", "spatial_id", "worker_id", "reason"];
-        record_repr("Failure", &names, &self.tuple().into_pyobject(py)?)
-    }
-
-    fn __len__(&self) -> usize {
-        4
-    }
-
-    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.tuple()
-            .into_pyobject(py)?
-            .try_iter()
-            .map(Bound::into_any)
-    }
-
-    fn __getitem__<'py>(
-        &self,
-        py: Python<'py>,
-        index: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.tuple().into_pyobject(py)?.as_any().get_item(index)
-    }
-
-    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
-        if let Ok(other) = other.cast::<PyFailure>() {
-            return Ok(self.tuple() == other.get().tuple());
-        }
-        self.tuple().into_pyobject(py)?.eq(other)
-    }
-}
+tuple_record_methods!(PyFailure);
 
 /// One block with a failed attempt (`daisy._daisy.FailedBlock`), once,
 /// with its last message: read by name; unpacks as the `(task_id,
@@ -109,6 +121,16 @@ pub struct PyFailedBlock {
 }
 
 impl PyFailedBlock {
+    const NAME: &'static str = "FailedBlock";
+    const FIELDS: &'static [&'static str] = &[
+        "task_id",
+        "spatial_id",
+        "write_roi",
+        "attempts",
+        "failed",
+        "message",
+    ];
+
     fn tuple(&self) -> FailedBlockTuple {
         (
             self.task_id.clone(),
@@ -121,46 +143,7 @@ impl PyFailedBlock {
     }
 }
 
-#[pymethods]
-impl PyFailedBlock {
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let names = [
-            "task_id",
-            "spatial_id",
-            "write_roi",
-            "attempts",
-            "failed",
-            "message",
-        ];
-        record_repr("FailedBlock", &names, &self.tuple().into_pyobject(py)?)
-    }
-
-    fn __len__(&self) -> usize {
-        6
-    }
-
-    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.tuple()
-            .into_pyobject(py)?
-            .try_iter()
-            .map(Bound::into_any)
-    }
-
-    fn __getitem__<'py>(
-        &self,
-        py: Python<'py>,
-        index: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.tuple().into_pyobject(py)?.as_any().get_item(index)
-    }
-
-    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
-        if let Ok(other) = other.cast::<PyFailedBlock>() {
-            return Ok(self.tuple() == other.get().tuple());
-        }
-        self.tuple().into_pyobject(py)?.eq(other)
-    }
-}
+tuple_record_methods!(PyFailedBlock);
 
 /// The result of one run (`daisy._daisy.RunResult`).
 #[pyclass(name = "RunResult", module = "daisy._daisy", frozen)]
