@@ -631,20 +631,19 @@ class Server(ServerObservee):
         than one attempt, failed with the same error on every attempt the
         run noted (a rerun would fail again). False where none was retried,
         or where the noted attempts do not cover them."""
-        failed = [b for b in blocks if b.failed and b.attempts > 1]
+        failed = {(b.task_id, b.spatial_id): b.attempts for b in blocks if b.failed}
+        failed = {key: n for key, n in failed.items() if n > 1}
         if not failed:
             return False
-        for b in failed:
-            # each attempt's last line (a worker sends a traceback whole
-            # only the first time it sees it)
-            reasons = [
-                (f.reason.strip().splitlines() or [""])[-1]
-                for f in self.failures
-                if f.task_id == b.task_id and f.spatial_id == b.spatial_id
-            ]
-            if len(reasons) != b.attempts or len(set(reasons)) != 1:
-                return False
-        return True
+        # each noted attempt's last line, by block, in one pass (a worker
+        # sends a traceback whole only the first time it sees it)
+        reasons: dict[tuple[str, int], list[str]] = {key: [] for key in failed}
+        for f in self.failures:
+            if (f.task_id, f.spatial_id) in reasons:
+                reasons[f.task_id, f.spatial_id].append((f.reason.strip().splitlines() or [""])[-1])
+        return all(
+            len(reasons[key]) == n and len(set(reasons[key])) == 1 for key, n in failed.items()
+        )
 
     def _rerun_note(self, task: Any) -> str:
         """What a rerun of ``task`` skips: how its done blocks are known."""
