@@ -26,6 +26,10 @@ import time
 
 import pytest
 
+# a hand-started worker that takes a block and writes it in pieces, a line
+# of time each, forever
+from test_unmanaged_timeout import HAND_STARTED
+
 DRIVER = textwrap.dedent(
     """
     import json, os, sys, time
@@ -119,23 +123,6 @@ if __name__ == "__main__":
 
 
 # -- item 2: a stopped unmanaged worker writes nothing after its retry ------
-
-HAND_STARTED = textwrap.dedent(
-    """
-    import sys, time
-    import daisy
-
-    beats, held = sys.argv[1], sys.argv[2]
-    client = daisy.Client()
-    with client.acquire_block() as block:
-        with open(held, "w") as f:
-            f.write(str(block.block_id[1]))
-        while True:   # a block written in pieces
-            with open(beats, "a") as f:
-                f.write(f"{time.time()!r}\\n")
-            time.sleep(0.05)
-    """
-)
 
 
 def test_a_stopped_unmanaged_worker_writes_nothing_once_its_block_was_retried(tmp_path):
