@@ -1112,3 +1112,58 @@ def test_many_workers_record_concurrently_without_losing_a_mark(tmp_path, calls,
     states = run(task, True)
     assert states["many"].skipped_count == 200
     assert take_calls(calls) == Counter()
+
+
+SPARSE_RUN = textwrap.dedent(
+    """
+    import sys, time
+    import daisy
+
+    def first_then_slow(block):
+        if block.block_id[1] != 0:
+            time.sleep(600)
+
+    task = daisy.Task("measured", daisy.Roi((0, 0), (1000, 1000)), daisy.Roi((0, 0), (1, 1)),
+                      daisy.Roi((0, 0), (1, 1)), process_function=first_then_slow,
+                      max_workers=1, resource_tracking=True, tracking_path=sys.argv[1])
+    daisy.run_blockwise([task])
+    """
+)
+
+
+def test_resource_tracking_arrays_of_a_stopped_run_are_sparse_and_read_as_their_fill(tmp_path):
+    # 10^6 blocks with resource tracking, the driver killed after its first
+    # block: the arrays of never-measured cells (NaN, "no worker") cost no
+    # disk, and zarr-python reads them as their fill values
+    store = tmp_path / "store"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", SPARSE_RUN, str(store)], start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if (store / "done" / "zarr.json").is_file():
+                done = zarr.open_group(str(store), mode="r")["done"]
+                if int(np.count_nonzero(done[...])) >= 1:
+                    break
+            assert driver.poll() is None, "the driver left before its first block was marked"
+            time.sleep(0.1)
+        else:
+            pytest.fail("no block marked in 120 s")
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    apparent = allocated = 0
+    for chunk in store.rglob("c/0/0"):
+        apparent += chunk.stat().st_size
+        allocated += chunk.stat().st_blocks * 512
+    assert apparent >= 69_000_000  # 10^6 cells of 69 bytes
+    assert allocated * 4 < apparent, f"{allocated} of {apparent} bytes allocated"
+    group = zarr.open_group(str(store), mode="r")
+    wall = group["wall_seconds"][...]
+    assert wall.shape == (1000, 1000)
+    assert np.count_nonzero(~np.isnan(wall)) == 1 and wall[0, 0] >= 0
+    assert np.isnan(group["sent_at"][...]).sum() == 10**6 - 1
+    workers = group["worker_id"][...]
+    assert np.count_nonzero(workers != np.iinfo(np.uint32).max) == 1
+    assert group["peak_rss_bytes"][0, 0] > 0

@@ -7,7 +7,9 @@
 use super::arrays::{DONE, FAILURES, RESET_MARKER, RUNS_FILE, STAGING, STATS};
 use super::layout::mismatch;
 use super::lock::LOCK_FILE;
-use super::zarr_array::{ArrayKind, MappedArray, chunk_path, io_err, map_array};
+use super::zarr_array::{
+    ArrayKind, ChunkFormat, MappedArray, chunk_path, io_err, map_array, read_elements,
+};
 use crate::error::DaisyError;
 use crate::geometry::Coord;
 use serde_json::Value;
@@ -15,9 +17,27 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use zarrs_metadata::v3::NodeMetadataV3;
 
-/// True if every byte of `file` is `kind`'s fill value (a chunk that holds
-/// no mark). Read in pieces: only a damaged store's chunks are read whole.
-fn chunk_is_blank(file: &Path, kind: &ArrayKind) -> Result<bool, DaisyError> {
+/// True if every element of the chunk `file` of an array of `kind` and
+/// `shape` is the fill value (a chunk that holds no mark); a chunk of
+/// another size counts as not blank. A plain chunk is read in pieces; a
+/// shard (resource tracking) is decoded whole.
+fn chunk_is_blank(file: &Path, kind: &ArrayKind, shape: &Coord) -> Result<bool, DaisyError> {
+    let len = fs::metadata(file).map_err(|e| io_err(file, e))?.len();
+    match ChunkFormat::of_file(kind, shape, len) {
+        Some(ChunkFormat::Plain) => plain_chunk_is_blank(file, kind),
+        Some(ChunkFormat::Sharded { .. }) => {
+            Ok(read_elements(file, kind, shape)?.is_ok_and(|bytes| {
+                let size = kind.dtype.size();
+                bytes.chunks_exact(size).all(|e| e == &kind.fill[..size])
+            }))
+        }
+        None => Ok(false),
+    }
+}
+
+/// True if every byte of `file` is `kind`'s fill value, read in pieces:
+/// only a damaged store's chunks are read whole.
+fn plain_chunk_is_blank(file: &Path, kind: &ArrayKind) -> Result<bool, DaisyError> {
     use std::io::Read;
     let size = kind.dtype.size();
     let fill = &kind.fill[..size];
@@ -50,7 +70,7 @@ fn earlier_marks(store: &Path) -> Result<Option<String>, DaisyError> {
             continue;
         };
         for chunk in entries {
-            if !chunk_is_blank(&chunk, &kind)? {
+            if !plain_chunk_is_blank(&chunk, &kind)? {
                 return Ok(Some(format!("{} holds marks", chunk.display())));
             }
         }
@@ -201,7 +221,7 @@ pub(super) fn open_array(
             return Err(marks_lost(store, &dir, &evidence));
         }
         match (meta.is_file(), chunk.is_file()) {
-            (false, true) if !chunk_is_blank(&chunk, &kind)? => {
+            (false, true) if !chunk_is_blank(&chunk, &kind, shape)? => {
                 let evidence = format!("its chunk {} holds marks", chunk.display());
                 return Err(damaged(store, &meta, &evidence));
             }

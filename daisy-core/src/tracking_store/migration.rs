@@ -22,7 +22,7 @@
 
 use super::arrays::{DONE, FAILURES, STAGING, STATS};
 use super::layout::{Layout, growth_shift, mismatch};
-use super::zarr_array::{ArrayKind, chunk_path, filled, io_err, write_array};
+use super::zarr_array::{ArrayKind, chunk_path, filled, io_err, read_elements, write_array};
 use super::{array_grid, write_group};
 use crate::block_grid::BlockGrid;
 use crate::error::DaisyError;
@@ -84,7 +84,12 @@ pub fn migrate(
         let mut out = filled(&kind, new_shape.product());
         if old_shape.product() > 0 {
             let chunk = chunk_path(&path.join(kind.name), old_shape.dims());
-            let bytes = fs::read(&chunk).map_err(|e| io_err(&chunk, e))?;
+            let bytes = read_elements(&chunk, &kind, &old_shape)?.map_err(|what| {
+                DaisyError::Io(format!(
+                    "{}: {what}; the tracking store is damaged",
+                    chunk.display()
+                ))
+            })?;
             for i in 0..old_cells.len() {
                 let pos = old_cells.unflat(i);
                 let start = i as usize * size;

@@ -67,8 +67,8 @@ use self::integrity::{open_array, read_group};
 use self::layout::{Layout, mismatch};
 use self::lock::{LOCK_FILE, StoreLock};
 use self::zarr_array::{
-    MappedArray, StoredArray, chunk_path, create_array, io_err, read_array, write_array_metadata,
-    write_atomic,
+    ChunkFormat, MappedArray, StoredArray, chunk_path, create_array, io_err, read_array,
+    write_array_metadata, write_atomic,
 };
 use crate::block::Block;
 use crate::block_grid::BlockGrid;
@@ -288,8 +288,8 @@ impl TrackingStore {
                 continue;
             }
             let len = fs::metadata(&chunk).map_err(|e| io_err(&chunk, e))?.len();
-            let expected = shape.product() * kind.dtype.size() as u64;
-            if len != expected {
+            let Some(format) = ChunkFormat::of_file(&kind, &shape, len) else {
+                let expected = ChunkFormat::for_kind(&kind, &shape).file_len(&kind, &shape);
                 return Err(mismatch(
                     path,
                     &hash,
@@ -301,8 +301,8 @@ impl TrackingStore {
                         kind.name
                     ),
                 ));
-            }
-            write_array_metadata(path, &kind, &shape)?;
+            };
+            write_array_metadata(path, &kind, &shape, format)?;
         }
         write_group(path, &layout, &spec.task_id)?;
         tracing::info!(
@@ -738,6 +738,16 @@ mod tests {
                 .map(|i| {
                     let b = old_grid.block(i);
                     t.mark_done(&b);
+                    let st = BlockStats {
+                        wall_seconds: 1.0,
+                        cpu_seconds: 1.0,
+                        peak_rss_bytes: 1,
+                        io_read_bytes: 0,
+                        io_write_bytes: 0,
+                        gpu_util_pct: f32::NAN,
+                        gpu_mem_bytes: 0,
+                    };
+                    t.record_stats(&b, &st, Some(i as u32), 1.0, 2.0);
                     b.write_roi.offset()
                 })
                 .collect()
@@ -757,6 +767,9 @@ mod tests {
                 b.write_roi.offset()
             );
             kept += was_done as usize;
+            // the figures (sharded arrays) move with their blocks
+            let measured = t.record(&b).worker_id.is_some();
+            assert_eq!(measured, was_done, "figures of {}", b.write_roi.offset());
         }
         assert_eq!(kept, done_offsets.len());
         // reopening with the grown layout is a plain open now
@@ -853,6 +866,122 @@ mod tests {
         );
         assert!(store.failure().is_none());
         drop(store);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn resource_tracking_arrays_are_as_sparse_as_the_marks() {
+        // 10^6 blocks with resource tracking, one block measured: the
+        // arrays whose fill is NaN or "no worker" are sharded, so a window
+        // never written is absent (it reads as the fill value in any Zarr
+        // reader) and costs no disk
+        use std::os::unix::fs::MetadataExt;
+        let path = tmp("sparse-stats");
+        let unit = Roi::from_slices(&[0, 0], &[1, 1]).unwrap();
+        let spec = TaskSpec::new(
+            "t",
+            Roi::from_slices(&[0, 0], &[1000, 1000]).unwrap(),
+            unit,
+            unit,
+            Fit::Valid,
+            true,
+            0,
+            vec![],
+        )
+        .unwrap();
+        let mut store = TrackingStore::open(&path, &spec, true).unwrap();
+        let disk = |path: &Path| {
+            let mut apparent = 0;
+            let mut used = 0;
+            for kind in [DONE, FAILURES].iter().chain(STATS.iter()) {
+                let meta = fs::metadata(path.join(kind.name).join("c/0/0")).unwrap();
+                apparent += meta.len();
+                used += meta.blocks() * 512;
+            }
+            (apparent, used)
+        };
+        let (apparent, used) = disk(&path);
+        assert!(apparent >= 69_000_000, "apparent size {apparent}");
+        assert!(used < 1 << 20, "{used} bytes allocated up front");
+        let grid = BlockGrid::new(0, &spec);
+        let block = grid.block(500_000);
+        let st = BlockStats {
+            wall_seconds: 0.5,
+            cpu_seconds: 0.25,
+            peak_rss_bytes: 1 << 30,
+            io_read_bytes: 7,
+            io_write_bytes: 9,
+            gpu_util_pct: f32::NAN,
+            gpu_mem_bytes: 0,
+        };
+        store.mark_done(&block);
+        store.record_stats(&block, &st, Some(3), 100.0, 100.5);
+        drop(store);
+        let (apparent, used) = disk(&path);
+        assert!(
+            used * 4 < apparent,
+            "{used} of {apparent} bytes allocated after one measured block"
+        );
+        // read back: by the store, and whole (as the CLI and report do)
+        let store = TrackingStore::open(&path, &spec, true).unwrap();
+        let r = store.record(&block);
+        assert_eq!(
+            (r.done, r.worker_id, r.sent_at),
+            (true, Some(3), Some(100.0))
+        );
+        assert!((r.stats.unwrap().wall_seconds - 0.5).abs() < 1e-6);
+        let never = store.record(&grid.block(7));
+        assert_eq!((never.stats, never.worker_id), (None, None));
+        let cell = store.cell(&block) as usize;
+        drop(store);
+        let walls = TrackingStore::read_array(&path, "wall_seconds")
+            .unwrap()
+            .unwrap();
+        assert_eq!(walls.bytes.len(), 4_000_000);
+        let wall = |i: usize| f32::from_le_bytes(walls.bytes[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!(wall(cell), 0.5);
+        assert!(wall(0).is_nan() && wall(999_999).is_nan());
+        let ids = TrackingStore::read_array(&path, "worker_id")
+            .unwrap()
+            .unwrap();
+        assert_eq!(&ids.bytes[..4], &[0xff; 4]);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_store_whose_figures_were_written_in_full_is_read_and_written_as_it_is() {
+        // stores made before the figures were sharded hold them as one
+        // plain chunk written out in full: still opened, read and written
+        let path = tmp("plain-stats");
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
+        let grid = BlockGrid::new(0, &s);
+        drop(TrackingStore::open(&path, &s, true).unwrap());
+        let (shape, _) = array_grid(&s);
+        for kind in STATS {
+            let chunk = chunk_path(&path.join(kind.name), shape.dims());
+            zarr_array::write_atomic(&chunk, &zarr_array::filled(&kind, shape.product()))
+                .unwrap();
+            write_array_metadata(&path, &kind, &shape, ChunkFormat::Plain).unwrap();
+        }
+        let st = BlockStats {
+            wall_seconds: 0.5,
+            cpu_seconds: 0.25,
+            peak_rss_bytes: 1,
+            io_read_bytes: 2,
+            io_write_bytes: 3,
+            gpu_util_pct: f32::NAN,
+            gpu_mem_bytes: 0,
+        };
+        {
+            let mut t = TrackingStore::open(&path, &s, true).unwrap();
+            assert_eq!(t.record(&grid.block(1)).stats, None);
+            t.record_stats(&grid.block(1), &st, Some(2), 1.0, 2.0);
+        }
+        let t = TrackingStore::open(&path, &s, true).unwrap();
+        assert_eq!(t.record(&grid.block(1)).worker_id, Some(2));
+        assert_eq!(t.record(&grid.block(0)).worker_id, None);
+        let chunk = chunk_path(&path.join("worker_id"), shape.dims());
+        assert_eq!(fs::metadata(&chunk).unwrap().len(), shape.product() * 4);
         fs::remove_dir_all(&path).unwrap();
     }
 

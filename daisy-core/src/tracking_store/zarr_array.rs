@@ -29,6 +29,20 @@
 //! A window that is one hole reads as the zeros it holds, without a
 //! syscall; one partly written by another program is read with `pread`,
 //! which never allocates.
+//!
+//! ## Sparse with any fill value: one shard
+//! A hole reads as zeros, so only an array whose fill value is zero can
+//! leave its holes for a reader to fill. The resource-tracking arrays hold
+//! NaN or "no worker" for a block never measured, and written out in full
+//! they cost half a store's disk before its first block ran. Their file is
+//! one Zarr v3 shard instead ([`ChunkFormat::Sharded`]): the array's rows
+//! cut into inner chunks of about one [`RESERVE_WINDOW`], each at its fixed
+//! place (element `i` still at byte `i * size`), then the shard index, 16
+//! bytes per inner chunk. An inner chunk absent from the index reads as
+//! the fill value in any Zarr v3 reader and costs no disk; the first write
+//! into one reserves it, writes the fill value into it and enters it in the
+//! index. A store written before (one plain chunk written in full) is read
+//! as it is.
 
 use crate::error::DaisyError;
 use crate::geometry::Coord;
@@ -91,15 +105,102 @@ pub struct ArrayKind {
     pub fill: [u8; 8],
 }
 
+/// How the one file of an array lays out its elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkFormat {
+    /// Element `i` at byte `i * size` and nothing else: a hole reads as
+    /// zeros (the fill value of the arrays made so).
+    Plain,
+    /// One shard of `count` inner chunks of `rows` rows (`window` bytes)
+    /// each at its fixed place (element `i` at byte `i * size`; the last
+    /// inner chunk padded past the array's end), then the shard index:
+    /// per inner chunk its offset and length, or two `u64::MAX` for one
+    /// never written, which reads as the fill value (see the module docs).
+    Sharded {
+        /// Rows of the array (along its first axis) per inner chunk.
+        rows: u64,
+        /// Bytes per inner chunk.
+        window: u64,
+        /// Inner chunks.
+        count: u64,
+    },
+}
+
+/// Bytes of one shard-index entry: offset and length, `u64` each.
+const INDEX_ENTRY: u64 = 16;
+
+impl ChunkFormat {
+    /// The format a new array of `kind` gets: plain where its fill value is
+    /// zero (a hole is the fill value), one shard otherwise.
+    pub fn for_kind(kind: &ArrayKind, shape: &Coord) -> Self {
+        let size = kind.dtype.size();
+        if kind.fill[..size].iter().all(|&b| b == 0) {
+            return ChunkFormat::Plain;
+        }
+        let dims = shape.as_slice();
+        let first = dims.first().map_or(1, |&d| d.max(1) as u64);
+        let rest: u64 = dims.iter().skip(1).map(|&d| d.max(1) as u64).product();
+        let per_window = (RESERVE_WINDOW / size as u64).max(1);
+        let rows = (per_window / rest.max(1)).clamp(1, first);
+        ChunkFormat::Sharded {
+            rows,
+            window: rows * rest * size as u64,
+            count: first.div_ceil(rows),
+        }
+    }
+
+    /// Which format a file of `len` bytes holding an array of `kind` and
+    /// `shape` has; None for neither (a damaged store).
+    pub fn of_file(kind: &ArrayKind, shape: &Coord, len: u64) -> Option<Self> {
+        let sharded = Self::for_kind(kind, shape);
+        if len == sharded.file_len(kind, shape) {
+            Some(sharded)
+        } else if len == ChunkFormat::Plain.file_len(kind, shape) {
+            Some(ChunkFormat::Plain)
+        } else {
+            None
+        }
+    }
+
+    /// Bytes of the file.
+    pub fn file_len(self, kind: &ArrayKind, shape: &Coord) -> u64 {
+        match self {
+            ChunkFormat::Plain => shape.product() * kind.dtype.size() as u64,
+            ChunkFormat::Sharded { window, count, .. } => count * (window + INDEX_ENTRY),
+        }
+    }
+
+    /// Bytes reserved (and, sharded, entered in the index) at once.
+    fn window(self) -> u64 {
+        match self {
+            ChunkFormat::Plain => RESERVE_WINDOW,
+            ChunkFormat::Sharded { window, .. } => window,
+        }
+    }
+
+    /// Where the shard index starts (sharded only).
+    fn index_at(self) -> Option<u64> {
+        match self {
+            ChunkFormat::Plain => None,
+            ChunkFormat::Sharded { window, count, .. } => Some(window * count),
+        }
+    }
+}
+
 /// One array of a store, mapped (no mapping for an empty array).
 pub struct MappedArray {
     kind: ArrayKind,
+    format: ChunkFormat,
+    /// Elements of the array (a shard's file holds more: its padding and
+    /// index).
+    elements: u64,
     map: Option<MmapMut>,
     /// The chunk, for reserving its windows and reading holes.
     file: Option<fs::File>,
     chunk: PathBuf,
-    /// What is known of each [`RESERVE_WINDOW`] of the chunk (see the
-    /// module docs); a window past the end is a [`Window::Hole`].
+    /// What is known of each window of the chunk (a [`RESERVE_WINDOW`],
+    /// or an inner chunk of a shard: see the module docs); a window past
+    /// the end is a [`Window::Hole`].
     windows: Vec<Window>,
     /// The first reservation that failed (a full disk): what the run stops
     /// with.
@@ -112,7 +213,9 @@ enum Window {
     /// Every byte has disk blocks (found so when mapped, or reserved
     /// since): read and written through the mapping.
     Backed,
-    /// One hole: it reads as zeros, and the first write reserves it.
+    /// One hole: it reads as zeros (plain) or, an inner chunk absent from
+    /// a shard's index, as the fill value; the first write reserves it
+    /// (and fills it and enters it in the index).
     Hole,
     /// Some of it has disk blocks, some not (another program wrote it):
     /// read with `pread`; the first write reserves it.
@@ -159,7 +262,7 @@ impl MappedArray {
     }
 
     fn slot(&self, index: u64, size: usize) -> Option<std::ops::Range<usize>> {
-        (size == self.kind.dtype.size()).then_some(())?;
+        (size == self.kind.dtype.size() && index < self.elements).then_some(())?;
         let start = usize::try_from(index).ok()?.checked_mul(size)?;
         Some(start..start.checked_add(size)?)
     }
@@ -175,7 +278,7 @@ impl MappedArray {
         }
         match self.window(range.start as u64) {
             Window::Backed => map.get(range).map(T::read),
-            Window::Hole => Some(T::read(&[0u8; 8][..T::SIZE])),
+            Window::Hole => Some(T::read(&self.hole()[..T::SIZE])),
             Window::Partial => self.pread(range).map(|b| T::read(&b[..T::SIZE])),
         }
     }
@@ -183,8 +286,16 @@ impl MappedArray {
     /// What is known of the window holding byte `at`.
     #[inline]
     fn window(&self, at: u64) -> Window {
-        let w = (at / RESERVE_WINDOW) as usize;
+        let w = (at / self.format.window()) as usize;
         self.windows.get(w).copied().unwrap_or(Window::Hole)
+    }
+
+    /// What an element of a [`Window::Hole`] reads as.
+    fn hole(&self) -> [u8; 8] {
+        match self.format {
+            ChunkFormat::Plain => [0; 8],
+            ChunkFormat::Sharded { .. } => self.kind.fill,
+        }
     }
 
     /// Bytes `range` of the chunk read from the file (at most 8), for a
@@ -202,17 +313,22 @@ impl MappedArray {
     }
 
     /// How many elements are not all zero bytes (a done mark, a failure
-    /// count), reading no hole through the mapping.
+    /// count: arrays whose holes are zeros), reading no hole through the
+    /// mapping.
     pub fn count_nonzero(&self) -> u64 {
         let Some(map) = self.map.as_ref() else {
             return 0;
         };
+        if self.format != ChunkFormat::Plain {
+            return 0;
+        }
         let size = self.kind.dtype.size();
+        let window = RESERVE_WINDOW as usize;
         let mut count = 0u64;
         // only a window another program wrote in part is read into it
         let mut buf = Vec::new();
-        for (w, start) in (0..map.len()).step_by(RESERVE_WINDOW as usize).enumerate() {
-            let end = (start + RESERVE_WINDOW as usize).min(map.len());
+        for (w, start) in (0..map.len()).step_by(window).enumerate() {
+            let end = (start + window).min(map.len());
             let bytes: &[u8] = match self.windows.get(w).copied().unwrap_or(Window::Hole) {
                 Window::Backed => &map[start..end],
                 Window::Hole => continue,
@@ -221,7 +337,7 @@ impl MappedArray {
                     let Some(file) = self.file.as_ref() else {
                         continue;
                     };
-                    buf.resize(RESERVE_WINDOW as usize, 0);
+                    buf.resize(window, 0);
                     if file
                         .read_exact_at(&mut buf[..end - start], start as u64)
                         .is_err()
@@ -259,7 +375,7 @@ impl MappedArray {
         if self.window(at) == Window::Backed {
             return true;
         }
-        self.reserve_slow(at / RESERVE_WINDOW)
+        self.reserve_slow(at / self.format.window())
     }
 
     #[cold]
@@ -270,11 +386,18 @@ impl MappedArray {
         let (Some(file), Some(map)) = (&self.file, &self.map) else {
             return false;
         };
-        let start = window * RESERVE_WINDOW;
-        let len = RESERVE_WINDOW.min((map.len() as u64).saturating_sub(start));
-        match reserve(file, start, len) {
+        let size = self.format.window();
+        let start = window * size;
+        let data_end = self.format.index_at().unwrap_or(map.len() as u64);
+        let len = size.min(data_end.saturating_sub(start));
+        let w = window as usize;
+        let was = self.windows.get(w).copied().unwrap_or(Window::Hole);
+        let reserved = reserve(file, start, len).and_then(|()| match self.format.index_at() {
+            Some(index) if was == Window::Hole => self.enter(window, index),
+            _ => Ok(()),
+        });
+        match reserved {
             Ok(()) => {
-                let w = window as usize;
                 if w >= self.windows.len() {
                     self.windows.resize(w + 1, Window::Hole);
                 }
@@ -294,6 +417,36 @@ impl MappedArray {
                 false
             }
         }
+    }
+
+    /// Make the reserved inner chunk `window` of a shard hold the fill
+    /// value and enter it in the shard's index (at byte `index`): after
+    /// this any reader finds it, and it reads as before.
+    #[cold]
+    fn enter(&mut self, window: u64, index: u64) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let size = self.kind.dtype.size();
+        let len = self.format.window();
+        let start = window * len;
+        let fill = self.kind.fill;
+        let map = self
+            .map
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("not mapped"))?;
+        let bytes = map
+            .get_mut(start as usize..(start + len) as usize)
+            .ok_or_else(|| std::io::Error::other("inner chunk outside the file"))?;
+        for element in bytes.chunks_exact_mut(size) {
+            element.copy_from_slice(&fill[..size]);
+        }
+        let mut entry = [0u8; INDEX_ENTRY as usize];
+        entry[..8].copy_from_slice(&start.to_le_bytes());
+        entry[8..].copy_from_slice(&len.to_le_bytes());
+        let file = self
+            .file
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("not open"))?;
+        file.write_all_at(&entry, index + window * INDEX_ENTRY)
     }
 
     /// Why a write into the array could not be kept (a full disk), if so.
@@ -320,19 +473,38 @@ pub fn chunk_path(dir: &Path, dims: usize) -> PathBuf {
     p
 }
 
-fn array_metadata(kind: &ArrayKind, shape: &Coord) -> Result<String, DaisyError> {
+fn array_metadata(
+    kind: &ArrayKind,
+    shape: &Coord,
+    format: ChunkFormat,
+) -> Result<String, DaisyError> {
     let shape_u: Vec<u64> = shape.as_slice().iter().map(|&s| s.max(0) as u64).collect();
-    let chunk: Vec<u64> = shape_u.iter().map(|&s| s.max(1)).collect();
+    let mut chunk: Vec<u64> = shape_u.iter().map(|&s| s.max(1)).collect();
+    let bytes = json!({ "name": "bytes", "configuration": { "endian": "little" } });
+    let codec_json = match format {
+        ChunkFormat::Plain => bytes,
+        ChunkFormat::Sharded { rows, count, .. } => {
+            let mut inner = chunk.clone();
+            inner[0] = rows;
+            chunk[0] = rows * count;
+            json!({
+                "name": "sharding_indexed",
+                "configuration": {
+                    "chunk_shape": inner,
+                    "codecs": [bytes],
+                    "index_codecs": [bytes],
+                    "index_location": "end",
+                },
+            })
+        }
+    };
     let grid = MetadataV3::new_with_serializable_configuration(
         "regular".to_string(),
         &json!({ "chunk_shape": chunk }),
     )
     .map_err(|e| DaisyError::Io(e.to_string()))?;
-    let codec = MetadataV3::new_with_serializable_configuration(
-        "bytes".to_string(),
-        &json!({ "endian": "little" }),
-    )
-    .map_err(|e| DaisyError::Io(e.to_string()))?;
+    let codec: MetadataV3 =
+        serde_json::from_value(codec_json).map_err(|e| DaisyError::Io(e.to_string()))?;
     let fill = match kind.dtype {
         ElementType::F32 | ElementType::F64 => {
             let v = if kind.dtype == ElementType::F32 {
@@ -365,20 +537,23 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DaisyError> {
     fs::rename(&tmp, path).map_err(|e| io_err(path, e))
 }
 
-/// Write (or replace) the metadata of one array of `shape`, leaving its
-/// chunk as it is.
+/// Write (or replace) the metadata of one array of `shape` whose chunk has
+/// `format`, leaving the chunk as it is.
 pub fn write_array_metadata(
     store: &Path,
     kind: &ArrayKind,
     shape: &Coord,
+    format: ChunkFormat,
 ) -> Result<(), DaisyError> {
     write_atomic(
         &store.join(kind.name).join("zarr.json"),
-        array_metadata(kind, shape)?.as_bytes(),
+        array_metadata(kind, shape, format)?.as_bytes(),
     )
 }
 
-/// Create (or replace) one array: metadata and a chunk of `contents`.
+/// Create (or replace) one array: metadata and a chunk of `contents` (every
+/// element, C order), in the format of a new array of `kind`; a shard
+/// enters only the inner chunks that hold more than the fill value.
 pub fn write_array(
     store: &Path,
     kind: &ArrayKind,
@@ -390,27 +565,68 @@ pub fn write_array(
     if let Some(parent) = chunk.parent() {
         fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
     }
+    let format = ChunkFormat::for_kind(kind, shape);
     if !contents.is_empty() {
-        write_atomic(&chunk, contents)?;
+        match format {
+            ChunkFormat::Plain => write_atomic(&chunk, contents)?,
+            ChunkFormat::Sharded { window, count, .. } => {
+                let tmp = chunk.with_extension("daisy-tmp");
+                write_shard(&tmp, kind, contents, window, count).map_err(|e| io_err(&tmp, e))?;
+                fs::rename(&tmp, &chunk).map_err(|e| io_err(&chunk, e))?;
+            }
+        }
     }
-    write_atomic(
-        &dir.join("zarr.json"),
-        array_metadata(kind, shape)?.as_bytes(),
-    )
+    write_array_metadata(store, kind, shape, format)
 }
 
-/// Create (or replace) one array holding its fill value everywhere. An
-/// array whose fill value is zero (done markers, failure counts, byte
-/// counts) is sized with `set_len` and no byte is written, so a store for
-/// 10^6 blocks is created in no time and stays sparse: its disk blocks are
-/// reserved window by window as marks are written (see the module docs).
-/// Other fill values (NaN, "no worker") are written out.
+/// Write `contents` to `path` as one shard of `count` inner chunks of
+/// `window` bytes (see [`ChunkFormat::Sharded`]): an inner chunk that holds
+/// only the fill value is left out (a hole, absent from the index).
+fn write_shard(
+    path: &Path,
+    kind: &ArrayKind,
+    contents: &[u8],
+    window: u64,
+    count: u64,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let size = kind.dtype.size();
+    let fill = &kind.fill[..size];
+    let file = fs::File::create(path)?;
+    file.set_len(count * (window + INDEX_ENTRY))?;
+    let mut index = Vec::with_capacity((count * INDEX_ENTRY) as usize);
+    for w in 0..count {
+        let start = (w * window) as usize;
+        let end = (start + window as usize).min(contents.len());
+        let part = contents.get(start..end).unwrap_or(&[]);
+        if part.chunks_exact(size).all(|e| e == fill) {
+            index.extend_from_slice(&[0xff; INDEX_ENTRY as usize]);
+            continue;
+        }
+        let mut bytes = part.to_vec();
+        while bytes.len() < window as usize {
+            bytes.extend_from_slice(fill);
+        }
+        file.write_all_at(&bytes, start as u64)?;
+        index.extend_from_slice(&(start as u64).to_le_bytes());
+        index.extend_from_slice(&window.to_le_bytes());
+    }
+    file.write_all_at(&index, count * window)?;
+    file.sync_all()
+}
+
+/// Create (or replace) one array holding its fill value everywhere. Its
+/// file is sized with `set_len` and no element is written (a shard writes
+/// its index, every inner chunk absent), so a store for 10^6 blocks is
+/// created in no time and stays sparse: its disk blocks are reserved window
+/// by window as marks are written (see the module docs).
 pub fn create_array(store: &Path, kind: &ArrayKind, shape: &Coord) -> Result<(), DaisyError> {
     let n = shape.product();
     let size = kind.dtype.size();
-    if n == 0 || kind.fill[..size].iter().any(|&b| b != 0) {
-        return write_array(store, kind, shape, &filled(kind, n));
+    if n == 0 {
+        return write_array(store, kind, shape, &[]);
     }
+    let format = ChunkFormat::for_kind(kind, shape);
     let dir = store.join(kind.name);
     let chunk = chunk_path(&dir, shape.dims());
     if let Some(parent) = chunk.parent() {
@@ -427,9 +643,19 @@ pub fn create_array(store: &Path, kind: &ArrayKind, shape: &Coord) -> Result<(),
             kind.name
         ))
     };
-    let bytes = n.checked_mul(size as u64).ok_or_else(too_big)?;
+    n.checked_mul(size as u64).ok_or_else(too_big)?;
+    let bytes = format.file_len(kind, shape);
     fs::File::create(&tmp)
-        .and_then(|f| f.set_len(bytes))
+        .and_then(|f| {
+            f.set_len(bytes)?;
+            match format.index_at() {
+                Some(at) => {
+                    use std::os::unix::fs::FileExt;
+                    f.write_all_at(&vec![0xff; (bytes - at) as usize], at)
+                }
+                None => Ok(()),
+            }
+        })
         .map_err(|e| {
             if e.raw_os_error() == Some(libc::EFBIG) || e.kind() == std::io::ErrorKind::InvalidInput
             {
@@ -440,10 +666,7 @@ pub fn create_array(store: &Path, kind: &ArrayKind, shape: &Coord) -> Result<(),
             }
         })?;
     fs::rename(&tmp, &chunk).map_err(|e| io_err(&chunk, e))?;
-    write_atomic(
-        &dir.join("zarr.json"),
-        array_metadata(kind, shape)?.as_bytes(),
-    )
+    write_array_metadata(store, kind, shape, format)
 }
 
 /// Give `len` bytes of a chunk from `start` their disk blocks before they
@@ -489,6 +712,8 @@ pub fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedA
     if n == 0 {
         return Ok(MappedArray {
             kind,
+            format: ChunkFormat::Plain,
+            elements: 0,
             map: None,
             file: None,
             chunk,
@@ -504,23 +729,32 @@ pub fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedA
         .write(true)
         .open(&chunk)
         .map_err(|e| io_err(&chunk, e))?;
-    let expected = n * kind.dtype.size() as u64;
     let len = file.metadata().map_err(|e| io_err(&chunk, e))?.len();
-    if len != expected {
-        return Err(DaisyError::Io(format!(
-            "{}: chunk holds {len} bytes, expected {expected}; the store is damaged: delete it \
-             (rm -rf {}) to start fresh",
+    let damaged = |what: String| {
+        DaisyError::Io(format!(
+            "{}: {what}; the store is damaged: delete it (rm -rf {}) to start fresh",
             chunk.display(),
             store.display()
-        )));
-    }
+        ))
+    };
+    let format = ChunkFormat::of_file(&kind, shape, len).ok_or_else(|| {
+        let expected = ChunkFormat::for_kind(&kind, shape).file_len(&kind, shape);
+        damaged(format!("chunk holds {len} bytes, expected {expected}"))
+    })?;
+    let windows = match format {
+        ChunkFormat::Plain => window_states(&file, len, RESERVE_WINDOW),
+        ChunkFormat::Sharded { window, count, .. } => {
+            shard_windows(&file, window, count).map_err(damaged)?
+        }
+    };
     // SAFETY: the file is daisy's own chunk, opened read-write; only this
     // process maps it for writing (one server per run), and every access
     // goes through bounds-checked slices of the mapping.
     let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| io_err(&chunk, e))?;
-    let windows = window_states(&file, len);
     Ok(MappedArray {
         kind,
+        format,
+        elements: n,
         map: Some(map),
         file: Some(file),
         chunk,
@@ -529,11 +763,60 @@ pub fn map_array(store: &Path, kind: ArrayKind, shape: &Coord) -> Result<MappedA
     })
 }
 
-/// What each [`RESERVE_WINDOW`] of a file of `len` bytes has of disk
+/// The shard index of a file of `count` inner chunks of `window` bytes:
+/// its entries, each None (absent) or at the inner chunk's own place; an
+/// entry elsewhere is not daisy's layout (the error says which).
+fn read_index(file: &fs::File, window: u64, count: u64) -> Result<Vec<bool>, String> {
+    use std::os::unix::fs::FileExt;
+    let mut index = vec![0u8; (count * INDEX_ENTRY) as usize];
+    file.read_exact_at(&mut index, count * window)
+        .map_err(|e| format!("its shard index cannot be read: {e}"))?;
+    let mut present = Vec::with_capacity(count as usize);
+    for (w, entry) in index.chunks_exact(INDEX_ENTRY as usize).enumerate() {
+        let word = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&entry[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        let (offset, len) = (word(0), word(8));
+        if (offset, len) == (u64::MAX, u64::MAX) {
+            present.push(false);
+        } else if (offset, len) == (w as u64 * window, window) {
+            present.push(true);
+        } else {
+            return Err(format!(
+                "its shard index puts inner chunk {w} at byte {offset} ({len} bytes), not \
+                 where daisy writes it ({} bytes at {})",
+                window,
+                w as u64 * window
+            ));
+        }
+    }
+    Ok(present)
+}
+
+/// What each inner chunk of a shard has: absent from the index, a hole
+/// (reads as the fill value); entered, what its disk blocks are (a hole
+/// there is read with `pread`, as zeros, never through the mapping).
+fn shard_windows(file: &fs::File, window: u64, count: u64) -> Result<Vec<Window>, String> {
+    let present = read_index(file, window, count)?;
+    let disk = window_states(file, window * count, window);
+    Ok(present
+        .iter()
+        .zip(disk)
+        .map(|(&entered, state)| match (entered, state) {
+            (false, _) => Window::Hole,
+            (true, Window::Hole) => Window::Partial,
+            (true, state) => state,
+        })
+        .collect())
+}
+
+/// What each `window` bytes of a file of `len` bytes has of disk
 /// blocks, from `lseek`'s `SEEK_DATA`/`SEEK_HOLE` (a file system that does
 /// not know its holes says it has none: every window is then backed, as
 /// on such a file system reading a hole allocates nothing).
-fn window_states(file: &fs::File, len: u64) -> Vec<Window> {
+fn window_states(file: &fs::File, len: u64, window: u64) -> Vec<Window> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
     let seek = |at: u64, whence: libc::c_int| -> Option<u64> {
@@ -543,10 +826,10 @@ fn window_states(file: &fs::File, len: u64) -> Vec<Window> {
         let to = unsafe { libc::lseek(fd, at, whence) };
         u64::try_from(to).ok()
     };
-    let n = len.div_ceil(RESERVE_WINDOW) as usize;
+    let n = len.div_ceil(window) as usize;
     let mut windows = Vec::with_capacity(n);
     for w in 0..n as u64 {
-        let (start, end) = (w * RESERVE_WINDOW, ((w + 1) * RESERVE_WINDOW).min(len));
+        let (start, end) = (w * window, ((w + 1) * window).min(len));
         let data = seek(start, libc::SEEK_DATA);
         let state = match data {
             // no data from here on (ENXIO), or none before the window ends
@@ -615,15 +898,51 @@ pub fn read_array(store: &Path, kind: ArrayKind) -> Result<Option<StoredArray>, 
     if !chunk.is_file() {
         return Ok(None);
     }
-    let bytes = fs::read(&chunk).map_err(|e| io_err(&chunk, e))?;
-    if bytes.len() as u64 != n * kind.dtype.size() as u64 {
-        return Err(damaged(&format!(
-            "its chunk holds {} bytes, expected {}",
-            bytes.len(),
-            n * kind.dtype.size() as u64
-        )));
-    }
+    let coord = Coord::new(&shape.iter().map(|&s| s as i64).collect::<Vec<_>>())
+        .map_err(|_| damaged("its shape is not a block grid's"))?;
+    let bytes = read_elements(&chunk, &kind, &coord)?
+        .map_err(|what| damaged(&format!("its chunk {}: {what}", chunk.display())))?;
     Ok(Some(StoredArray { kind, shape, bytes }))
+}
+
+/// Every element of the array of `kind` and `shape` whose chunk is the
+/// file `chunk`, C order, little-endian, in either [`ChunkFormat`] (an
+/// inner chunk absent from a shard reads as the fill value). `Err` for an
+/// I/O error; `Ok(Err(what))` for a file of neither format.
+pub fn read_elements(
+    chunk: &Path,
+    kind: &ArrayKind,
+    shape: &Coord,
+) -> Result<Result<Vec<u8>, String>, DaisyError> {
+    let mut bytes = fs::read(chunk).map_err(|e| io_err(chunk, e))?;
+    let n = (shape.product() * kind.dtype.size() as u64) as usize;
+    match ChunkFormat::of_file(kind, shape, bytes.len() as u64) {
+        None => Ok(Err(format!(
+            "it holds {} bytes, expected {}",
+            bytes.len(),
+            ChunkFormat::for_kind(kind, shape).file_len(kind, shape)
+        ))),
+        Some(ChunkFormat::Plain) => Ok(Ok(bytes)),
+        Some(ChunkFormat::Sharded { window, count, .. }) => {
+            let file = fs::File::open(chunk).map_err(|e| io_err(chunk, e))?;
+            let present = match read_index(&file, window, count) {
+                Ok(p) => p,
+                Err(what) => return Ok(Err(what)),
+            };
+            let size = kind.dtype.size();
+            for (w, entered) in present.into_iter().enumerate() {
+                if entered {
+                    continue;
+                }
+                let start = w * window as usize;
+                for element in bytes[start..start + window as usize].chunks_exact_mut(size) {
+                    element.copy_from_slice(&kind.fill[..size]);
+                }
+            }
+            bytes.truncate(n);
+            Ok(Ok(bytes))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -652,10 +971,14 @@ mod tests {
             a.set(0u64, 1u64); // wrong type: ignored
             a.flush(&dir).unwrap();
         }
+        // one shard (the fill value is not zero) of one inner chunk: the
+        // six elements, then the index entry (offset 0, 24 bytes)
         let chunk = fs::read(chunk_path(&dir.join("counts"), 2)).unwrap();
-        assert_eq!(chunk.len(), 24);
+        assert_eq!(chunk.len(), 24 + 16);
         assert_eq!(&chunk[16..20], &99u32.to_le_bytes());
         assert_eq!(&chunk[0..4], &7u32.to_le_bytes());
+        assert_eq!(&chunk[24..32], &0u64.to_le_bytes());
+        assert_eq!(&chunk[32..40], &24u64.to_le_bytes());
         let meta: serde_json::Value =
             serde_json::from_str(&fs::read_to_string(dir.join("counts/zarr.json")).unwrap())
                 .unwrap();
@@ -664,7 +987,8 @@ mod tests {
         assert_eq!(meta["fill_value"], 7);
         let read = read_array(&dir, KIND).unwrap().unwrap();
         assert_eq!(read.shape, vec![2, 3]);
-        assert_eq!(read.bytes, chunk);
+        assert_eq!(read.bytes, chunk[..24]);
+        assert_eq!(meta["codecs"][0]["name"], "sharding_indexed");
         let other = ArrayKind {
             name: "counts",
             dtype: ElementType::F64,
