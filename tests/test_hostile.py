@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import zarr
 from conftest import children_of, line_task, run_tasks
 
 import daisy
@@ -638,6 +640,66 @@ except OSError as e:
     print("OSError:", e)
     sys.exit(3)
 """
+
+
+FIGURES_ON_A_FILLED_TMPFS = """
+import os, sys
+import daisy
+
+store, filler = sys.argv[1], sys.argv[2]
+FAR = 140_000  # in the second inner chunk of the 8-byte figure arrays
+
+def process(block):
+    if block.block_id[1] == 20:
+        # another process fills the node-local disk; this block succeeds
+        try:
+            with open(filler, "wb") as f:
+                while True:
+                    f.write(b"\\1" * 65536)
+        except OSError:
+            pass
+
+def skip_between(block):
+    # blocks 21 to FAR - 1 were done by an earlier run (as a scientist's
+    # check of the output says), so the next block measured is far away
+    return 20 < block.block_id[1] < FAR
+
+task = daisy.Task("t", daisy.Roi((0,), (FAR + 5,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)),
+                  process_function=process, check_function=skip_between, max_workers=1,
+                  max_retries=0, tracking_path=store, resource_tracking=True)
+try:
+    states = daisy.run_blockwise([task], progress=False, summary=False, return_states=True)
+    print("SKIPPED", states["t"].skipped_count, "COMPLETED", states["t"].completed_count)
+except OSError as e:
+    print("OSError:", e)
+    sys.exit(3)
+"""
+
+
+def test_figures_far_from_the_last_on_a_filled_tmpfs_are_an_oserror(
+    tmp_path: Path, small_tmpfs: Path
+):
+    """Issue 40, item 7 on a full disk: the resource-tracking figures are
+    sharded, and the first figure written into an inner chunk never written
+    before must reserve it (and fill it) first. The disk filled by another
+    process, the next measured block lands in a new inner chunk: an OSError
+    naming the disk, never SIGBUS, and the rerun skips what was marked."""
+    script = tmp_path / "figures.py"
+    script.write_text(FIGURES_ON_A_FILLED_TMPFS)
+    store, filler = small_tmpfs / "tracking", small_tmpfs / "filler"
+    args = [sys.executable, str(script), str(store), str(filler)]
+    out = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 3, (out.returncode, out.stdout, out.stderr[-2000:])
+    assert "No space left on device" in out.stdout and str(store) in out.stdout, out.stdout
+    filler.unlink()
+    again = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, (again.returncode, again.stdout, again.stderr[-2000:])
+    skipped = int(again.stdout.split("SKIPPED ")[1].split()[0])
+    assert skipped >= 21, again.stdout  # blocks 0 to 20 ran and were marked before
+    group = zarr.open_group(str(store), mode="r")
+    walls = group["wall_seconds"][...]
+    assert not np.isnan(walls[:21]).any()
+    assert np.isnan(walls[21:140_000]).all()
 
 
 @pytest.fixture
