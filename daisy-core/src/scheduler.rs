@@ -215,6 +215,24 @@ impl Scheduler {
         Ok(())
     }
 
+    /// End the run's hold on its tracking stores: write their dirty pages
+    /// and close them, which releases their locks. A runner calls this once
+    /// its run is over (finished or stopped) and its history appended: the
+    /// lock belongs to the run, not to the scheduler object, which a
+    /// stopped run's traceback may keep alive (a notebook keeps the last
+    /// one), and a rerun in the same process must get the store. The
+    /// scheduler's own counts stay; with every block settled or the run
+    /// stopped, nothing is marked after this.
+    pub fn close_tracking(&mut self) {
+        for run in &mut self.tasks {
+            if let Some(t) = run.tracking.take()
+                && let Err(e) = t.flush()
+            {
+                tracing::warn!("could not flush a tracking store: {e}");
+            }
+        }
+    }
+
     /// The dependency graph the scheduler works on.
     pub fn graph(&self) -> &DependencyGraph {
         &self.graph

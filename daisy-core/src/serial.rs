@@ -69,6 +69,7 @@ pub fn run_serial(
     );
     outcome.stopped = stopped;
     outcome.append_history(scheduler);
+    scheduler.close_tracking();
     outcome
 }
 
@@ -197,6 +198,7 @@ mod tests {
     use crate::pipeline::Pipeline;
     use crate::run_report::Outcome;
     use crate::task_spec::{Fit, TaskSpec};
+    use crate::tracking_store::TrackingStore;
 
     fn sched() -> Scheduler {
         let r = Roi::from_slices(&[0, 0], &[12, 12]).unwrap();
@@ -278,6 +280,41 @@ mod tests {
         assert_eq!(out.reports[0].outcome, Outcome::Interrupted);
         assert_eq!(out.states[0].completed_count, 2);
         assert_eq!(out.states[0].failed_attempts, 1, "the block it was on");
+    }
+
+    #[test]
+    fn a_stopped_run_lets_go_of_its_store_while_the_scheduler_lives() {
+        // a notebook keeps the traceback of an interrupted run, and with it
+        // the scheduler: the run's end, not the scheduler's, frees the store
+        let path = std::env::temp_dir().join(format!("daisy-serial-close-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        let mut s = sched();
+        let spec = s.pipeline().spec(0).clone();
+        let store = TrackingStore::open(&path, &spec, false).unwrap();
+        assert!(TrackingStore::open(&path, &spec, false).is_err(), "locked");
+        s.set_tracking(0, store);
+        let mut ran = 0;
+        let out = run_serial(
+            &mut s,
+            &[Measure::Off],
+            &mut hooks(|_| {
+                ran += 1;
+                if ran == 3 {
+                    Err(DaisyError::Stopped)
+                } else {
+                    Ok(BlockStatus::Success)
+                }
+            }),
+        );
+        assert_eq!(out.stopped, Some(DaisyError::Stopped));
+        let again = TrackingStore::open(&path, &spec, false).expect("the store is free");
+        let grid = crate::block_grid::BlockGrid::new(0, &spec);
+        let marked = (0..grid.num_blocks())
+            .filter(|&i| again.is_marked_done(&grid.block(i)))
+            .count();
+        assert_eq!(marked, 2, "the two blocks done before the stop");
+        drop((again, s));
+        std::fs::remove_dir_all(&path).unwrap();
     }
 
     #[test]

@@ -224,13 +224,14 @@ async fn serve<H: RunHooks + 'static>(
     }
     teardown(&shared, &mut inbox.exits, result.is_err()).await;
     drain_clients(&shared).await;
-    let st = shared.state();
+    let mut st = shared.state_mut();
     // a broken rule ends the run as it stands; a hook stopping it
     // interrupts it
     let interrupted = matches!(&result, Err(e) if !matches!(e, DaisyError::RunBroken(_)));
     let mut out = st.outcome(interrupted);
     out.stopped = result.err();
     out.append_history(&st.scheduler);
+    st.scheduler.close_tracking();
     Ok(out)
 }
 
