@@ -239,6 +239,15 @@ pub struct RootCursor {
     positions: Option<BoxIter>,
 }
 
+impl RootCursor {
+    /// Give no more roots: the task's blocks were settled without being
+    /// enumerated (every one marked done: `Scheduler::begin_run`).
+    pub fn exhaust(&mut self) {
+        self.level = usize::MAX;
+        self.positions = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -347,6 +347,47 @@ impl Scheduler {
         for run in &mut self.tasks {
             run.state.started = true;
         }
+        self.settle_marked_tasks();
+    }
+
+    /// Settle at once, without enumerating a block, every task whose
+    /// tracking store marks each of its blocks done and whose downstream
+    /// tasks are all settled so too: its blocks count as skipped and
+    /// completed, and it has nothing ready. A fully resumed run of 10^7
+    /// blocks is then one count of done marks (a scan of 10 MB) instead of
+    /// 10^7 skips. A task with a downstream task that has work left is
+    /// walked block by block as before: its skips are what make the
+    /// downstream blocks ready. Only before the first block is handed out.
+    fn settle_marked_tasks(&mut self) {
+        let n = self.tasks.len();
+        let mut settled = vec![false; n];
+        // pipeline order is topological: downstream tasks come later
+        for t in (0..n).rev() {
+            let run = &self.tasks[t];
+            let untouched = run.state.completed_count == 0
+                && run.state.processing_count == 0
+                && run.ready.is_empty()
+                && run.put_back.is_empty()
+                && !run.abandoned;
+            let all_marked = run
+                .tracking
+                .as_ref()
+                .is_some_and(|store| store.done_count() == run.state.total_block_count);
+            let downstream_settled = self
+                .graph
+                .pipeline()
+                .downstream_of(t as TaskIndex)
+                .iter()
+                .all(|&d| (d as usize) > t && settled[d as usize]);
+            settled[t] = untouched && all_marked && downstream_settled;
+        }
+        for (run, _) in self.tasks.iter_mut().zip(&settled).filter(|(_, s)| **s) {
+            let total = run.state.total_block_count;
+            run.state.ready_count = 0;
+            run.state.skipped_count += total;
+            run.state.completed_count += total;
+            run.roots.exhaust();
+        }
     }
 
     /// Hand out the next ready block of `task`, asking `already_done` first
@@ -846,6 +887,80 @@ mod tests {
         assert!(t.is_marked_done(&first));
         assert!(chain(0).set_skip_mask(0, vec![0; 3]).is_err());
         std::fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_fully_marked_pipeline_is_settled_without_a_block_enumerated() {
+        let dir = std::env::temp_dir().join(format!("daisy-sched-settle-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let tracked = || {
+            let mut s = chain(0);
+            for t in 0..2 {
+                let spec = s.pipeline().spec(t).clone();
+                let path = dir.join(&spec.task_id);
+                s.set_tracking(t, TrackingStore::open(&path, &spec, false).unwrap());
+            }
+            s
+        };
+        // nothing marked: nothing settled, every block is handed out
+        let mut s = tracked();
+        s.begin_run();
+        assert!(s.task_state(0).ready_count > 0);
+        let mut handed = [0u64; 2];
+        loop {
+            let mut progressed = false;
+            for t in 0..2 {
+                while let Some(b) = acquire(&mut s, t) {
+                    handed[t as usize] += 1;
+                    s.release_block(b.key, BlockStatus::Success).unwrap();
+                    progressed = true;
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+        let totals = [s.graph().num_blocks(0), s.graph().num_blocks(1)];
+        assert_eq!(handed, totals);
+        drop(s);
+        // every block of both marked: both settled at the run's start
+        let mut s = tracked();
+        assert!(s.task_state(0).ready_count > 0, "roots before the run");
+        s.begin_run();
+        assert!(s.is_done());
+        for t in 0..2 {
+            let st = s.task_state(t);
+            assert_eq!((st.ready_count, st.processing_count), (0, 0));
+            assert_eq!(st.skipped_count, totals[t as usize]);
+            assert_eq!(st.completed_count, totals[t as usize]);
+            assert!(acquire(&mut s, t).is_none());
+        }
+        drop(s);
+        // b's marks gone: a is walked (its skips make b's blocks ready),
+        // and only b's blocks are handed out
+        std::fs::remove_dir_all(dir.join("b")).unwrap();
+        let mut s = tracked();
+        s.begin_run();
+        assert!(!s.is_done());
+        let mut handed = [0u64; 2];
+        loop {
+            let mut progressed = false;
+            for t in 0..2 {
+                while let Some(b) = acquire(&mut s, t) {
+                    handed[t as usize] += 1;
+                    s.release_block(b.key, BlockStatus::Success).unwrap();
+                    progressed = true;
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+        assert_eq!(handed, [0, totals[1]]);
+        assert_eq!(s.task_state(0).skipped_count, totals[0]);
+        assert!(s.is_done());
+        drop(s);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -959,8 +959,7 @@ mod tests {
         let (shape, _) = array_grid(&s);
         for kind in STATS {
             let chunk = chunk_path(&path.join(kind.name), shape.dims());
-            zarr_array::write_atomic(&chunk, &zarr_array::filled(&kind, shape.product()))
-                .unwrap();
+            zarr_array::write_atomic(&chunk, &zarr_array::filled(&kind, shape.product())).unwrap();
             write_array_metadata(&path, &kind, &shape, ChunkFormat::Plain).unwrap();
         }
         let st = BlockStats {
