@@ -296,3 +296,72 @@ def test_blocks_that_failed_differently_get_no_such_diagnosis(tmp_path, monkeypa
     advice = next(line for line in notes if line.startswith("Next:"))
     assert advice.startswith("Next: rerun to retry the failed blocks"), notes
     assert "the same way" not in advice, notes
+
+
+ABANDONED = textwrap.dedent(
+    """\
+    import os, signal
+
+    import daisy
+
+
+    def segment(block):
+        # every block takes the worker down, as a block far too large for
+        # the node's memory does (the OOM killer's SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+    def relabel(block):
+        pass
+
+
+    if __name__ == "__main__":
+        up = daisy.Task(
+            "segment", daisy.Roi((0,), (20,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)),
+            process_function=segment, max_workers=2, max_worker_restarts=3,
+        )
+        down = daisy.Task(
+            "relabel", daisy.Roi((0,), (20,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)),
+            process_function=relabel, max_workers=1,
+        )
+        daisy.run_blockwise(up + down)
+    """
+)
+
+
+def test_an_abandoned_task_says_why_and_what_to_change_without_contradiction(tmp_path):
+    """Issue 41: a task whose every block SIGKILLs its worker is abandoned
+    after its restart cap. What the user read contradicted itself: "0
+    failed, 20 orphaned" in the error, the downstream task's "orphaned: a
+    block of an upstream task failed" though none failed, a "Failed
+    Blocks" list under "failed ✗: 0", "Next: rerun to retry the failed
+    blocks", and "see the worker logs" right after saying the OOM killer
+    leaves nothing in them. It says instead: abandoned after N worker
+    deaths, why, and what to change."""
+    script = tmp_path / "pipeline.py"
+    script.write_text(ABANDONED)
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    error = proc.stderr[proc.stderr.index("RunFailed") :]
+    assert "segment: abandoned, 20 of 20 not completed" in error, error
+    assert "relabel: abandoned, 20 of 20 not completed" in error, error
+    assert "task 'segment' was abandoned: its workers were killed (SIGKILL) 4 times" in error
+    assert "Next for task 'segment': give its workers more memory" in error, error
+    assert "0 failed, 20 orphaned" not in error, error
+    up = _task_section(proc.stdout, "segment")
+    down = _task_section(proc.stdout, "relabel")
+    assert "Failed Blocks:" not in up, up
+    assert "Failed attempts (their blocks were orphaned when the task was abandoned):" in up, up
+    assert "20 orphaned: the task was abandoned before they were done" in up, up
+    assert "rerun to retry the failed blocks" not in up + down, up + down
+    assert "see the worker logs" not in out, out
+    # why, and what to change
+    assert "killed (SIGKILL) 4 times" in up and "OOM killer" in up, up
+    assert "Next: give its workers more memory" in up and "max_worker_restarts" in up, up
+    # the downstream task: its blocks wait on an abandoned task, no block failed
+    assert "a block of an upstream task failed" not in down, down
+    assert '20 orphaned: upstream task "segment" was abandoned' in down, down
+    assert 'Next: fix task "segment" (above), then rerun' in down, down

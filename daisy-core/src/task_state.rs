@@ -48,6 +48,11 @@ pub struct TaskState {
     pub timeout: Option<std::time::Duration>,
     /// Why the task was given up, once it was.
     pub abandon_reason: Option<String>,
+    /// What to change before a rerun, once the task was given up.
+    pub abandon_next: Option<String>,
+    /// The upstream task whose abandonment gave this one up, where that is
+    /// why.
+    pub abandoned_by: Option<String>,
     /// Whether work on the task has begun: a block of it was handed out
     /// or found done, or a run (which begins every task of its pipeline)
     /// started (daisy 1.x's `started`; see `Scheduler::begin_run`).
@@ -112,5 +117,25 @@ mod tests {
         assert_eq!(s.first_worker_error.as_deref(), Some("ValueError: one"));
         let last = s.last_worker_error.unwrap();
         assert!(last.len() <= WORKER_ERROR_BYTES && last.ends_with("KeyError: two"));
+    }
+}
+
+/// Why a task is given up, and what to change before a rerun.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Abandonment {
+    /// What happened, in the user's words ("its workers were killed ...").
+    pub reason: String,
+    /// What to change ("give its workers more memory ..."), without the
+    /// rerun that follows it.
+    pub next: String,
+}
+
+impl Abandonment {
+    /// A task whose workers could not be started: `reason` says why.
+    pub fn start_failed(reason: String) -> Self {
+        Self {
+            reason,
+            next: "fix what stops its workers from starting (the error above)".into(),
+        }
     }
 }

@@ -158,6 +158,20 @@ impl PyTaskState {
         self.inner.abandon_reason.clone()
     }
 
+    /// What to change before a rerun of a task that was given up ("give
+    /// its workers more memory ..."), or None.
+    #[getter]
+    fn abandon_next(&self) -> Option<String> {
+        self.inner.abandon_next.clone()
+    }
+
+    /// The upstream task whose abandonment gave this one up, where that is
+    /// why; None otherwise.
+    #[getter]
+    fn abandoned_by(&self) -> Option<String> {
+        self.inner.abandoned_by.clone()
+    }
+
     /// The first worker error's text (a traceback for a Python failure), or
     /// None.
     #[getter]

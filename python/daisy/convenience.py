@@ -48,7 +48,9 @@ class RunFailed(RuntimeError):
             if not s.all_completed
         }
         parts = [
-            f"{tid}: {failed} failed, {orphaned} orphaned, {left} not completed"
+            f"{tid}: abandoned, {left} of {states[tid].total_block_count} not completed"
+            if states[tid].abandoned
+            else f"{tid}: {failed} failed, {orphaned} orphaned, {left} not completed"
             for tid, (failed, orphaned, left) in bad.items()
         ]
         first = None
@@ -66,14 +68,20 @@ class RunFailed(RuntimeError):
             for tid, s in states.items()
             if s.abandoned
         ]
+        changes = [
+            f"Next for task {tid!r}: {s.abandon_next}, then rerun."
+            for tid, s in states.items()
+            if s.abandoned and s.abandoned_by is None and s.abandon_next
+        ]
         if abandoned:
             message = "\n".join(
                 [
                     message,
                     *abandoned,
-                    "Fix what makes the workers die (their logs say), or raise "
-                    "Task(max_worker_restarts=...); daisy.Server().run_blockwise(...) returns "
-                    "the task states instead of raising.",
+                    *changes,
+                    "Task(max_worker_restarts=...) caps a task's worker restarts; "
+                    "daisy.Server().run_blockwise(...) returns the task states instead of "
+                    "raising.",
                 ]
             )
         super().__init__(message)

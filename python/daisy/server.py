@@ -676,7 +676,14 @@ class Server(ServerObservee):
             task = self._task_map.get(tid)
             allowed = None if task is None else int(task.max_retries) + 1
             if rows:
-                lines.append("Failed Blocks:")
+                if any(b.failed for b in rows):
+                    lines.append("Failed Blocks:")
+                elif state.abandoned:
+                    lines.append(
+                        "Failed attempts (their blocks were orphaned when the task was abandoned):"
+                    )
+                else:
+                    lines.append("Failed attempts (each block was retried):")
             for b in rows[:MAX_LISTED_FAILURES]:
                 if b.failed and allowed is not None and b.attempts <= allowed:
                     what = f"failed {b.attempts} of {allowed} attempts"
@@ -698,7 +705,19 @@ class Server(ServerObservee):
                     f"{state.orphaned_by_neighbour_count} orphaned: a conflicting block of this "
                     "task failed, and they may not run before it"
                 )
-            if state.orphaned_by_upstream_count:
+            own = (
+                state.orphaned_count
+                - state.orphaned_by_neighbour_count
+                - state.orphaned_by_upstream_count
+            )
+            if state.abandoned and own:
+                lines.append(f"{own} orphaned: the task was abandoned before they were done")
+            if state.orphaned_by_upstream_count and state.abandoned_by is not None:
+                lines.append(
+                    f"{state.orphaned_by_upstream_count} orphaned: upstream task "
+                    f'"{state.abandoned_by}" was abandoned'
+                )
+            elif state.orphaned_by_upstream_count:
                 lines.append(
                     f"{state.orphaned_by_upstream_count} orphaned: a block of an upstream task "
                     "failed, and they read its output"
@@ -708,7 +727,9 @@ class Server(ServerObservee):
                 lines.append(f"First failure (block {first.spatial_id}{where}):")
                 lines += [f"  {line}" for line in first.reason.rstrip().splitlines()]
             unfinished = any(b.failed for b in rows) or state.failed_count or state.orphaned_count
-            if unfinished:
+            if state.abandoned and state.abandon_next:
+                lines.append(f"Next: {state.abandon_next}, then rerun ({self._rerun_note(task)})")
+            elif unfinished:
                 # (every attempt that failed and was retried succeeded: nothing to rerun)
                 same = self._failed_alike(rows)
                 lines.append(

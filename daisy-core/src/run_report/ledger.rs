@@ -10,7 +10,7 @@ use crate::clock::wall_clock;
 use crate::error::DaisyError;
 use crate::run_stats::{Trend, Welford};
 use crate::scheduler::{ReleaseOutcome, Scheduler};
-use crate::task_state::TaskState;
+use crate::task_state::{Abandonment, TaskState};
 use crate::worker_timeline::WorkerSummary;
 
 /// Per-block aggregates of one task over one run.
@@ -443,26 +443,30 @@ impl RunLedger {
         }
     }
 
-    /// Give up `task` (and orphan what depends on it), with the reason;
-    /// every task abandoned through it is noted too.
-    pub fn abandon(&mut self, scheduler: &mut Scheduler, task: TaskIndex, reason: String) {
+    /// Give up `task` (and orphan what depends on it), with the reason and
+    /// what to change; every task abandoned through it is noted too.
+    pub fn abandon(&mut self, scheduler: &mut Scheduler, task: TaskIndex, why: Abandonment) {
+        let Abandonment { reason, next } = why;
         let before: Vec<bool> = (0..scheduler.pipeline().len() as TaskIndex)
             .map(|t| scheduler.is_abandoned(t))
             .collect();
         scheduler.abandon_task(task);
-        scheduler
-            .task_state_mut(task)
-            .abandon_reason
-            .get_or_insert_with(|| reason.clone());
+        let state = scheduler.task_state_mut(task);
+        if state.abandon_reason.is_none() {
+            state.abandon_reason = Some(reason.clone());
+            state.abandon_next = Some(next);
+        }
         self.abandoned.push((task, reason));
         let up = scheduler.pipeline().spec(task).task_id.clone();
         for (t, was) in before.iter().enumerate() {
             if !was && t as TaskIndex != task && scheduler.is_abandoned(t as TaskIndex) {
                 let why = format!("upstream task {up:?} was abandoned");
-                scheduler
-                    .task_state_mut(t as TaskIndex)
-                    .abandon_reason
-                    .get_or_insert_with(|| why.clone());
+                let state = scheduler.task_state_mut(t as TaskIndex);
+                if state.abandon_reason.is_none() {
+                    state.abandon_reason = Some(why.clone());
+                    state.abandon_next = Some(format!("fix task {up:?} (above)"));
+                    state.abandoned_by = Some(up.clone());
+                }
                 self.abandoned.push((t as TaskIndex, why));
             }
         }

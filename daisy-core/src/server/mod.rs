@@ -80,6 +80,7 @@ use crate::block::TaskIndex;
 use crate::error::DaisyError;
 use crate::protocol;
 use crate::scheduler::Scheduler;
+use crate::task_state::Abandonment;
 use crate::worker_timeline::{StartKind, WorkerExit, WorkerTimeline};
 use std::process::ExitStatus;
 use std::rc::Rc;
@@ -499,7 +500,7 @@ fn start_workers(
                     if !alive && now.duration_since(since) > START_GIVE_UP {
                         let why =
                             format!("could not start a single worker for {START_GIVE_UP:?}: {e}");
-                        st.abandon(t, why);
+                        st.abandon(t, Abandonment::start_failed(why));
                     } else if since == now {
                         tracing::warn!(
                             "could not start a worker of task {:?} for now ({e}); trying again \
@@ -510,7 +511,10 @@ fn start_workers(
                     return;
                 }
                 Err(e) => {
-                    st.abandon(t, format!("could not start a worker: {e}"));
+                    st.abandon(
+                        t,
+                        Abandonment::start_failed(format!("could not start a worker: {e}")),
+                    );
                     return;
                 }
             },
@@ -712,7 +716,10 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
     if let Some(why) = verdict.unexpected
         && !st.stopping
     {
-        count_unexpected_exit(st, id, &flags, verdict.took_nothing, &why);
+        use std::os::unix::process::ExitStatusExt;
+        let killed =
+            expected.is_none() && status.is_some_and(|s| s.signal() == Some(libc::SIGKILL));
+        count_unexpected_exit(st, id, &flags, verdict.took_nothing, killed, &why);
     }
 }
 
@@ -743,11 +750,12 @@ fn count_unexpected_exit(
     id: u32,
     flags: &WorkerFlags,
     took_nothing: bool,
+    killed: bool,
     why: &str,
 ) {
     let task = flags.task;
     let max = st.config.tasks[task as usize].max_worker_restarts;
-    let replaced = st.tasks[task as usize].worker_stopped(took_nothing, max);
+    let replaced = st.tasks[task as usize].worker_stopped(took_nothing, killed, max);
     let state = st.scheduler.task_state_mut(task);
     if !flags.lost_block {
         state.worker_failure_count += 1;

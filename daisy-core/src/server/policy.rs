@@ -12,6 +12,7 @@
 
 use crate::block::{BlockKey, TaskIndex};
 use crate::error::DaisyError;
+use crate::task_state::Abandonment;
 use crate::worker_timeline::WorkerExit;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -178,15 +179,37 @@ pub fn replaced(restarts: u32, max_worker_restarts: u32) -> bool {
 }
 
 /// Why a task is abandoned after its workers stopped unexpectedly
-/// `restarts` times, or None while that is within `max_worker_restarts`.
-/// `empty_exits` of those left cleanly without taking a block: when all
-/// did, the logs hold nothing (the function returned), so the reason says
-/// what happened instead: a worker function that never asked for a block,
-/// most often a block function whose `block` parameter was forgotten.
-pub fn restart_limit(restarts: u32, max_worker_restarts: u32, empty_exits: u32) -> Option<String> {
+/// `restarts` times, and what to change, or None while that is within
+/// `max_worker_restarts`. `empty_exits` of those left cleanly without
+/// taking a block: when all did, the logs hold nothing (the function
+/// returned), so the reason says what happened instead: a worker function
+/// that never asked for a block, most often a block function whose `block`
+/// parameter was forgotten. `killed` of them were killed by a SIGKILL
+/// daisy did not send: when all were, their logs hold nothing either (the
+/// kernel's OOM killer sends it), so the reason says so and the change is
+/// memory.
+pub fn restart_limit(
+    restarts: u32,
+    max_worker_restarts: u32,
+    empty_exits: u32,
+    killed: u32,
+) -> Option<Abandonment> {
     (!replaced(restarts, max_worker_restarts)).then(|| {
-        if empty_exits >= restarts {
-            format!(
+        let raise = "or raise Task(max_worker_restarts=...)";
+        if killed >= restarts {
+            Abandonment {
+                reason: format!(
+                    "its workers were killed (SIGKILL) {restarts} times \
+                     (max_worker_restarts={max_worker_restarts}), most likely by the kernel's \
+                     OOM killer, which leaves nothing in their logs"
+                ),
+                next: format!(
+                    "give its workers more memory (fewer workers per node, or smaller blocks), \
+                     {raise}"
+                ),
+            }
+        } else if empty_exits >= restarts {
+            let reason = format!(
                 "its workers exited {restarts} times without taking a block \
                  (max_worker_restarts={max_worker_restarts}): its process_function takes no \
                  argument, so it runs as a worker function, and it returned without calling \
@@ -194,12 +217,21 @@ pub fn restart_limit(restarts: u32, max_worker_restarts: u32, empty_exits: u32) 
                  `def process(block): ...`; a worker function asks for blocks until there are \
                  none: `client = daisy.Client()` and `while (block := \
                  client.acquire_block()) is not None: ...`"
-            )
+            );
+            Abandonment {
+                reason,
+                next: "give its process_function a block parameter, or make its worker \
+                       function ask for blocks (above)"
+                    .into(),
+            }
         } else {
-            format!(
-                "its workers stopped unexpectedly {restarts} times \
-                 (max_worker_restarts={max_worker_restarts}); see the worker logs"
-            )
+            Abandonment {
+                reason: format!(
+                    "its workers stopped unexpectedly {restarts} times \
+                     (max_worker_restarts={max_worker_restarts}); their logs say why"
+                ),
+                next: format!("fix what makes its workers stop (their logs say), {raise}"),
+            }
         }
     })
 }
@@ -462,18 +494,32 @@ mod tests {
 
     #[test]
     fn a_task_is_abandoned_only_past_its_restart_cap() {
-        assert_eq!(restart_limit(10, 10, 0), None);
-        let why = restart_limit(11, 10, 0).unwrap();
+        assert_eq!(restart_limit(10, 10, 0, 0), None);
+        let why = restart_limit(11, 10, 0, 0).unwrap().reason;
         assert!(why.contains("11 times") && why.contains("max_worker_restarts=10"));
-        assert!(restart_limit(1, 0, 0).is_some());
+        assert!(restart_limit(1, 0, 0, 0).is_some());
         // workers that only ever returned at once: say what that means
-        let empty = restart_limit(4, 3, 4).unwrap();
+        let empty = restart_limit(4, 3, 4, 0).unwrap().reason;
         assert!(empty.contains("without taking a block"), "{empty}");
         assert!(empty.contains("def process(block)"), "{empty}");
         assert!(
-            !restart_limit(4, 3, 2)
+            !restart_limit(4, 3, 2, 0)
                 .unwrap()
+                .reason
                 .contains("def process(block)")
+        );
+        // every one killed by a SIGKILL nobody asked for: memory, not logs
+        let killed = restart_limit(4, 3, 0, 4).unwrap();
+        assert!(
+            killed.reason.contains("killed (SIGKILL) 4 times"),
+            "{killed:?}"
+        );
+        assert!(!killed.reason.contains("see the worker logs"), "{killed:?}");
+        assert!(killed.next.contains("more memory"), "{killed:?}");
+        let mixed = restart_limit(4, 3, 0, 3).unwrap();
+        assert!(
+            mixed.reason.contains("stopped unexpectedly 4 times"),
+            "{mixed:?}"
         );
     }
 

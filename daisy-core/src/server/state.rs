@@ -26,6 +26,7 @@ use crate::clock::wall_clock;
 use crate::error::DaisyError;
 use crate::run_report::{RunLedger, RunOutcome, last_line};
 use crate::scheduler::Scheduler;
+use crate::task_state::Abandonment;
 use crate::task_state::TaskState;
 use crate::worker_timeline::{JobRecord, WorkerExit, WorkerSummary, WorkerTimeline};
 use std::cell::RefCell;
@@ -315,6 +316,8 @@ pub struct TaskSlot {
     /// Of those, the workers that exited cleanly without taking a block
     /// (see [`policy::restart_limit`]).
     empty_exits: u32,
+    /// Of those, the workers killed by a SIGKILL daisy did not send.
+    killed: u32,
     /// Its workers that left on their own since it last had none alive
     /// (see [`policy::worker_cap`]).
     left: u32,
@@ -345,12 +348,21 @@ impl TaskSlot {
     }
 
     /// One of its workers stopped unexpectedly (`took_nothing`: cleanly,
-    /// without taking a block). Returns whether a replacement starts,
-    /// which is policy's to say ([`policy::replaced`]).
-    pub fn worker_stopped(&mut self, took_nothing: bool, max_worker_restarts: u32) -> bool {
+    /// without taking a block; `killed`: by a SIGKILL daisy did not send).
+    /// Returns whether a replacement starts, which is policy's to say
+    /// ([`policy::replaced`]).
+    pub fn worker_stopped(
+        &mut self,
+        took_nothing: bool,
+        killed: bool,
+        max_worker_restarts: u32,
+    ) -> bool {
         self.deaths += 1;
         if took_nothing {
             self.empty_exits += 1;
+        }
+        if killed {
+            self.killed += 1;
         }
         policy::replaced(self.deaths, max_worker_restarts)
     }
@@ -370,8 +382,13 @@ impl TaskSlot {
 
     /// Why the task is abandoned for its workers' stops, if it is
     /// ([`policy::restart_limit`]).
-    pub fn restart_limit(&self, max_worker_restarts: u32) -> Option<String> {
-        policy::restart_limit(self.deaths, max_worker_restarts, self.empty_exits)
+    pub fn restart_limit(&self, max_worker_restarts: u32) -> Option<Abandonment> {
+        policy::restart_limit(
+            self.deaths,
+            max_worker_restarts,
+            self.empty_exits,
+            self.killed,
+        )
     }
 }
 
@@ -818,9 +835,9 @@ impl State {
     /// Give up `task` (and orphan its downstream tasks): blocks of
     /// abandoned tasks still out will be refused, and their workers leave
     /// at their next request.
-    pub fn abandon(&mut self, task: TaskIndex, reason: String) {
-        tracing::error!("abandoning task {:?}: {reason}", self.task_id(task));
-        self.ledger.abandon(&mut self.scheduler, task, reason);
+    pub fn abandon(&mut self, task: TaskIndex, why: Abandonment) {
+        tracing::error!("abandoning task {:?}: {}", self.task_id(task), why.reason);
+        self.ledger.abandon(&mut self.scheduler, task, why);
         let scheduler = &self.scheduler;
         self.outstanding
             .retain(|k, _| !scheduler.is_abandoned(k.task));
@@ -1272,7 +1289,10 @@ mod tests {
         let mut st = state();
         hand_out(&mut st, 0, 1);
         st.workers.insert(7, WorkerSlot::starting(0));
-        st.abandon(0, "its workers kept dying".into());
+        st.abandon(
+            0,
+            Abandonment::start_failed("its workers kept dying".into()),
+        );
         assert!(st.outstanding.is_empty(), "a late release will be refused");
         assert!(st.workers[&7].flags.retire);
         let out = st.outcome(false);
