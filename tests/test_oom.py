@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
 import pytest
+from test_failure_summary import _task_section
 
 LIMIT = 300 << 20
 
@@ -76,11 +79,22 @@ def memory_cgroup(limit: int) -> Path | None:
     return None
 
 
+def remove(group: Path) -> None:
+    """Remove a cgroup made by `memory_cgroup` once its processes are gone."""
+    for _ in range(50):
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
 def test_a_worker_the_oom_killer_ended_says_so(tmp_path: Path) -> None:
     """The second block of a task allocates 900 MiB in a cgroup limited to
     300 MiB: the OOM killer kills its worker, and the block's failure says
-    it was likely the OOM killer, with the worker's last peak RSS and the
-    300 MiB limit, and what to do."""
+    it was the OOM killer (the cgroup counts the kill: issue 41), with the
+    worker's previous block's peak RSS (the big block filled the limit in
+    less than a sample's time) and the 300 MiB limit, and what to do."""
     group = memory_cgroup(LIMIT)
     if group is None:
         pytest.skip("no memory cgroup can be made here (needs root and a memory controller)")
@@ -98,20 +112,77 @@ def test_a_worker_the_oom_killer_ended_says_so(tmp_path: Path) -> None:
             timeout=120,
         )
     finally:
-        for _ in range(50):
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                import time
-
-                time.sleep(0.1)
+        remove(group)
     assert proc.returncode == 0, proc.stderr
     failures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(failures) == 1, failures
     text = failures[0]
     assert "signal: 9 (SIGKILL)" in text, text
-    assert "likely killed by the OOM killer" in text, text
+    assert "killed by the OOM killer (its cgroup counts the kill" in text, text
+    assert "likely" not in text, text
     assert "300 MiB" in text, text
-    assert "its last block peaked at" in text, text
+    assert "its previous block peaked at" in text, text
     assert "more memory" in text, text
+
+
+OOM_KILLED = textwrap.dedent(
+    """\
+    import time
+
+    import daisy
+
+
+    def segment(block):
+        # a block far too large for the node: it grows by 20 MiB every
+        # 0.2 s (reading a large volume) until the OOM killer ends its worker
+        held = []
+        while True:
+            chunk = bytearray(20 << 20)
+            for i in range(0, len(chunk), 4096):
+                chunk[i] = 1
+            held.append(chunk)
+            time.sleep(0.2)
+
+
+    if __name__ == "__main__":
+        task = daisy.Task(
+            "segment", daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)), daisy.Roi((0,), (1,)),
+            process_function=segment, max_workers=1, max_retries=0,
+        )
+        print("RESULT", daisy.run_blockwise([task], progress=False))
+    """
+)
+
+
+def test_an_oom_kill_is_named_with_certainty_and_the_dying_blocks_memory(tmp_path: Path) -> None:
+    """Issue 41: a worker SIGKILLed was "likely killed by the OOM killer ...
+    its last block peaked at 139 MiB" when the dying block held more than
+    1 GiB: the figure was the previous block's, and the cause a guess. The
+    run here is in a memory cgroup of 400 MiB, as a batch job is, and its
+    one block grows until the kernel kills the worker: the cgroup counts
+    the kill, so the summary says so without "likely", and gives what the
+    dying block held (sampled while it ran)."""
+    group = memory_cgroup(400 << 20)
+    if group is None:
+        pytest.skip("no memory cgroup can be made here (needs root and a memory controller)")
+    script = tmp_path / "pipeline.py"
+    script.write_text(OOM_KILLED)
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            preexec_fn=lambda: (group / "cgroup.procs").write_text(str(os.getpid())),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        remove(group)
+    out = proc.stdout + proc.stderr
+    assert "RESULT False" in proc.stdout, out
+    first = _task_section(proc.stdout, "segment")
+    assert "killed by the OOM killer (its cgroup counts the kill" in first, first
+    assert "likely killed" not in first, first
+    held = re.search(r"it held at least (\d+) MiB while running its block", first)
+    assert held, first
+    assert 120 <= int(held.group(1)) <= 400, first

@@ -57,6 +57,7 @@ pub mod hooks;
 pub mod jobs;
 pub mod launcher;
 pub mod live;
+pub mod memory_watch;
 pub mod output;
 pub mod policy;
 pub mod state;
@@ -326,6 +327,9 @@ async fn main_loop<H: RunHooks>(
                 st.server_stalled(unwatched);
             }
             sweep_timeouts(&mut st);
+            if ticked {
+                st.sample_block_memory(now);
+            }
             jobs::sweep(&mut st);
             abandon_crashing_tasks(&mut st);
             staff(&mut st, exit_tx);
@@ -725,7 +729,7 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
 
 /// How worker `id` ended, in words: its exit status, and for a SIGKILL
 /// daisy did not send, what most likely sent it (the OOM killer).
-fn exit_text(st: &State, id: u32, status: Option<ExitStatus>) -> String {
+fn exit_text(st: &mut State, id: u32, status: Option<ExitStatus>) -> String {
     use std::os::unix::process::ExitStatusExt;
     let Some(status) = status else {
         return "unknown status".into();
@@ -736,7 +740,8 @@ fn exit_text(st: &State, id: u32, status: Option<ExitStatus>) -> String {
         .get(&id)
         .is_some_and(|w| w.expected_exit.is_none());
     if unasked && status.signal() == Some(libc::SIGKILL) {
-        text.push_str(&supervision::sigkill_hint(st.live.last_peak_rss(id)));
+        let facts = st.kill_facts(id);
+        text.push_str(&supervision::sigkill_hint(facts, st.live.last_peak_rss(id)));
     }
     text
 }

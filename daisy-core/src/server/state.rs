@@ -18,6 +18,7 @@ use super::live::{
     BarOutcome, BlockBar, LiveDetail, LiveWindow, MAX_RECENT_FAILURES, RecentFailure, TaskPace,
     WorkerNow,
 };
+use super::memory_watch::{KillFacts, MemoryWatch};
 use super::output::OutputQueue;
 use super::policy::{self, WorkerFlags};
 use super::supervision;
@@ -457,6 +458,9 @@ pub struct State {
     /// Blocks returned since the last tick and the workers' last peak RSS
     /// (drained by `snapshot`).
     pub live: LiveWindow,
+    /// The OOM kills and the memory of running blocks, for the words on a
+    /// worker the kernel killed.
+    memory: MemoryWatch,
     /// Wakes the main loop before its next tick (see [`State::wake_main`]).
     main_wake: Rc<Notify>,
     /// Notified at every message a connection receives: keeps the server
@@ -548,9 +552,35 @@ impl State {
             next_job: 0,
             start_cold: Vec::new(),
             live: LiveWindow::new(n),
+            memory: MemoryWatch::new(),
             main_wake: Rc::new(Notify::new()),
             activity: Rc::new(Notify::new()),
         }
+    }
+
+    /// Sample the memory of the blocks local workers run (at most once a
+    /// [`super::memory_watch::SAMPLE_EVERY`]).
+    pub fn sample_block_memory(&mut self, now: Instant) {
+        let workers = &self.workers;
+        let busy = self.outstanding.iter().filter_map(|(key, o)| {
+            let id = o.worker?;
+            let w = workers.get(&id)?;
+            // a worker in a job runs elsewhere: its pid is not local
+            let local = w.job.is_none() && w.remote_kill.is_none() && !w.polls;
+            Some((id, w.pid.filter(|_| local)?, *key))
+        });
+        self.memory.sample(now, busy);
+    }
+
+    /// What is known of worker `id`, killed by a SIGKILL the server did
+    /// not send (see [`MemoryWatch::killed`]).
+    pub fn kill_facts(&mut self, id: u32) -> KillFacts {
+        let key = self
+            .outstanding
+            .iter()
+            .find(|(_, o)| o.worker == Some(id))
+            .map(|(k, _)| *k);
+        self.memory.killed(id, key)
     }
 
     /// Where the server listens.

@@ -15,6 +15,7 @@
 //! same outputs, passed to it as descriptors ([`worker_outputs`]).
 
 use super::config::{LogMode, WorkerCommand};
+use super::memory_watch::KillFacts;
 use super::output::{Console, OutputQueue, tee};
 use std::fs::File;
 use std::io;
@@ -339,17 +340,37 @@ impl WorkerContext<'_> {
 /// way when memory runs out, and the worker's log then says nothing. Names
 /// the worker's last measured peak RSS and the memory limit where known
 /// (the cgroup's `memory.max`, else the machine's memory).
-pub fn sigkill_hint(last_peak_rss: Option<u64>) -> String {
+pub fn sigkill_hint(facts: KillFacts, last_peak_rss: Option<u64>) -> String {
     let mib = |b: u64| format!("{:.0} MiB", b as f64 / f64::from(1u32 << 20));
     let limit = cgroup_memory_limit()
-        .map(|b| format!("its memory limit (cgroup memory.max) is {}", mib(b)))
+        .map(|(file, b)| format!("its memory limit (cgroup {file}) is {}", mib(b)))
         .or_else(|| machine_memory().map(|b| format!("the machine has {}", mib(b))));
-    let mut hint = String::from(
-        "; likely killed by the OOM killer (the kernel ends a process with SIGKILL when \
-         memory runs out, and its log says nothing)",
-    );
-    if let Some(peak) = last_peak_rss {
-        hint.push_str(&format!("; its last block peaked at {} RSS", mib(peak)));
+    let mut hint = String::from(match facts.oom {
+        Some(true) => {
+            "; killed by the OOM killer (its cgroup counts the kill: the kernel ended it \
+             when memory ran out, and its log says nothing)"
+        }
+        Some(false) => {
+            "; not by the OOM killer (its cgroup counts no kill): something else sent \
+             SIGKILL (a batch system enforcing a limit, or a person)"
+        }
+        None => {
+            "; likely killed by the OOM killer (the kernel ends a process with SIGKILL when \
+             memory runs out, and its log says nothing)"
+        }
+    });
+    if facts.oom == Some(false) {
+        return hint;
+    }
+    match (facts.held, last_peak_rss) {
+        (Some(held), _) => hint.push_str(&format!(
+            "; it held at least {} while running its block (sampled each second)",
+            mib(held)
+        )),
+        (None, Some(peak)) => {
+            hint.push_str(&format!("; its previous block peaked at {} RSS", mib(peak)));
+        }
+        (None, None) => {}
     }
     if let Some(limit) = limit {
         hint.push_str(&format!("; {limit}"));
@@ -365,37 +386,37 @@ pub fn sigkill_hint(last_peak_rss: Option<u64>) -> String {
 /// `memory.max`, or v1's `memory.limit_in_bytes`. Inside a container the
 /// cgroup path `/proc/self/cgroup` names starts above the mounted
 /// hierarchy, so its leading parts are dropped until the file is found.
-fn cgroup_memory_limit() -> Option<u64> {
+fn cgroup_memory_limit() -> Option<(&'static str, u64)> {
+    let (file, text) = cgroup_memory_file("memory.max", "memory.limit_in_bytes")?;
+    // "max", or v1's huge "no limit": none
+    let limit = text.trim().parse::<u64>().ok()?;
+    (limit < machine_memory().unwrap_or(u64::MAX)).then_some((file, limit))
+}
+
+/// The name and text of a file of this process's memory cgroup: `v2` in
+/// the unified hierarchy, else `v1` in the memory controller's; None where
+/// neither is found. Inside a container the cgroup path `/proc/self/cgroup`
+/// names starts above the mounted hierarchy, so its leading parts are
+/// dropped until the file is found.
+pub fn cgroup_memory_file(v2: &'static str, v1: &'static str) -> Option<(&'static str, String)> {
     let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let mut places = Vec::new();
     for line in cgroup.lines() {
         let mut parts = line.splitn(3, ':');
         let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
         if controllers.is_empty() {
-            places.push(("/sys/fs/cgroup", "memory.max", path.to_string()));
+            places.push(("/sys/fs/cgroup", v2, path.to_string()));
         } else if controllers.split(',').any(|c| c == "memory") {
-            places.push((
-                "/sys/fs/cgroup/memory",
-                "memory.limit_in_bytes",
-                path.to_string(),
-            ));
+            places.push(("/sys/fs/cgroup/memory", v1, path.to_string()));
         }
     }
-    let machine = machine_memory().unwrap_or(u64::MAX);
     for (root, file, path) in places {
         let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
         for skip in 0..=parts.len() {
             let dir = parts[skip..].join("/");
-            let Ok(text) = std::fs::read_to_string(format!("{root}/{dir}/{file}")) else {
-                continue;
-            };
-            // "max", or v1's huge "no limit": none
-            if let Ok(limit) = text.trim().parse::<u64>()
-                && limit < machine
-            {
-                return Some(limit);
+            if let Ok(text) = std::fs::read_to_string(format!("{root}/{dir}/{file}")) {
+                return Some((file, text));
             }
-            break;
         }
     }
     None
