@@ -153,6 +153,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<py_block_stats::PyBlockStats>()?;
     m.add_class::<py_profile::ProfileBlock>()?;
     m.add_class::<py_tracking::PyTrackingStore>()?;
+    m.add_class::<py_tracking::PyStoreStatus>()?;
     m.add_class::<py_task_options::PyTaskOptions>()?;
     m.add_class::<py_server::PyTaskConfig>()?;
     m.add_class::<py_server::PyRunConfig>()?;
@@ -180,6 +181,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(watch_liveness, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::read_tracking_array, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::history_file, m)?)?;
+    m.add_function(wrap_pyfunction!(py_tracking::store_status, m)?)?;
     m.add_function(wrap_pyfunction!(py_stats::store_wall_percentiles, m)?)?;
     m.add_function(wrap_pyfunction!(py_stats::compare_to_baseline, m)?)?;
     m.add(

@@ -133,3 +133,44 @@ pub fn history_file(
         base.as_deref(),
     ))
 }
+
+/// Where a tracking store stands (`daisy.store_status`): read without
+/// locking or writing anything, also while a run writes the store.
+#[pyclass(name = "StoreStatus", module = "daisy._daisy", frozen, get_all)]
+pub struct PyStoreStatus {
+    /// The task it was made for, if it names one.
+    task_id: Option<String>,
+    /// Its task's blocks (None for a layout this version does not read).
+    total: Option<u64>,
+    /// Blocks marked done.
+    done: u64,
+    /// Blocks not done that failed at least one attempt.
+    failed: u64,
+    /// Who holds its lock now ("pid 123 on host node7"), when this
+    /// machine's kernel lists the lock as held; None when it is free here.
+    held_by: Option<String>,
+}
+
+#[pymethods]
+impl PyStoreStatus {
+    fn __repr__(&self) -> String {
+        format!(
+            "StoreStatus(task_id={:?}, total={:?}, done={}, failed={}, held_by={:?})",
+            self.task_id, self.total, self.done, self.failed, self.held_by
+        )
+    }
+}
+
+/// Where the tracking store at `path` stands: its task, done of total,
+/// failed blocks not done, and who holds it now.
+#[pyfunction]
+pub fn store_status(path: PathBuf) -> PyResult<PyStoreStatus> {
+    let s = daisy_core::tracking_store::store_status(&path).py()?;
+    Ok(PyStoreStatus {
+        task_id: s.task_id,
+        total: s.total,
+        done: s.done,
+        failed: s.failed,
+        held_by: s.held_by,
+    })
+}

@@ -41,6 +41,8 @@ __all__ = [
     "read_tracking_array",
     "history_file",
     "store_wall_percentiles",
+    "store_status",
+    "StoreStatus",
     "compare_to_baseline",
     "at_interpreter_exit",
     "validated_roi",
@@ -379,6 +381,23 @@ def history_file(
     log_mode: str,
 ) -> str | None: ...
 def at_interpreter_exit() -> int: ...
+
+@final
+class StoreStatus:
+    """Where a tracking store stands (see `store_status`)."""
+
+    @property
+    def task_id(self) -> str | None: ...
+    @property
+    def total(self) -> int | None: ...
+    @property
+    def done(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def held_by(self) -> str | None: ...
+
+def store_status(path: str | os.PathLike[str]) -> StoreStatus: ...
 def store_wall_percentiles(
     path: str | os.PathLike[str], qs: Sequence[float]
 ) -> list[float] | None: ...

@@ -12,6 +12,10 @@ runs before it and flags every figure that got worse by more than a
 factor; it exits with status 1 when something is flagged, so it can gate a
 nightly pipeline.
 
+``daisy status PATH`` says where each tracking store at PATH stands: its
+blocks done of its total and left, failed blocks not done, how its last
+recorded run ended, and whether a run holds it now.
+
 Also available as ``python -m daisy``.
 """
 
@@ -27,8 +31,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from daisy._daisy import __version__, compare_to_baseline, store_wall_percentiles
-from daisy.run_history import find_runs_files, store_of
+from daisy._daisy import __version__, compare_to_baseline, store_status, store_wall_percentiles
+from daisy.run_history import find_runs_files, find_stores, store_of
 from daisy.run_report import RUNS_FILE, TaskReport, read_runs
 
 #: per-task summary columns of ``daisy report --format json|csv``
@@ -168,6 +172,10 @@ def report_command(args: argparse.Namespace) -> int:
                     f"\n    every block was skipped: --run {worked[-1]} is the last run that "
                     "processed blocks"
                 )
+        standing = _standing(store_of(f), report)
+        if standing:
+            head, _, rest = section.partition("\n")
+            section = f"{head}\n    {standing}" + (f"\n{rest}" if rest else "")
         first = report.failure_causes.first_traceback
         if first:
             body = "\n".join("      " + line for line in first.splitlines())
@@ -198,6 +206,80 @@ def report_command(args: argparse.Namespace) -> int:
         for section in sections:
             print()
             print(section)
+    return 0
+
+
+def _standing(store: Path | None, report: TaskReport) -> str | None:
+    """For the panel's header: where the task's store stands now, when
+    its blocks are not all done or the run did not complete (an
+    interrupted run says so, with what is left)."""
+    if store is None:
+        return None
+    try:
+        s = store_status(store)
+    except (OSError, RuntimeError):
+        return None
+    if s.total is None or (s.done == s.total and report.outcome == "completed"):
+        return None
+    return f"{report.outcome}; the store now: {_done_of(s.done, s.total)}"
+
+
+def _done_of(done: int, total: int | None) -> str:
+    """'7 of 64 blocks done, 57 left'."""
+    if total is None:
+        return f"{done} blocks done"
+    return f"{done} of {total} blocks done, {total - done} left"
+
+
+def status_rows(path: Path) -> list[dict[str, Any]]:
+    """One row per tracking store at ``path`` (see `find_stores`): where it
+    stands (the core's `store_status`) and how its last recorded run
+    ended."""
+    rows = []
+    for store in find_stores(path):
+        try:
+            s = store_status(store)
+        except (OSError, RuntimeError):
+            continue  # a directory with a zarr.json that is no daisy store
+        runs = read_runs(store / RUNS_FILE) if (store / RUNS_FILE).is_file() else []
+        last = runs[-1] if runs else None
+        rows.append(
+            {
+                "store": str(store),
+                "task_id": s.task_id or store.name,
+                "total": s.total,
+                "done": s.done,
+                "left": None if s.total is None else s.total - s.done,
+                "failed": s.failed,
+                "last_run": None if last is None else last.outcome,
+                "last_run_finished_at": None if last is None else last.finished_at,
+                "held_by": s.held_by,
+            }
+        )
+    return rows
+
+
+def status_command(args: argparse.Namespace) -> int:
+    """``daisy status``."""
+    path = Path(args.path)
+    rows = status_rows(path)
+    if not rows:
+        raise CliError(f"no tracking store at {args.path}")
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    import datetime
+
+    for r in rows:
+        if r["last_run"] is None:
+            last = "no run recorded (a run still going, or one killed before its end)"
+        else:
+            when = datetime.datetime.fromtimestamp(r["last_run_finished_at"])
+            last = f"last run {r['last_run']} at {when:%Y-%m-%d %H:%M:%S}"
+        now = f"held now by {r['held_by']}" if r["held_by"] else "no run holds it now"
+        failed = f", {r['failed']} failed" if r["failed"] else ""
+        print(f"{r['task_id']}: {_done_of(r['done'], r['total'])}{failed}; {last}; {now}")
+        print(f"    {r['store']}")
     return 0
 
 
@@ -302,6 +384,13 @@ _COMPARE_DESCRIPTION = (
     "none or has fewer than two runs to compare, 2 when there is no runs.jsonl at PATH."
 )
 
+_STATUS_DESCRIPTION = (
+    "Say where each tracking store at PATH stands: its blocks done of its total and how "
+    "many are left, failed blocks not done, how its last recorded run ended, and whether "
+    "a run holds it now (read from this machine's lock table: a run on another host "
+    "shows only while this machine sees its lock). Reads only; safe while a run writes."
+)
+
 _PATH_HELP = "a tracking store, a tracking base directory or a runs.jsonl"
 
 _RUN_HELP = (
@@ -376,6 +465,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="output format (default: %(default)s)",
     )
     cmp_.set_defaults(func=compare_command)
+
+    st = sub.add_parser(
+        "status",
+        help="where each tracking store stands: done of total, left, last run, held now",
+        description=_STATUS_DESCRIPTION,
+    )
+    st.add_argument("path", help="a tracking store or a tracking base directory")
+    st.add_argument(
+        "--format",
+        choices=["text", "json"],
+        default="text",
+        help="output format (default: %(default)s)",
+    )
+    st.set_defaults(func=status_command)
 
     args = parser.parse_args(argv)
     try:

@@ -32,6 +32,19 @@ def find_runs_files(path: Path) -> list[Path]:
     return []
 
 
+def find_stores(path: Path) -> list[Path]:
+    """The tracking stores at ``path``: the store itself, or every store
+    below a directory (a tracking base directory), in path order; a store's
+    own directories are not searched."""
+    if (path / "zarr.json").is_file():
+        return [path]
+    found: list[Path] = []
+    if path.is_dir():
+        for child in sorted(p for p in path.iterdir() if p.is_dir()):
+            found += find_stores(child)
+    return found
+
+
 def store_of(runs_file: Path) -> Path | None:
     """The tracking store a ``runs.jsonl`` lies in, or None when it lies in
     a log directory."""

@@ -57,10 +57,12 @@ pub mod layout;
 pub mod lock;
 pub mod migration;
 pub mod outputs;
+pub mod status;
 pub mod zarr_array;
 
 pub use self::arrays::{DONE, FAILURES, RUNS_FILE, STATS, TrackingRecord};
 pub use self::history::{append_runs_line, history_file};
+pub use self::status::{StoreStatus, store_status};
 
 use self::arrays::{RESET_MARKER, StatsArrays};
 use self::integrity::{open_array, read_group};
