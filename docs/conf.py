@@ -46,7 +46,11 @@ nb_merge_streams = True
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_class_signature = "separated"
+# the constructor's signature on the class's own line, its parameters (with
+# the types of its annotations) in the class's one parameter list: with
+# "separated" every parameter was listed twice, under the class and under
+# a separate ``__init__``
+autodoc_class_signature = "mixed"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
@@ -64,5 +68,15 @@ intersphinx_timeout = 1
 html_theme = "alabaster"
 html_title = f"daisy {release}"
 html_static_path = ["_static"]
-html_theme_options = {"description": "blockwise task scheduling that measures itself"}
+html_theme_options = {
+    "description": "blockwise task scheduling that measures itself",
+    # a column of about 980 px (alabaster's default is 660 px): code of
+    # about 100 columns fits a 1280 px window (tests/test_docs.py checks
+    # that no page clips code at 1280 px); narrower windows get the theme's
+    # one-column layout
+    "page_width": "1240px",
+    "sidebar_width": "200px",
+    "body_max_width": "none",
+}
+html_css_files = ["daisy.css"]  # _static/daisy.css: wrapping of wide output
 html_favicon = "_static/daisy.svg"
