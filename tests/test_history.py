@@ -203,6 +203,34 @@ def test_compare_does_not_blame_a_downstream_task_for_a_slow_upstream(tmp_path):
     assert not b_rows["span_s"]["flagged"]
 
 
+def test_compare_sets_a_resumed_run_against_full_ones_block_for_block(tmp_path, capsys):
+    """Issue 41: a resumed run that processed 10 of 40 blocks, each six
+    times slower, was set against full runs by its totals: its span (0.6 s
+    against 0.4 s) was within the factor, and nothing was flagged. It is
+    compared block for block, and the totals are said not to be comparable."""
+    daisy.set_tracking_basedir(tmp_path)
+    for _ in range(3):
+        task = line_task("seg", 40, process_function=make_sleeper(0.01))
+        assert daisy.run_blockwise([task], multiprocessing=False, progress=False, summary=False)
+        task.reset()
+    mask = [i < 30 for i in range(40)]  # 30 done by hand: a resumed run of 10
+    task = line_task("seg", 40, process_function=make_sleeper(0.06), skip_mask=mask)
+    assert daisy.run_blockwise([task], multiprocessing=False, progress=False, summary=False)
+    runs = read_runs(tmp_path / "seg" / "runs.jsonl")
+    rows = {r["figure"]: r for r in compare_runs(runs, history=7, factor=2.0)}
+    assert rows["span_per_block_s"]["flagged"], rows
+    assert rows["span_per_block_s"]["ratio"] > 3, rows
+    assert "span_s" not in rows, "totals of 10 blocks against totals of 40 say nothing"
+    code = main(["compare", str(tmp_path / "seg")])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "✗ worse" in out
+    assert (
+        "(seg: the last run processed 10 blocks, the runs before it 40: its totals are "
+        "not compared, only its figures per block)"
+    ) in out, out
+
+
 # --------------------------------------------------------------------------
 # what a resumed run says (DONE_MARKERS spec: "What the user sees")
 

@@ -283,13 +283,33 @@ def status_command(args: argparse.Namespace) -> int:
     return 0
 
 
-#: what ``daisy compare`` checks, and how to read each figure off a report
-COMPARED: dict[str, Callable[[TaskReport], float | None]] = {
+def _processed(report: TaskReport) -> int:
+    """The blocks a run processed (its skips left out)."""
+    return report.blocks.count - report.blocks.skipped
+
+
+def _per_block(total: float | None, report: TaskReport) -> float | None:
+    """A run's total per block it processed."""
+    n = _processed(report)
+    return None if total is None or n <= 0 else total / n
+
+
+#: what ``daisy compare`` checks, and how to read each figure off a report:
+#: figures per block, set against every earlier run that processed blocks
+PER_BLOCK: dict[str, Callable[[TaskReport], float | None]] = {
+    "span_per_block_s": lambda r: _per_block(r.span, r),
+    "wall_mean_s": lambda r: r.blocks.wall.mean if r.blocks.wall else None,
+    "cpu_mean_s": lambda r: r.blocks.cpu.mean if r.blocks.cpu else None,
+    "peak_rss_max_bytes": lambda r: r.blocks.peak_rss.max if r.blocks.peak_rss else None,
+    "round_trip_mean_s": lambda r: r.blocks.round_trip.mean if r.blocks.round_trip else None,
+    "failures_per_block": lambda r: _per_block(float(r.blocks.failures), r),
+}
+
+#: totals, set only against earlier runs that processed as many blocks
+TOTALS: dict[str, Callable[[TaskReport], float | None]] = {
     "span_s": lambda r: r.span,
     "wall_total_s": lambda r: r.blocks.wall.total if r.blocks.wall else None,
     "cpu_total_s": lambda r: r.blocks.cpu.total if r.blocks.cpu else None,
-    "peak_rss_max_bytes": lambda r: r.blocks.peak_rss.max if r.blocks.peak_rss else None,
-    "round_trip_mean_s": lambda r: r.blocks.round_trip.mean if r.blocks.round_trip else None,
     "failures": lambda r: r.blocks.failures,
 }
 
@@ -299,7 +319,10 @@ def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> lis
     one row per figure, flagged when it grew by more than ``factor``
     (failures: when they appear where the median had none, or grow by
     more than ``factor``). Runs that skipped every block are left out of
-    the baseline: their figures say nothing about the work."""
+    the baseline: their figures say nothing about the work. Figures per
+    block are set against every such run; totals only against runs that
+    processed as many blocks as the last (a resumed run that processed 10
+    of 40 blocks is compared block for block: see `not_comparable`)."""
     if len(runs) < 2:
         return []
     last = runs[-1]
@@ -307,29 +330,50 @@ def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> lis
     # whether a Task.reset() lies between the oldest run compared and the last
     window = runs[runs.index(previous[0]) + 1 :] if previous else []
     reset_between = any(r.after_reset for r in window)
+    alike = [r for r in previous if _processed(r) == _processed(last)]
     rows = []
-    for name, read in COMPARED.items():
-        now = read(last)
-        before = [v for v in (read(r) for r in previous) if v is not None]
-        if now is None or not before:
-            continue
-        compared = compare_to_baseline(now, before, factor, zero_is_normal=name == "failures")
-        if compared is None:
-            continue
-        median, ratio, flagged = compared
-        rows.append(
-            {
-                "task_id": last.task_id,
-                "figure": name,
-                "last": now,
-                "median": median,
-                "runs": len(before),
-                "ratio": ratio,
-                "flagged": flagged,
-                "reset_between": reset_between,
-            }
-        )
+    for figures, baseline in ((PER_BLOCK, previous), (TOTALS, alike)):
+        for name, read in figures.items():
+            now = read(last)
+            before = [v for v in (read(r) for r in baseline) if v is not None]
+            if now is None or not before:
+                continue
+            zero_is_normal = name.startswith("failures")
+            compared = compare_to_baseline(now, before, factor, zero_is_normal=zero_is_normal)
+            if compared is None:
+                continue
+            median, ratio, flagged = compared
+            rows.append(
+                {
+                    "task_id": last.task_id,
+                    "figure": name,
+                    "last": now,
+                    "median": median,
+                    "runs": len(before),
+                    "ratio": ratio,
+                    "flagged": flagged,
+                    "reset_between": reset_between,
+                    "blocks": _processed(last),
+                }
+            )
     return rows
+
+
+def not_comparable(runs: Sequence[TaskReport], history: int) -> str | None:
+    """Why the last run's totals were not compared (it processed another
+    number of blocks than every run before it), or None."""
+    if len(runs) < 2:
+        return None
+    last = runs[-1]
+    previous = [r for r in runs[:-1] if _processed_blocks(r)][-history:]
+    if not previous or any(_processed(r) == _processed(last) for r in previous):
+        return None
+    counts = sorted({_processed(r) for r in previous})
+    before = " or ".join(str(n) for n in counts)
+    return (
+        f"{last.task_id}: the last run processed {_processed(last)} blocks, the runs before it "
+        f"{before}: its totals are not compared, only its figures per block"
+    )
 
 
 def compare_command(args: argparse.Namespace) -> int:
@@ -343,9 +387,13 @@ def compare_command(args: argparse.Namespace) -> int:
             f"--factor {args.factor}: give the growth to flag, a number above 0 (e.g. 2)"
         )
     files = _runs_files(args.path)
-    rows = []
+    rows, notes = [], []
     for f in files:
-        rows += compare_runs(read_runs(f), args.history, args.factor)
+        runs = read_runs(f)
+        rows += compare_runs(runs, args.history, args.factor)
+        note = not_comparable(runs, args.history)
+        if note:
+            notes.append(note)
     if args.format == "json":
         print(json.dumps(rows, indent=2))
     else:
@@ -357,6 +405,8 @@ def compare_command(args: argparse.Namespace) -> int:
                 f"{r['task_id']:<20} {r['figure']:<20} {r['last']:>12.4g} {r['median']:>12.4g} "
                 f"{ratio:>7}{mark}"
             )
+        for note in notes:
+            print(f"({note})")
         reset_tasks = sorted({r["task_id"] for r in rows if r["reset_between"]})
         for tid in reset_tasks:
             print(f"({tid}: reset between the runs compared; its last run reprocessed every block)")
@@ -379,7 +429,10 @@ _REPORT_DESCRIPTION = (
 _COMPARE_DESCRIPTION = (
     "Set each task's last run against the median of up to --history runs before it "
     "(runs that skipped every block left out) and flag every figure that grew by more "
-    "than --factor, and failed attempts that appear where the median had none. Exits "
+    "than --factor, and failed attempts that appear where the median had none. Figures "
+    "per block (span, wall and CPU time, peak memory, round trip, failures) are set "
+    "against every such run; totals only against runs that processed as many blocks "
+    "(a resumed run is compared block for block, and says so). Exits "
     "with status 1 when it finds a regression (a flagged figure), 0 when it finds "
     "none or has fewer than two runs to compare, 2 when there is no runs.jsonl at PATH."
 )
