@@ -197,6 +197,16 @@ def test_a_notebook_shows_a_progress_widget_and_html_reports_without_stderr(tmp_
             problems.append("the notebook kept no progress widget state")
         elif not any(b.get("value") == b.get("max") == N_BLOCKS for b in bars):
             problems.append(f"no progress widget ends at {N_BLOCKS}/{N_BLOCKS}: {bars}")
+        # issue 41: what a viewer without the widget state shows (GitHub, nbviewer,
+        # a saved notebook reopened) is the output's text fallback, which read
+        # "0% 0/27": it ends as the run ended
+        fallbacks = [
+            str(o["data"].get("text/plain", ""))
+            for o in run_cell.get("outputs", [])
+            if WIDGET_VIEW in o.get("data", {})
+        ]
+        if not fallbacks or not all(f"{N_BLOCKS}/{N_BLOCKS}" in f for f in fallbacks):
+            problems.append(f"the bar's saved text fallback is not the final count: {fallbacks}")
 
     for name, cell, panel_title in (
         ("daisy.last_report()", last_report_cell, True),

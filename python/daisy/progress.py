@@ -68,6 +68,8 @@ class TqdmProgress:
         self._latest: dict[str, tuple[TaskState, int]] = {}
         #: per task: the skipped blocks its bar counts
         self._skipped: dict[str, int] = {}
+        #: per task: the display handle of its notebook widget
+        self._shown: dict[str, Any] = {}
 
     @staticmethod
     def _postfix(state: TaskState, workers: int) -> dict[str, int]:
@@ -95,7 +97,12 @@ class TqdmProgress:
                 from tqdm.auto import tqdm
             else:
                 from tqdm import tqdm
-            where = {} if self._notebook else {"position": self._order.index(task_id)}
+            where: dict[str, Any] = {}
+            if not self._notebook:
+                where["position"] = self._order.index(task_id)
+            widget = self._notebook and hasattr(tqdm, "status_printer")
+            if widget:
+                where["display"] = False  # shown below, where it can be updated
             bar = tqdm(
                 total=state.total_block_count,
                 desc=f"{task_id} ▶",
@@ -104,6 +111,13 @@ class TqdmProgress:
                 file=sys.stderr,
                 **where,
             )
+            if widget:
+                from IPython.display import display
+
+                # shown with a display id: its saved text fallback (what a
+                # viewer without the widget state shows) is updated at close
+                self._shown[task_id] = display(bar.container, display_id=True)
+                bar.displayed = True
             self._bars[task_id] = bar
         self._latest[task_id] = (state, workers)
         bar.set_postfix(self._postfix(state, workers), refresh=False)
@@ -132,6 +146,10 @@ class TqdmProgress:
             bar.close()
             if not state.all_completed and hasattr(bar, "container"):  # a notebook widget
                 bar.disp(bar_style="danger", check_delay=False)
+            shown = self._shown.get(task_id)
+            if shown is not None:
+                # the output again, as it ends: its text fallback read "0% 0/27"
+                shown.update(bar.container)
 
 
 def _duration(seconds: float) -> str:
