@@ -116,7 +116,7 @@ class TqdmProgress:
 
                 # shown with a display id: its saved text fallback (what a
                 # viewer without the widget state shows) is updated at close
-                self._shown[task_id] = display(bar.container, display_id=True)
+                self._shown[task_id] = display(bar.container, display_id=True)  # type: ignore[no-untyped-call]
                 bar.displayed = True
             self._bars[task_id] = bar
         self._latest[task_id] = (state, workers)
