@@ -11,6 +11,7 @@ to stderr or raises. The executed notebook is kept as
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import json
 import re
@@ -277,3 +278,40 @@ def test_a_failure_in_a_function_defined_in_a_cell_shows_its_line_and_a_failed_b
         assert bars, context
         # a task with a failed block does not end as a green, full bar
         assert all(b.get("bar_style") == "danger" for b in bars), bars
+
+
+def test_a_servers_last_report_in_a_notebook_shows_the_failed_blocks_and_first_traceback(
+    tmp_path,
+):
+    """Issue 41: in a notebook, `Server().run_blockwise` prints no summary (as
+    2.0.0's), and `server.last_report`'s HTML said "2× RuntimeError: bad
+    tile" with no block, ROI or traceback. It shows the failed blocks with
+    their ROIs, the first failure's block and its traceback."""
+    v4 = nbformat.v4
+    run = """\
+import daisy
+
+def tile(block):
+    if block.block_id[1] in (1, 2):
+        raise RuntimeError("bad tile")
+
+task = daisy.Task(
+    "tiles", daisy.Roi((0,), (60,)), daisy.Roi((0,), (10,)), daisy.Roi((0,), (10,)),
+    process_function=tile, max_workers=1, max_retries=0,
+)
+server = daisy.Server()
+states = server.run_blockwise([task])
+"""
+    nb = v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "daisy test kernel"}
+    nb.cells = [v4.new_code_cell(run), v4.new_code_cell("server.last_report")]
+    nb = execute(nb, tmp_path)
+    context = f"\n{dump(nb)}"
+    pages = htmls(nb.cells[1])
+    assert pages, context
+    text = html.unescape(re.sub(r"<[^>]+>", " ", pages[-1]))
+    assert "2× RuntimeError: bad tile" in " ".join(text.split()), text
+    for block in ("block 1 [10:20]", "block 2 [20:30]"):
+        assert block in text, text
+    assert "First failure (block 1" in text, text
+    assert 'raise RuntimeError("bad tile")' in text and "Traceback" in text, text

@@ -193,6 +193,14 @@ def task_report_html(t: Any) -> str:
         if t.failure_causes.other:
             items += f"<li>… {t.failure_causes.other} more</li>"
         parts.append(f'<div>failed because</div><ul style="margin:2px 0">{items}</ul>')
+    if t.failure_notes:
+        # the failed blocks with their ROIs, the first traceback, what next:
+        # what the Execution Summary said, which a notebook may not show
+        notes = escape("\n".join(t.failure_notes))
+        parts.append(
+            '<details open="open"><summary>failed blocks and the first failure</summary>'
+            f'<pre style="white-space:pre-wrap;margin:2px 0">{notes}</pre></details>'
+        )
     parts.append("</div>")
     return "".join(parts)
 

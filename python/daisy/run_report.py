@@ -27,7 +27,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -1055,6 +1055,11 @@ class TaskReport:
         self.tracked = tracked
         self.outcome = outcome
         self._task: ReportedTask | None = None
+        #: what the run that made this report said under the task in its
+        #: Execution Summary (failed blocks with their ROIs, the first
+        #: failure's traceback, what to do next), for the HTML panel; empty
+        #: for a report read back from a history
+        self.failure_notes: list[str] = []
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], strict: bool = False) -> TaskReport:
@@ -1424,6 +1429,16 @@ class RunReport:
                 continue
             report._task = task
             task._last_report = report
+
+    def attach_failure_notes(self, notes: Mapping[str, Sequence[str]]) -> None:
+        """Keep, per task, the lines a run's Execution Summary says under it
+        (`daisy.Server.failure_notes`): the HTML panel shows them, so a
+        notebook that runs a `Server` (which prints no summary) sees the
+        failed blocks, their ROIs and the first traceback."""
+        for tid, lines in notes.items():
+            report = self.tasks.get(tid)
+            if report is not None:
+                report.failure_notes = list(lines)
 
     def render(self, task_order: list[str] | None = None, max_workers: int = 10) -> str:
         """The Resource Utilization panel: one section per task with

@@ -623,6 +623,8 @@ class Server(ServerObservee):
         self.notify_server_exit()
         log_skips(plan.task_map.values(), states)
         ok = all(st.all_completed for st in states.values())
+        if self.last_report is not None:
+            self.last_report.attach_failure_notes(self.failure_notes())
         plan.views.finish(states, self.last_report, "completed" if ok else "failed")
         return states
 
