@@ -505,6 +505,54 @@ def test_the_launcher_imports_what_the_functions_module_imports(tmp_path, log_di
     assert importers[1] not in workers, (importers, workers)
 
 
+def test_every_tasks_launcher_starts_at_the_runs_start(tmp_path, log_dir, monkeypatch):
+    """Issue 44: a downstream task's launcher started only once the task
+    before it had begun (its launcher ready), so in a real pipeline the
+    downstream task's first block waited for a second import (its launcher
+    was ready 4.8 s into the run, the upstream one's 2.2 s). Every task's
+    launcher starts when the run does: here the upstream function's module
+    takes 1.5 s to import in its launcher, and the downstream launcher
+    begins loading its own before that is over."""
+    events = tmp_path / "events"
+    driver = os.getpid()
+    for name, slow in (("up_module_for_warm", True), ("down_module_for_warm", False)):
+        (tmp_path / f"{name}.py").write_text(
+            textwrap.dedent(
+                f"""
+                import os
+                import time
+
+                def _note(what):
+                    with open({str(events)!r}, "a") as f:
+                        f.write(f"{{what}} {{time.time()!r}}\\n")
+
+                if os.getpid() != {driver}:  # a launcher, not the driver
+                    _note("{name}-start")
+                    if {slow}:
+                        time.sleep(1.5)  # a heavy first import (torch, funlib)
+                    _note("{name}-ready")
+
+
+                def process(block):
+                    time.sleep(0.05)
+                """
+            )
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from down_module_for_warm import process as down
+    from up_module_for_warm import process as up
+
+    a = _roi_task("up", up, max_workers=1, warm_start=True)
+    b = _roi_task("down", down, max_workers=1, warm_start=True)
+    assert daisy.run_blockwise(a + b, progress=False)
+    assert daisy.last_report()["down"].workers.warm_starts >= 1
+    seen = dict(line.split() for line in events.read_text().splitlines())
+    assert float(seen["down_module_for_warm-start"]) < float(seen["up_module_for_warm-ready"]), (
+        "the downstream launcher waited for the upstream one",
+        seen,
+    )
+
+
 def test_warm_starts_run_no_import_on_a_branch_the_function_never_takes(
     tmp_path, log_dir, monkeypatch
 ):

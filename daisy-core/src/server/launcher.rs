@@ -5,12 +5,10 @@
 //! imports for 0.7 s).
 //!
 //! ## Who does what
-//! * The server starts a task's launcher ([`supervision::spawn_launcher`])
-//!   from the task's `launcher` command when the task first needs a worker,
-//!   or earlier, once the task before it has begun (its launcher is ready,
-//!   or its first worker started cold): a downstream task's launcher then
-//!   loads while the upstream task runs, and never competes with the
-//!   launcher the run is waiting for. It is a fresh process, never a fork
+//! * The server starts every task's launcher ([`supervision::spawn_launcher`])
+//!   from the task's `launcher` command when the run begins ([`want_all`]):
+//!   a downstream task's launcher loads while the upstream task runs, and
+//!   its first block finds it ready. It is a fresh process, never a fork
 //!   of the threaded driver.
 //! * The launcher (daisy's `daisy._launcher`) loads the payload, checks it
 //!   has no threads that would make forking unsafe, and says `ready`, or
@@ -136,19 +134,20 @@ pub fn request(st: &mut State, task: TaskIndex, req: ForkRequest) {
     }
 }
 
-/// Work has begun at task `task` (its first worker started cold, or its
-/// launcher is ready): start the launcher of the next task after it in
-/// pipeline order that asks for warm starts, is not finished and has none
-/// yet (at the next [`start_wanted`]), so that it loads its function while
-/// this one works. One at a time: two launchers importing at once on a
-/// small node would slow the one the run is waiting for.
-pub fn prewarm_next(st: &mut State, task: TaskIndex) {
-    for t in task + 1..st.scheduler.pipeline().len() as TaskIndex {
+/// The run begins: start the launcher of every task that asks for warm
+/// starts and is not finished already (a fully resumed task needs none), at
+/// the next [`start_wanted`], so that each loads its function while the
+/// tasks before it work. They used to start one after another, each once
+/// the task before it had begun, so that two imports would not share a
+/// small node's cores; measured on the real pipeline (a smoothing task and
+/// a threshold task, funlib.persistence imported by each function), the
+/// downstream task's first block then waited for its own import (its
+/// launcher ready 4.8 s into the run, the upstream one's 2.2 s), and the
+/// imports overlap with work anyway: see benchmarks/RESULTS.md.
+pub fn want_all(st: &mut State) {
+    for t in 0..st.scheduler.pipeline().len() as TaskIndex {
         if st.warm_wanted(t) && !st.scheduler.is_task_finished(t) {
-            if matches!(st.tasks[t as usize].launcher.phase, LauncherPhase::Unused) {
-                want(st, t);
-            }
-            return;
+            want(st, t);
         }
     }
 }
@@ -369,7 +368,6 @@ impl Session {
                                 Host::Task => {
                                     st.tasks[self.task as usize].launcher.startup =
                                         Some(self.started.elapsed().as_secs_f64());
-                                    prewarm_next(&mut st, self.task);
                                 }
                                 Host::Job(job) => super::jobs::on_ready(&mut st, job),
                             }

@@ -215,6 +215,7 @@ async fn serve<H: RunHooks + 'static>(
     let local = unix.map(|unix| connection::spawn_accept_loop(&shared, Listener::Local(unix)));
 
     let spin = tokio::task::spawn_local(spin_while_busy(shared.state().activity()));
+    launcher::want_all(&mut shared.state_mut());
     let result = main_loop(&shared, &mut hooks, &exit_tx, &mut inbox).await;
     spin.abort();
     accept.abort();
@@ -528,9 +529,8 @@ fn start_workers(
 
 /// Start one worker of `task`: asked of the task's launcher (a warm
 /// start) where it has one, else a fresh process (a cold start); its exit
-/// is reported on `exit_tx` either way. A cold start also starts the next
-/// task's launcher (see [`launcher::prewarm_next`]); a warm one does so
-/// when its launcher is ready.
+/// is reported on `exit_tx` either way. Every task's launcher was asked
+/// for when the run began ([`launcher::want_all`]).
 fn start_worker(
     st: &mut State,
     task: TaskIndex,
@@ -579,9 +579,6 @@ fn start_worker(
     }
     st.worker_id_taken();
     st.scheduler.task_state_mut(task).worker_start_count += 1;
-    if !warm {
-        launcher::prewarm_next(st, task);
-    }
     Ok(())
 }
 
