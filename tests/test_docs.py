@@ -12,6 +12,7 @@ the same command ``make docs`` runs (warnings as errors)."""
 
 from __future__ import annotations
 
+import hashlib
 import html
 import inspect
 import json
@@ -365,3 +366,89 @@ def test_no_page_clips_code_or_a_table_at_1280_px(site: Path, served: str) -> No
     assert not clipped, "clipped at 1280 px:\n" + "\n".join(
         f"{page}: {what}" for page, found in clipped.items() for what in found
     )
+
+
+#: what docs/make_screenshots.py says of each picture it made: the page
+#: that shows it, the task ids the picture shows, the image's SHA-256
+SCREENSHOTS = DOCS / "screenshots.json"
+
+
+def tutorial_code() -> str:
+    """The code of the tutorial's cells, one after the other."""
+    page = (DOCS / "tutorial.md").read_text(encoding="utf-8")
+    return "\n".join(re.findall(r"^```\{code-cell\} python\n(.*?)^```", page, re.S | re.M))
+
+
+def page_images(markdown: str) -> list[tuple[str, str]]:
+    """``(alt text, path)`` of each image of a MyST page: ``![alt](path)``
+    and the ``{image}`` / ``{figure}`` directives (no alt text)."""
+    found = re.findall(r"!\[([^\]]*)\]\(([^)\s]+)\)", markdown)
+    found += [("", p) for p in re.findall(r"^```\{(?:image|figure)\} (\S+)", markdown, re.M)]
+    return [(alt, path) for alt, path in found if "://" not in path]
+
+
+def test_the_tutorials_pictures_exist_and_were_made_from_its_code() -> None:
+    """Every image a page shows exists; and each picture shown as the
+    tutorial's (on the tutorial's page, or said to be the tutorial's) was
+    made by docs/make_screenshots.py from the tutorial's code: the html
+    report's picture showed tasks "a" and "b" of a test's run, the
+    dashboard's "smooth" and "label", while the tutorial runs "smooth" and
+    "threshold". The script names the task ids each picture shows in
+    docs/screenshots.json, with the image's hash (a picture replaced by
+    hand is not described there any more); the tutorial's code must define
+    each of those tasks."""
+    missing = []
+    tutorials: list[str] = []
+    for page in sorted(DOCS.glob("*.md")):
+        for alt, path in page_images(page.read_text(encoding="utf-8")):
+            if not (page.parent / path).is_file():
+                missing.append(f"{page.name}: {path}")
+            elif page.name == "tutorial.md" or "tutorial" in alt.lower():
+                tutorials.append(path)
+    assert not missing, f"images that do not exist: {missing}"
+    assert tutorials, "the tutorial shows no picture"
+    described = json.loads(SCREENSHOTS.read_text(encoding="utf-8")) if SCREENSHOTS.is_file() else {}
+    defined = set(re.findall(r'daisy\.Task\(\s*"([^"]+)"', tutorial_code()))
+    assert {"smooth", "threshold"} <= defined, defined
+    wrong = []
+    for path in tutorials:
+        about = described.get(path)
+        if about is None:
+            wrong.append(
+                f"{path}: not made by docs/make_screenshots.py (not in {SCREENSHOTS.name})"
+            )
+            continue
+        image = hashlib.sha256((DOCS / path).read_bytes()).hexdigest()
+        if about["sha256"] != image:
+            wrong.append(f"{path}: changed since docs/make_screenshots.py made it")
+        if about["page"] != "tutorial.md":
+            wrong.append(f"{path}: made from {about['page']}, not the tutorial")
+        if not about["task_ids"] or not set(about["task_ids"]) <= defined:
+            wrong.append(
+                f"{path}: shows tasks {about['task_ids']}, the tutorial defines {sorted(defined)}"
+            )
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_failed_blocks_section_shows_orphaned_blocks(site: Path) -> None:
+    """The section "Failed blocks, explained" said that the blocks that
+    depend on a failed block are orphaned, and its run showed "orphaned ∅:
+    0": its executed output must show orphaned blocks, and its prose say
+    what orphaned means."""
+    page = (site / "tutorial.html").read_text(encoding="utf-8")
+    section = re.search(r'<section id="failed-blocks-explained">(.*?)</section>', page, re.S)
+    assert section, "the tutorial has no section 'Failed blocks, explained'"
+    outputs = "\n".join(
+        html.unescape(re.sub(r"<[^>]+>", "", pre))
+        for pre in re.findall(
+            r'<div class="cell_output[^"]*">(.*?)</div>\s*</div>', section.group(1), re.S
+        )
+    )
+    counts = [int(n) for n in re.findall(r"orphaned\s+∅:\s*(\d+)", outputs)]
+    assert counts, f"the section's output has no orphaned count: {outputs[:2000]}"
+    assert max(counts) > 0, f"no orphaned block in the section's output: {counts}"
+    prose = " ".join(
+        html.unescape(re.sub(r"<[^>]+>", "", p))
+        for p in re.findall(r"<p>(.*?)</p>", section.group(1), re.S)
+    )
+    assert re.search(r"\borphaned\b", prose), "the section does not say what orphaned means"

@@ -284,3 +284,103 @@ def test_a_task_without_a_store_says_where_its_failed_attempts_are(tmp_path):
     assert "untracked: failed, 2 failed attempt(s)" in page
     assert "No failed attempts recorded" not in page
     assert "2 failed attempt(s) this run, without a tracking store" in page
+
+
+#: every title of every plot on the loaded page (the figure's own and any
+#: other ``Title`` above, below or beside it), with the width bokeh laid out
+#: for it (its view's box: the plot's frame, for a title above) and the
+#: width of its text drawn in its font (measured on a canvas, as bokeh
+#: draws it; the longest line of a title of several lines)
+TITLE_WIDTHS_JS = """
+const views = [];
+const walk = (v) => { views.push(v); for (const c of (v.child_views || [])) walk(c); };
+for (const r of (Bokeh.index.roots ? [...Bokeh.index.roots] : Object.values(Bokeh.index))) walk(r);
+const ctx = document.createElement('canvas').getContext('2d');
+const out = [];
+for (const v of views) {
+  if (!v.frame_view) continue;  // not a plot
+  const m = v.model;
+  const titles = [m.title, ...m.above, ...m.below, ...m.left, ...m.right]
+    .filter(t => t && t.type === 'Title' && t.text);
+  for (const t of new Set(titles)) {
+    const tv = v.owner.find_one(t);
+    ctx.font = `${t.text_font_style} ${t.text_font_size} ${t.text_font}`;
+    const text = Math.max(...t.text.split('\\n').map(line => ctx.measureText(line).width));
+    out.push({title: t.text, text: text, space: tv ? tv.bbox.width : v.frame.bbox.width,
+              plot: v.bbox.width});
+  }
+}
+return out;
+"""
+
+
+def _fail_one_block_of_three_axes(block):
+    if block.block_id[1] == 5:
+        raise RuntimeError("block 5 always fails")
+
+
+def test_every_figure_title_fits_its_figure(tmp_path):
+    """The title of the failures heatmap, "failed attempts over the block
+    grid (earlier axes summed)", was longer than its 330 px figure: the
+    page cut it after "earlier ax". Each title's text, in the font bokeh
+    draws it in, must fit the width bokeh's layout gives it. A task over
+    three axes with a failed block shows every figure, the heatmap too."""
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    task = daisy.Task(
+        "a_task_over_three_axes",
+        total_roi=daisy.Roi((0, 0, 0), (3, 4, 5)),
+        read_roi=daisy.Roi((0, 0, 0), (1, 1, 1)),
+        write_roi=daisy.Roi((0, 0, 0), (1, 1, 1)),
+        process_function=_fail_one_block_of_three_axes,
+        read_write_conflict=False,
+        resource_tracking=True,
+        max_retries=0,
+    )
+    assert not daisy.run_blockwise([task], progress=False, summary=False)
+    out = write_html_report(tmp_path / "tracking", tmp_path / "titles.html")
+    driver = chrome()
+    try:
+        load(driver, out)
+        titles = driver.execute_script(TITLE_WIDTHS_JS)
+        shown = " | ".join(t["title"] for t in titles)
+        assert any(t["title"].startswith("failed attempts") for t in titles), shown
+        assert len(titles) >= 6, shown  # timeline, 3 histograms, trend, phases, heatmap
+        cut = [
+            f"{t['title']!r}: {t['text']:.0f} px of text in {t['space']:.0f} px "
+            f"(a figure {t['plot']:.0f} px wide)"
+            for t in titles
+            if t["text"] > t["space"]
+        ]
+        assert not cut, "titles cut off:\n" + "\n".join(cut)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "html_report_titles.png"))
+        assert severe_console_messages(driver) == []
+    finally:
+        driver.quit()
+
+
+def test_a_rerun_right_after_a_run_shows_only_its_own_blocks(tmp_path):
+    """The tutorial reruns a pipeline at once, and its report drew the
+    blocks of the run before too, at negative seconds "since the run
+    started": the store keeps the stamps of every run, and the timeline took
+    the blocks stamped up to a second before the run's start. The stamps of
+    one run are read off one clock from its start (``RunLedger::new``), so
+    a block of this run is stamped at or after it."""
+    from daisy.html_report import report_layout
+
+    daisy.set_tracking_basedir(tmp_path / "tracking")
+    mark = tmp_path / "fixed"
+
+    def work(block):
+        if block.block_id[1] >= 4 and not mark.exists():
+            raise RuntimeError("not yet")
+
+    task = line_task("t", 8, process_function=work, resource_tracking=True, max_retries=0)
+    assert not daisy.run_blockwise([task], progress=False, summary=False)
+    mark.touch()
+    task = line_task("t", 8, process_function=work, resource_tracking=True, max_retries=0)
+    assert daisy.run_blockwise([task], progress=False, summary=False)
+    layout = report_layout(tmp_path / "tracking")
+    source = layout.select_one({"name": "timeline_source"})
+    assert sorted(source.data["cell"]) == [4, 5, 6, 7], "the rerun ran blocks 4 to 7 only"
+    assert min(source.data["left"]) >= 0, "no bar before the run started"

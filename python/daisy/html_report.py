@@ -140,9 +140,11 @@ def _timeline_bars(
     attempts (from the report): their columns, how many blocks are shown,
     and a note where they were sampled."""
     sent, ret, wid = arrays["sent_at"], arrays["returned_at"], arrays["worker_id"]
-    # the blocks this run executed (the store keeps older runs' stamps too)
-    start = report.started_at - 1.0
-    end = report.finished_at + 1.0
+    # the blocks this run executed (the store keeps older runs' stamps too):
+    # a run's stamps are read off one clock from its start, so its blocks
+    # are stamped between its start and its end; with a slack before the
+    # start, a rerun right after a run drew that run's blocks as its own
+    start, end = report.started_at, report.finished_at
     keep = np.isfinite(sent) & np.isfinite(ret) & (sent >= start) & (ret <= end)
     index = np.flatnonzero(keep)
     note = ""
@@ -334,10 +336,24 @@ def _failures(bk: Any, report: TaskReport, arrays: dict[str, np.ndarray]) -> Any
         return bk.models.Div(text=text)
     if not failures.any():
         return bk.models.Div(text="<p>No failed attempts recorded in the store.</p>")
-    fig = bk.plotting.figure(
-        title="failed attempts over the block grid (earlier axes summed)", height=260, width=330
-    )
+    # a short title: bokeh draws it on the canvas and cuts what does not fit
+    # (tests/test_html_report.py checks every title in a browser); what
+    # a grid of more than two axes needs said goes under it
+    fig = bk.plotting.figure(title="failed attempts over the block grid", height=260, width=360)
     grid = failures.reshape(tuple(int(s) for s in shape)).astype(np.float64)
+    if grid.ndim > 2:
+        fig.add_layout(
+            bk.models.Title(
+                text=(
+                    f"summed over the first of its {grid.ndim} axes"
+                    if grid.ndim == 3
+                    else f"summed over the first {grid.ndim - 2} of its {grid.ndim} axes"
+                ),
+                text_font_style="italic",
+                text_font_size="11px",
+            ),
+            "above",
+        )
     while grid.ndim > 2:
         grid = grid.sum(axis=0)  # project onto the last two axes
     if grid.ndim == 1:
