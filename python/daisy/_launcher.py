@@ -8,14 +8,15 @@ the data the function captured are in memory, and then forks one worker
 per request: the child inherits all of it (copy-on-write) and goes
 straight to asking for blocks.
 
-It runs no code that loading the function does not run: an import inside
-the function's body (``from funlib.persistence import open_ds`` in the
-function) runs in each worker, when and if the function runs it, as in a
-cold worker. The launcher used to import every module named in the body
-ahead, on branches the function never takes too, so a module's side
-effects ran where no cold worker ran them. Importing the top-level
-imports of the function's module instead is what unpickling the function
-already does, and measured no faster than importing nothing more.
+Beyond loading the function, it imports what the function's body imports
+before its first branch (``from funlib.persistence import open_ds`` at the
+top of the function): every call runs those imports, so running them once
+here, before the first block, changes no behaviour and spares each worker
+its slowest block (see `unconditional_imports`). An import on a branch the
+function may never take (``if ...: import x``) is left to the worker, when
+and if the function runs it, as in a cold worker: the launcher once
+imported every module named in the body, on branches never taken too, and
+a module's side effects ran where no cold worker ran them.
 
 Conversation (JSON lines; the server's requests carry the worker's stdout
 and stderr as two descriptors, ``SCM_RIGHTS``):
@@ -426,6 +427,56 @@ def _why_not_fork() -> str | None:
     return reason
 
 
+def unconditional_imports(function: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """The absolute imports ``(module, names imported from it)`` that the
+    body of `function` (or of the function a `functools.partial` wraps)
+    runs on every call: those before its first branch, jump target or
+    return, read from its bytecode. Relative imports are left out."""
+    import dis
+    import functools
+
+    while isinstance(function, functools.partial):
+        function = function.func
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return []
+    jumps = set(getattr(dis, "hasjump", [*dis.hasjrel, *dis.hasjabs]))
+    ends = {"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE"}
+    found: list[tuple[str, tuple[str, ...]]] = []
+    consts: list[Any] = []
+    for ins in dis.get_instructions(code):
+        if ins.opcode in jumps or ins.opname in ends:
+            break
+        if getattr(ins, "is_jump_target", False) and ins.offset > 0:
+            break
+        if ins.opname == "LOAD_CONST":
+            consts.append(ins.argval)
+            continue
+        if ins.opname == "IMPORT_NAME" and len(consts) >= 2 and consts[-2] == 0:
+            fromlist = consts[-1] or ()
+            found.append((str(ins.argval), tuple(str(n) for n in fromlist)))
+        consts = []
+    return found
+
+
+def preload(function: Any) -> None:
+    """Run the imports `function` runs on every call (see
+    `unconditional_imports`), as its statements would: the module, then
+    each name imported from it that is a submodule. One that fails is left
+    to the worker, whose block then fails with the same error and its
+    traceback."""
+    import importlib
+
+    for name, fromlist in unconditional_imports(function):
+        try:
+            module = importlib.import_module(name)
+            for item in fromlist:
+                if item != "*" and not hasattr(module, item):
+                    importlib.import_module(f"{name}.{item}")
+        except Exception:  # noqa: BLE001  (the worker meets it, with its traceback)
+            continue
+
+
 def _load_or_say_cold(
     sock: socket.socket, where: str, read: Callable[[], bytes]
 ) -> tuple[Any, Any] | None:
@@ -458,6 +509,7 @@ def main_job(payload_path: str) -> int:
     if loaded is None:
         return 1
     function, post_check = loaded
+    preload(function)
     reason = _why_not_fork()
     if reason is not None:
         print(
@@ -480,6 +532,7 @@ def main() -> int:
     if loaded is None:
         return 0
     function, post_check = loaded
+    preload(function)
     launcher = Launcher(sock, function, post_check)
     reason = _why_not_fork()
     if reason is not None:
