@@ -629,3 +629,38 @@ def test_every_public_name_resolves_and_is_listed():
     assert daisy.run_report is importlib.import_module("daisy.run_report")
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = daisy.nope
+
+
+def test_only_the_imports_every_call_runs_are_preloaded():
+    """What the launcher imports ahead (issue 44): the imports before the
+    function's first branch, and none on a branch it may never take."""
+    import functools
+
+    from daisy._launcher import unconditional_imports
+
+    def top(block):
+        import os.path
+        from json import decoder, dumps  # noqa: F401
+
+        if block is None:
+            import csv  # noqa: F401
+        import wave  # noqa: F401  (after a branch: not every call reaches it)
+
+    assert unconditional_imports(top) == [("os.path", ()), ("json", ("decoder", "dumps"))]
+
+    def guarded(block):
+        try:
+            import numpy  # noqa: F401
+        except ImportError:
+            pass
+
+    assert unconditional_imports(guarded) == [("numpy", ())]
+
+    def branch_first(block):
+        if block:
+            return
+        import csv  # noqa: F401
+
+    assert unconditional_imports(branch_first) == []
+    assert unconditional_imports(functools.partial(top, None)) == unconditional_imports(top)
+    assert unconditional_imports(print) == []  # no bytecode: nothing to read
