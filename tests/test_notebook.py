@@ -307,6 +307,12 @@ states = server.run_blockwise([task])
     nb.cells = [v4.new_code_cell(run), v4.new_code_cell("server.last_report")]
     nb = execute(nb, tmp_path)
     context = f"\n{dump(nb)}"
+    # the run cell says that blocks failed and where to look (it showed the
+    # states only: "Failed: 2")
+    said = "".join(
+        o.get("text", "") for o in nb.cells[0].get("outputs", []) if o["output_type"] == "stream"
+    )
+    assert "tiles: 2 blocks failed" in said and "server.last_report" in said, context
     pages = htmls(nb.cells[1])
     assert pages, context
     text = html.unescape(re.sub(r"<[^>]+>", " ", pages[-1]))

@@ -220,6 +220,7 @@ def run_blockwise(
         runner = Server(
             host=host, port=port, liveness_timeout=liveness_timeout, idle_timeout=idle_timeout
         )
+        runner._summary_follows = summary
         with _says_where_an_interrupted_run_stands(runner, tasks, block_tracking, summary):
             states = runner.run_blockwise(
                 tasks,

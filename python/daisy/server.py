@@ -416,6 +416,9 @@ class Server(ServerObservee):
         self.stopped_states: dict[str, TaskState] | None = None
         self.abandoned: list[tuple[str, str]] = []
         self.unmanaged_clients = 0
+        # whether the caller prints the Execution Summary after the run
+        # (`daisy.run_blockwise`); a Server used alone says where to look
+        self._summary_follows = False
         # what failure_notes() explains, from the last run
         self._failed_blocks: list[FailedBlock] = []
         self._states: dict[str, TaskState] = {}
@@ -614,6 +617,19 @@ class Server(ServerObservee):
         for tid, reason in self.abandoned:
             logger.error("daisy: task %r was abandoned: %s", tid, reason)
         states = dict(result.states)
+        if not self._summary_follows:
+            # no Execution Summary follows (a Server used alone, as in 2.0.0,
+            # whose states say only "Failed: 2"): say where the story is
+            for tid, st in states.items():
+                if st.failed_count or st.orphaned_count:
+                    logger.warning(
+                        "daisy: %s: %d blocks failed, %d orphaned; server.last_report shows "
+                        "which, their ROIs and the first traceback (print(server.last_report."
+                        "render()) outside a notebook)",
+                        tid,
+                        st.failed_count,
+                        st.orphaned_count,
+                    )
         self._states = states
         for tid, state in states.items():
             plan.events.update(tid, state)
