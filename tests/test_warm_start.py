@@ -639,7 +639,7 @@ def test_only_the_imports_every_call_runs_are_preloaded():
     from daisy._launcher import unconditional_imports
 
     def top(block):
-        import os.path
+        import os.path  # noqa: F401
         from json import decoder, dumps  # noqa: F401
 
         if block is None:
