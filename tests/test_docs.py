@@ -452,3 +452,17 @@ def test_the_failed_blocks_section_shows_orphaned_blocks(site: Path) -> None:
         for p in re.findall(r"<p>(.*?)</p>", section.group(1), re.S)
     )
     assert re.search(r"\borphaned\b", prose), "the section does not say what orphaned means"
+
+
+def test_the_readme_says_how_to_resume_before_how_workers_connect() -> None:
+    """Issue 41: the README put the run token and the local socket, internals
+    no newcomer needs first, in "Workers", before "Resuming a run"; they
+    follow "On a shared cluster" now."""
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    sections = [line for line in readme.splitlines() if line.startswith("## ")]
+    assert sections.index("## Resuming a run") < sections.index("## On a shared cluster")
+    workers = readme.index("## Workers")
+    resuming = readme.index("## Resuming a run")
+    for internal in ("Who may join a run", "Unix-domain socket", "SO_PEERCRED"):
+        assert internal in readme, internal
+        assert not workers < readme.index(internal) < resuming, f"{internal!r} is in Workers"
