@@ -1,5 +1,7 @@
 //! What the server can know of a worker the kernel killed for memory:
-//! whether the OOM killer did it, and what the block it died on held.
+//! whether the OOM killer did it, and what the block it died on held; and
+//! where this process's memory cgroup keeps its files
+//! ([`cgroup_memory_file`], which `supervision` reads the limit from).
 //!
 //! A SIGKILL daisy did not send is most often the OOM killer's, and the
 //! worker's log says nothing then. The kernel counts its kills per cgroup
@@ -109,8 +111,37 @@ impl MemoryWatch {
 /// How many processes of this process's cgroup the kernel's OOM killer
 /// has killed; None where the cgroup does not say.
 pub fn oom_kill_count() -> Option<u64> {
-    let text = super::supervision::cgroup_memory_file("memory.events", "memory.oom_control")?.1;
+    let text = cgroup_memory_file("memory.events", "memory.oom_control")?.1;
     parse_oom_kill(&text)
+}
+
+/// The name and text of a file of this process's memory cgroup: `v2` in
+/// the unified hierarchy, else `v1` in the memory controller's; None where
+/// neither is found. Inside a container the cgroup path `/proc/self/cgroup`
+/// names starts above the mounted hierarchy, so its leading parts are
+/// dropped until the file is found.
+pub fn cgroup_memory_file(v2: &'static str, v1: &'static str) -> Option<(&'static str, String)> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mut places = Vec::new();
+    for line in cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.is_empty() {
+            places.push(("/sys/fs/cgroup", v2, path.to_string()));
+        } else if controllers.split(',').any(|c| c == "memory") {
+            places.push(("/sys/fs/cgroup/memory", v1, path.to_string()));
+        }
+    }
+    for (root, file, path) in places {
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        for skip in 0..=parts.len() {
+            let dir = parts[skip..].join("/");
+            if let Ok(text) = std::fs::read_to_string(format!("{root}/{dir}/{file}")) {
+                return Some((file, text));
+            }
+        }
+    }
+    None
 }
 
 /// The `oom_kill N` line of a `memory.events` or `memory.oom_control`.

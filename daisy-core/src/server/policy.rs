@@ -12,7 +12,6 @@
 
 use crate::block::{BlockKey, TaskIndex};
 use crate::error::DaisyError;
-use crate::task_state::Abandonment;
 use crate::worker_timeline::WorkerExit;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -179,7 +178,8 @@ pub fn replaced(restarts: u32, max_worker_restarts: u32) -> bool {
 }
 
 /// Why a task is abandoned after its workers stopped unexpectedly
-/// `restarts` times, and what to change, or None while that is within
+/// `restarts` times, and what to change (`(reason, next)`, the
+/// `Abandonment` the state makes of them), or None while that is within
 /// `max_worker_restarts`. `empty_exits` of those left cleanly without
 /// taking a block: when all did, the logs hold nothing (the function
 /// returned), so the reason says what happened instead: a worker function
@@ -193,21 +193,21 @@ pub fn restart_limit(
     max_worker_restarts: u32,
     empty_exits: u32,
     killed: u32,
-) -> Option<Abandonment> {
+) -> Option<(String, String)> {
     (!replaced(restarts, max_worker_restarts)).then(|| {
         let raise = "or raise Task(max_worker_restarts=...)";
         if killed >= restarts {
-            Abandonment {
-                reason: format!(
+            (
+                format!(
                     "its workers were killed (SIGKILL) {restarts} times \
                      (max_worker_restarts={max_worker_restarts}), most likely by the kernel's \
                      OOM killer, which leaves nothing in their logs"
                 ),
-                next: format!(
+                format!(
                     "give its workers more memory (fewer workers per node, or smaller blocks), \
                      {raise}"
                 ),
-            }
+            )
         } else if empty_exits >= restarts {
             let reason = format!(
                 "its workers exited {restarts} times without taking a block \
@@ -218,20 +218,20 @@ pub fn restart_limit(
                  none: `client = daisy.Client()` and `while (block := \
                  client.acquire_block()) is not None: ...`"
             );
-            Abandonment {
+            (
                 reason,
-                next: "give its process_function a block parameter, or make its worker \
-                       function ask for blocks (above)"
+                "give its process_function a block parameter, or make its worker function \
+                 ask for blocks (above)"
                     .into(),
-            }
+            )
         } else {
-            Abandonment {
-                reason: format!(
+            (
+                format!(
                     "its workers stopped unexpectedly {restarts} times \
                      (max_worker_restarts={max_worker_restarts}); their logs say why"
                 ),
-                next: format!("fix what makes its workers stop (their logs say), {raise}"),
-            }
+                format!("fix what makes its workers stop (their logs say), {raise}"),
+            )
         }
     })
 }
@@ -495,32 +495,26 @@ mod tests {
     #[test]
     fn a_task_is_abandoned_only_past_its_restart_cap() {
         assert_eq!(restart_limit(10, 10, 0, 0), None);
-        let why = restart_limit(11, 10, 0, 0).unwrap().reason;
+        let why = restart_limit(11, 10, 0, 0).unwrap().0;
         assert!(why.contains("11 times") && why.contains("max_worker_restarts=10"));
         assert!(restart_limit(1, 0, 0, 0).is_some());
         // workers that only ever returned at once: say what that means
-        let empty = restart_limit(4, 3, 4, 0).unwrap().reason;
+        let empty = restart_limit(4, 3, 4, 0).unwrap().0;
         assert!(empty.contains("without taking a block"), "{empty}");
         assert!(empty.contains("def process(block)"), "{empty}");
         assert!(
             !restart_limit(4, 3, 2, 0)
                 .unwrap()
-                .reason
+                .0
                 .contains("def process(block)")
         );
         // every one killed by a SIGKILL nobody asked for: memory, not logs
-        let killed = restart_limit(4, 3, 0, 4).unwrap();
-        assert!(
-            killed.reason.contains("killed (SIGKILL) 4 times"),
-            "{killed:?}"
-        );
-        assert!(!killed.reason.contains("see the worker logs"), "{killed:?}");
-        assert!(killed.next.contains("more memory"), "{killed:?}");
-        let mixed = restart_limit(4, 3, 0, 3).unwrap();
-        assert!(
-            mixed.reason.contains("stopped unexpectedly 4 times"),
-            "{mixed:?}"
-        );
+        let (reason, next) = restart_limit(4, 3, 0, 4).unwrap();
+        assert!(reason.contains("killed (SIGKILL) 4 times"), "{reason}");
+        assert!(!reason.contains("see the worker logs"), "{reason}");
+        assert!(next.contains("more memory"), "{next}");
+        let (mixed, _) = restart_limit(4, 3, 0, 3).unwrap();
+        assert!(mixed.contains("stopped unexpectedly 4 times"), "{mixed}");
     }
 
     #[test]

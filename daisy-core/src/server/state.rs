@@ -390,6 +390,7 @@ impl TaskSlot {
             self.empty_exits,
             self.killed,
         )
+        .map(|(reason, next)| Abandonment { reason, next })
     }
 }
 

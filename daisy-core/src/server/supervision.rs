@@ -387,39 +387,11 @@ pub fn sigkill_hint(facts: KillFacts, last_peak_rss: Option<u64>) -> String {
 /// cgroup path `/proc/self/cgroup` names starts above the mounted
 /// hierarchy, so its leading parts are dropped until the file is found.
 fn cgroup_memory_limit() -> Option<(&'static str, u64)> {
-    let (file, text) = cgroup_memory_file("memory.max", "memory.limit_in_bytes")?;
+    let (file, text) =
+        super::memory_watch::cgroup_memory_file("memory.max", "memory.limit_in_bytes")?;
     // "max", or v1's huge "no limit": none
     let limit = text.trim().parse::<u64>().ok()?;
     (limit < machine_memory().unwrap_or(u64::MAX)).then_some((file, limit))
-}
-
-/// The name and text of a file of this process's memory cgroup: `v2` in
-/// the unified hierarchy, else `v1` in the memory controller's; None where
-/// neither is found. Inside a container the cgroup path `/proc/self/cgroup`
-/// names starts above the mounted hierarchy, so its leading parts are
-/// dropped until the file is found.
-pub fn cgroup_memory_file(v2: &'static str, v1: &'static str) -> Option<(&'static str, String)> {
-    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let mut places = Vec::new();
-    for line in cgroup.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        if controllers.is_empty() {
-            places.push(("/sys/fs/cgroup", v2, path.to_string()));
-        } else if controllers.split(',').any(|c| c == "memory") {
-            places.push(("/sys/fs/cgroup/memory", v1, path.to_string()));
-        }
-    }
-    for (root, file, path) in places {
-        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-        for skip in 0..=parts.len() {
-            let dir = parts[skip..].join("/");
-            if let Ok(text) = std::fs::read_to_string(format!("{root}/{dir}/{file}")) {
-                return Some((file, text));
-            }
-        }
-    }
-    None
 }
 
 /// The machine's memory in bytes (`MemTotal`).
