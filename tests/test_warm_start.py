@@ -664,3 +664,30 @@ def test_only_the_imports_every_call_runs_are_preloaded():
     assert unconditional_imports(branch_first) == []
     assert unconditional_imports(functools.partial(top, None)) == unconditional_imports(top)
     assert unconditional_imports(print) == []  # no bytecode: nothing to read
+
+
+def test_a_first_block_of_imports_is_called_imports_not_set_up(tmp_path, log_dir, monkeypatch):
+    """Issue 44: the warm-up callout advised "move one-off set-up out of the
+    block function" for a function that had none: its first block was an
+    import. The worker times its first block's imports; where they are most
+    of it the report says so, names the package, and says how the launcher
+    loads it once (an import on a branch, as here, is not preloaded)."""
+    (tmp_path / "slow_import_for_warmup.py").write_text("import time\ntime.sleep(0.6)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def process(block):
+        import time
+
+        if block.block_id[1] >= 0:  # a branch: the launcher leaves it to the worker
+            import slow_import_for_warmup  # noqa: F401
+        time.sleep(0.01)
+
+    task = _roi_task("importer", process, max_workers=1, warm_start=True)
+    assert daisy.run_blockwise(task, progress=False, summary=False)
+    report = daisy.last_report()["importer"]
+    text = report.render()
+    assert "(mostly imports: see below)" in text, text
+    assert "move one-off set-up" not in text, text
+    assert "warm-up: a worker's first block was mostly imports (slow_import_for_warmup)" in text, (
+        text
+    )

@@ -367,6 +367,14 @@ impl Client {
         Ok(self.profiler.is_some())
     }
 
+    /// Say something the run report should say once for the task (see
+    /// [`ClientMessage::Note`]): pipelined like a release, no round trip.
+    pub fn note(&mut self, text: String) -> Result<(), DaisyError> {
+        self.send(&ClientMessage::Note { text })?;
+        self.pending_acks += 1; // answered like a release
+        Ok(())
+    }
+
     /// Settle this client's measurement on a block it is about to report
     /// (the reports do it themselves; a caller that keeps its own copy of
     /// the block calls it first to see the figures). Idempotent.

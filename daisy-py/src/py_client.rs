@@ -104,6 +104,27 @@ impl PyClient {
         interpreter::detach(py, || client.release_block(core))?.py()
     }
 
+    /// Tell the server about this worker's first block: `import_seconds`
+    /// of its `block_seconds` went to imports of `packages` (top-level
+    /// names, costliest first). Where that was most of it, the run report
+    /// says so once for the task (the rule and words are the core's,
+    /// `run_report::warmup`); otherwise nothing is sent.
+    fn first_block(
+        &mut self,
+        py: Python<'_>,
+        import_seconds: f64,
+        block_seconds: f64,
+        packages: Vec<String>,
+    ) -> PyResult<()> {
+        let Some(text) =
+            daisy_core::run_report::warmup::import_note(import_seconds, block_seconds, &packages)
+        else {
+            return Ok(());
+        };
+        let client = self.client()?;
+        interpreter::detach(py, || client.note(text))?.py()
+    }
+
     /// Report a block failed, with the error text (a traceback).
     fn block_failed(
         &mut self,

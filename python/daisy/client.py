@@ -22,6 +22,7 @@ and swallowed, so the worker goes on with the next block; pass
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from daisy._daisy import Block
 from daisy._daisy import Client as _NativeClient
 from daisy.block import BlockStatus
 from daisy.context import Context
+from daisy.import_clock import ImportClock
 
 logger = logging.getLogger(__name__)
 
@@ -149,9 +151,17 @@ class Client:
             return
         native = self._native
         block = native.acquire_block()
+        # the first block's imports are timed (`daisy.import_clock`): the
+        # report tells a warm-up of imports from set-up in the function
+        clock: ImportClock | None = ImportClock()
         while block is not None:
+            started = time.perf_counter()
             try:
-                function(block)
+                if clock is not None:
+                    with clock:
+                        function(block)
+                else:
+                    function(block)
                 if post_check is not None and not post_check(block):
                     block.status = BlockStatus.FAILED
             except Exception as e:
@@ -161,6 +171,10 @@ class Client:
                     raise
             else:
                 error = self._outcome(block)
+            if clock is not None:
+                took = time.perf_counter() - started
+                native.first_block(clock.seconds, took, clock.packages())
+                clock = None
             block = native.release_and_acquire(block, error)
 
     def release_block(self, block: Block) -> None:

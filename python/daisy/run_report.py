@@ -1242,10 +1242,18 @@ class TaskReport:
             )
         if b.warmup_ratio is not None and b.warmup_ratio >= WARMUP_SHOWN:
             first = format_seconds(b.first_on_worker.mean)
+            # the workers measured their first block's imports: where the
+            # core found them most of it, its note (below) says so
+            imports = any(n.startswith(IMPORT_NOTE) for n in self.notices)
+            why = (
+                "mostly imports: see below"
+                if imports
+                else "set-up in the function, caches, first touch; move one-off set-up out "
+                "of the block function"
+            )
             lines.append(
                 f"{pad} warm-up: each worker's first block took {first}, "
-                f"{b.warmup_ratio:.0f}x the others' mean (imports, caches, first touch;"
-                " move one-off set-up out of the block function)"
+                f"{b.warmup_ratio:.0f}x the others' mean ({why})"
             )
         if b.slowest and b.count - b.skipped > len(b.slowest):
             shown = ", ".join(f"{i} ({format_seconds(t)})" for i, t in b.slowest)
@@ -1331,6 +1339,9 @@ _last_run: RunReport | None = None
 #: the warm-up ratio (a worker's first block over the others) from which
 #: the panel calls it out: below it, first blocks are ordinary noise
 WARMUP_SHOWN = 3.0
+
+#: how the core's note on a first block of imports begins (`run_report::warmup`)
+IMPORT_NOTE = "warm-up: a worker's first block was mostly imports"
 
 
 def _cpu_words(ratio: float) -> str:

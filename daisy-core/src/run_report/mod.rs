@@ -24,6 +24,7 @@ mod causes;
 mod ledger;
 mod outcome;
 mod schema;
+pub mod warmup;
 
 pub use causes::*;
 pub use ledger::*;
