@@ -94,7 +94,8 @@ fn run(n: usize) -> Figures {
             payload_sha256: None,
             idle_timeout: None,
             spawner_idle_timeout: None,
-        }],
+        }]
+        .into(),
         resources: BTreeMap::new(),
         log_dir: None,
         log_mode: Default::default(),

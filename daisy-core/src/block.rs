@@ -116,6 +116,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn per_task_values_are_indexed_by_task_index() {
+        let mut per: PerTask<u64> = vec![10, 20, 30].into();
+        let t: TaskIndex = 2;
+        per[t] += 1;
+        assert_eq!((per[0], per[t], per.len()), (10, 31, 3));
+        assert_eq!(per.iter().sum::<u64>(), 61);
+        let doubled: PerTask<u64> = per.iter().map(|v| v * 2).collect();
+        assert_eq!(doubled[1], 40);
+    }
+
+    #[test]
     fn status_codes_are_daisy_1x_numbers_and_round_trip() {
         assert_eq!(BlockStatus::Success.code(), 2);
         for s in BlockStatus::ALL {
@@ -137,5 +148,74 @@ mod tests {
         );
         let e = Block::check_rois(&roi(&[0, 0], &[9, 9]), &read, &read).unwrap_err();
         assert!(e.to_string().contains("same number of dimensions"), "{e}");
+    }
+}
+
+/// One value per task of a pipeline, indexed by [`TaskIndex`] (no `as
+/// usize` at every use): the server's per-task configuration, slots and
+/// check stages. It derefs to the slice for `len`, `iter` and the rest;
+/// an index past the pipeline panics as a slice's does (a task index comes
+/// from the pipeline the vector was made for, never from a peer's bytes).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PerTask<T>(Vec<T>);
+
+impl<T> PerTask<T> {
+    /// From one value per task, in pipeline order.
+    pub fn new(values: Vec<T>) -> Self {
+        Self(values)
+    }
+}
+
+impl<T> From<Vec<T>> for PerTask<T> {
+    fn from(values: Vec<T>) -> Self {
+        Self(values)
+    }
+}
+
+impl<T> FromIterator<T> for PerTask<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+impl<T> std::ops::Deref for PerTask<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for PerTask<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.0
+    }
+}
+
+impl<T> std::ops::Index<TaskIndex> for PerTask<T> {
+    type Output = T;
+    fn index(&self, task: TaskIndex) -> &T {
+        &self.0[task as usize]
+    }
+}
+
+impl<T> std::ops::IndexMut<TaskIndex> for PerTask<T> {
+    fn index_mut(&mut self, task: TaskIndex) -> &mut T {
+        &mut self.0[task as usize]
+    }
+}
+
+impl<'a, T> IntoIterator for &'a PerTask<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a mut PerTask<T> {
+    type Item = &'a mut T;
+    type IntoIter = std::slice::IterMut<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter_mut()
     }
 }

@@ -33,7 +33,7 @@
 //! task's `max_retries`; after that the block is failed and every
 //! transitive downstream block, across tasks, is orphaned exactly once.
 
-use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
+use crate::block::{Block, BlockKey, BlockStatus, PerTask, TaskIndex};
 use crate::dependency_graph::{DependencyGraph, RootCursor};
 use crate::error::DaisyError;
 use crate::pipeline::Pipeline;
@@ -80,7 +80,7 @@ pub enum ReleaseOutcome {
 #[derive(Debug)]
 pub struct Scheduler {
     graph: DependencyGraph,
-    tasks: Vec<TaskRun>,
+    tasks: PerTask<TaskRun>,
     waiting: HashMap<BlockKey, u32>,
     orphaned: HashSet<BlockKey>,
     scratch: Vec<BlockKey>,
@@ -135,7 +135,7 @@ impl Scheduler {
     /// Give a task its tracking store: done blocks are skipped before
     /// dispatch, completions are marked, failed attempts counted.
     pub fn set_tracking(&mut self, task: TaskIndex, tracking: TrackingStore) {
-        self.tasks[task as usize].tracking = Some(tracking);
+        self.tasks[task].tracking = Some(tracking);
     }
 
     /// Where untracked tasks keep their run history (see
@@ -166,12 +166,12 @@ impl Scheduler {
 
     /// The tracking store of a task, if it has one.
     pub fn tracking(&self, task: TaskIndex) -> Option<&TrackingStore> {
-        self.tasks[task as usize].tracking.as_ref()
+        self.tasks[task].tracking.as_ref()
     }
 
     /// The tracking store of a task, for recording measurements.
     pub fn tracking_mut(&mut self, task: TaskIndex) -> Option<&mut TrackingStore> {
-        self.tasks[task as usize].tracking.as_mut()
+        self.tasks[task].tracking.as_mut()
     }
 
     /// Give a task a skip mask for this run: one byte per block in C order
@@ -191,7 +191,7 @@ impl Scheduler {
                 ),
             ));
         }
-        self.tasks[task as usize].skip_mask = Some(mask);
+        self.tasks[task].skip_mask = Some(mask);
         Ok(())
     }
 
@@ -245,7 +245,7 @@ impl Scheduler {
 
     /// Counts of one task.
     pub fn task_state(&self, task: TaskIndex) -> &TaskState {
-        &self.tasks[task as usize].state
+        &self.tasks[task].state
     }
 
     /// True once every block of every task is completed, failed or orphaned.
@@ -256,20 +256,20 @@ impl Scheduler {
     /// True if the task will hand out no more blocks: every block is
     /// accounted for, or the task was abandoned.
     pub fn is_task_finished(&self, task: TaskIndex) -> bool {
-        let run = &self.tasks[task as usize];
+        let run = &self.tasks[task];
         run.abandoned || run.state.is_done()
     }
 
     /// True if the task was abandoned (its own or an upstream task's
     /// workers kept dying).
     pub fn is_abandoned(&self, task: TaskIndex) -> bool {
-        self.tasks[task as usize].abandoned
+        self.tasks[task].abandoned
     }
 
     /// Counts and texts of one task the runner keeps beside the block
     /// counts (workers started, errors, timeouts): see [`TaskState`].
     pub fn task_state_mut(&mut self, task: TaskIndex) -> &mut TaskState {
-        &mut self.tasks[task as usize].state
+        &mut self.tasks[task].state
     }
 
     /// Give up on a task: every block of it not yet finished (those out
@@ -281,7 +281,7 @@ impl Scheduler {
     pub fn abandon_task(&mut self, task: TaskIndex) {
         let mut stack = vec![(task, true)];
         while let Some((t, is_root)) = stack.pop() {
-            let run = &mut self.tasks[t as usize];
+            let run = &mut self.tasks[t];
             if run.abandoned {
                 continue;
             }
@@ -308,8 +308,7 @@ impl Scheduler {
                 stack.push((d, false));
             }
         }
-        self.waiting
-            .retain(|k, _| !self.tasks[k.task as usize].abandoned);
+        self.waiting.retain(|k, _| !self.tasks[k.task].abandoned);
     }
 
     /// Tasks that have a block ready now.
@@ -323,21 +322,21 @@ impl Scheduler {
 
     /// Next root of a task from its lazy cursor, if any.
     fn next_root(&mut self, task: TaskIndex) -> Option<u64> {
-        let run = &mut self.tasks[task as usize];
+        let run = &mut self.tasks[task];
         self.graph
             .next_root(&mut run.roots, &mut self.scratch)
             .map(|b| b.key.index)
     }
 
     fn pop_ready(&mut self, task: TaskIndex) -> Option<u64> {
-        let run = &mut self.tasks[task as usize];
+        let run = &mut self.tasks[task];
         if let Some(i) = run.put_back.pop_front() {
             return Some(i);
         }
         if let Some(i) = self.next_root(task) {
             return Some(i);
         }
-        self.tasks[task as usize].ready.pop_front()
+        self.tasks[task].ready.pop_front()
     }
 
     /// A run begins: every task of the pipeline counts as started from now
@@ -359,8 +358,8 @@ impl Scheduler {
     /// walked block by block as before: its skips are what make the
     /// downstream blocks ready. Only before the first block is handed out.
     fn settle_marked_tasks(&mut self) {
-        let n = self.tasks.len();
-        let mut settled = vec![false; n];
+        let n = self.tasks.len() as TaskIndex;
+        let mut settled: PerTask<bool> = vec![false; n as usize].into();
         // pipeline order is topological: downstream tasks come later
         for t in (0..n).rev() {
             let run = &self.tasks[t];
@@ -376,12 +375,17 @@ impl Scheduler {
             let downstream_settled = self
                 .graph
                 .pipeline()
-                .downstream_of(t as TaskIndex)
+                .downstream_of(t)
                 .iter()
-                .all(|&d| (d as usize) > t && settled[d as usize]);
+                .all(|&d| d > t && settled[d]);
             settled[t] = untouched && all_marked && downstream_settled;
         }
-        for (run, _) in self.tasks.iter_mut().zip(&settled).filter(|(_, s)| **s) {
+        for (run, _) in self
+            .tasks
+            .iter_mut()
+            .zip(settled.iter())
+            .filter(|(_, s)| **s)
+        {
             let total = run.state.total_block_count;
             run.state.ready_count = 0;
             run.state.skipped_count += total;
@@ -409,9 +413,7 @@ impl Scheduler {
                 Ok(true) => self.skip(block.key, true),
                 Ok(false) => return Ok(Some(self.hand_out(block))),
                 Err(e) => {
-                    self.tasks[task as usize]
-                        .put_back
-                        .push_front(block.key.index);
+                    self.tasks[task].put_back.push_front(block.key.index);
                     return Err(e);
                 }
             }
@@ -422,7 +424,7 @@ impl Scheduler {
     /// Hand out the next block of `task` that its check said needs work
     /// ([`Self::check_done`]), if any.
     pub fn acquire_checked(&mut self, task: TaskIndex) -> Option<Block> {
-        let run = &mut self.tasks[task as usize];
+        let run = &mut self.tasks[task];
         if run.abandoned {
             return None;
         }
@@ -438,7 +440,7 @@ impl Scheduler {
     /// a slow check without waiting for it.
     pub fn take_for_check(&mut self, task: TaskIndex) -> Option<Block> {
         let block = self.next_unmarked(task)?;
-        self.tasks[task as usize].checking.insert(block.key.index);
+        self.tasks[task].checking.insert(block.key.index);
         Some(block)
     }
 
@@ -448,7 +450,7 @@ impl Scheduler {
     /// [`Self::acquire_checked`] or [`Self::acquire_block`]. Ignored for a
     /// block not being checked (its task was abandoned meanwhile).
     pub fn check_done(&mut self, key: BlockKey, done: bool) {
-        let run = &mut self.tasks[key.task as usize];
+        let run = &mut self.tasks[key.task];
         if run.abandoned || !run.checking.remove(&key.index) {
             return;
         }
@@ -462,7 +464,7 @@ impl Scheduler {
     /// How many blocks of `task` are out for a check or back from one
     /// waiting to be handed out.
     pub fn checks_pending(&self, task: TaskIndex) -> (usize, usize) {
-        let run = &self.tasks[task as usize];
+        let run = &self.tasks[task];
         (run.checking.len(), run.checked.len())
     }
 
@@ -470,12 +472,12 @@ impl Scheduler {
     /// done) those its done marker or its skip mask covers: the cheap
     /// skips, a memory read each, asked before any check.
     fn next_unmarked(&mut self, task: TaskIndex) -> Option<Block> {
-        if self.tasks[task as usize].abandoned {
+        if self.tasks[task].abandoned {
             return None;
         }
         while let Some(index) = self.pop_ready(task) {
             let block = self.graph.grid(task).block(index);
-            let run = &self.tasks[task as usize];
+            let run = &self.tasks[task];
             let marked = run
                 .tracking
                 .as_ref()
@@ -497,7 +499,7 @@ impl Scheduler {
     /// and releases its downstream blocks. One its check found done is
     /// marked, so the next run skips it for one memory read.
     fn skip(&mut self, key: BlockKey, checked: bool) {
-        let run = &mut self.tasks[key.task as usize];
+        let run = &mut self.tasks[key.task];
         run.state.ready_count -= 1;
         run.state.started = true;
         run.state.skipped_count += 1;
@@ -508,7 +510,7 @@ impl Scheduler {
     /// processed), as daisy 1.2.2 and 2.0.0 hand it out; the worker sets
     /// SUCCESS or FAILED.
     fn hand_out(&mut self, block: Block) -> Block {
-        let run = &mut self.tasks[block.key.task as usize];
+        let run = &mut self.tasks[block.key.task];
         run.state.ready_count -= 1;
         run.state.started = true;
         run.processing.insert(block.key.index);
@@ -523,14 +525,12 @@ impl Scheduler {
     /// server calls it before it starts a task's first worker, so a task
     /// whose blocks are all done never starts one.
     pub fn skip_marked(&mut self, task: TaskIndex) -> u64 {
-        let before = self.tasks[task as usize].state.skipped_count;
+        let before = self.tasks[task].state.skipped_count;
         if let Some(block) = self.next_unmarked(task) {
             // it may need work: back to the front, where it was
-            self.tasks[task as usize]
-                .put_back
-                .push_front(block.key.index);
+            self.tasks[task].put_back.push_front(block.key.index);
         }
-        self.tasks[task as usize].state.skipped_count - before
+        self.tasks[task].state.skipped_count - before
     }
 
     /// Take back a block handed out by [`Scheduler::acquire_block`], with
@@ -575,7 +575,7 @@ impl Scheduler {
     /// what waits for it.
     fn complete(&mut self, key: BlockKey, record: bool) {
         let block = self.graph.block(key);
-        let run = &mut self.tasks[key.task as usize];
+        let run = &mut self.tasks[key.task];
         run.state.completed_count += 1;
         run.attempts.remove(&key.index);
         if record && let Some(t) = run.tracking.as_mut() {
@@ -600,7 +600,7 @@ impl Scheduler {
             *remaining = remaining.saturating_sub(1);
             if *remaining == 0 {
                 self.waiting.remove(&d);
-                let run = &mut self.tasks[d.task as usize];
+                let run = &mut self.tasks[d.task];
                 run.ready.push_back(d.index);
                 run.state.ready_count += 1;
             }
@@ -611,7 +611,7 @@ impl Scheduler {
     /// Count a failed attempt; retry or fail for good.
     fn fail(&mut self, key: BlockKey) -> ReleaseOutcome {
         let block = self.graph.block(key);
-        let run = &mut self.tasks[key.task as usize];
+        let run = &mut self.tasks[key.task];
         run.state.failed_attempts += 1;
         if let Some(t) = run.tracking.as_mut() {
             t.add_failure(&block);
@@ -640,7 +640,7 @@ impl Scheduler {
                 continue;
             }
             self.waiting.remove(&d);
-            let state = &mut self.tasks[d.task as usize].state;
+            let state = &mut self.tasks[d.task].state;
             state.orphaned_count += 1;
             if d.task == key.task {
                 state.orphaned_by_neighbour_count += 1;

@@ -83,7 +83,7 @@ fn config(token: &str) -> ServerConfig {
     ServerConfig {
         host: "127.0.0.1".into(),
         port: 0,
-        tasks: vec![rt.clone(), rt],
+        tasks: vec![rt.clone(), rt].into(),
         resources: BTreeMap::new(),
         log_dir: None,
         log_mode: Default::default(),
@@ -540,7 +540,8 @@ fn settings_for_another_number_of_tasks_are_refused_before_the_server_starts() {
         check: None,
     };
     let mut cfg = config("short");
-    cfg.tasks.pop();
+    let fewer = cfg.tasks.len() - 1;
+    cfg.tasks = cfg.tasks.iter().take(fewer).cloned().collect();
     let err = run_server(Scheduler::new(pipeline()), cfg, hooks)
         .err()
         .unwrap();

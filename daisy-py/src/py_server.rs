@@ -419,7 +419,7 @@ pub fn run_distributed(
     let config = ServerConfig {
         host: run.host.clone(),
         port: run.port,
-        tasks: runtimes,
+        tasks: runtimes.into(),
         resources: run.resources.clone(),
         log_dir: run.log_dir.clone(),
         log_mode: run.log_mode,

@@ -4,7 +4,7 @@
 //! failing blocks from growing the driver without bound.
 
 use super::*;
-use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
+use crate::block::{Block, BlockKey, BlockStatus, PerTask, TaskIndex};
 use crate::block_profile::BlockStats;
 use crate::clock::wall_clock;
 use crate::error::DaisyError;
@@ -144,7 +144,7 @@ impl BlockAggregates {
 #[derive(Clone, Debug)]
 pub struct RunLedger {
     started_at: f64,
-    aggregates: Vec<BlockAggregates>,
+    aggregates: PerTask<BlockAggregates>,
     /// The first [`MAX_FAILURE_NOTES`] failed attempts.
     pub(super) failures: Vec<FailureNote>,
     /// Failed attempts past those: counted, not noted.
@@ -158,17 +158,17 @@ pub struct RunLedger {
     /// Bytes of failure text kept so far.
     failure_text: usize,
     /// Per task: why its blocks failed.
-    causes: Vec<FailureCauses>,
+    causes: PerTask<FailureCauses>,
     /// Per task: first dispatch and last return, wall clock.
-    spans: Vec<(Option<f64>, Option<f64>)>,
+    spans: PerTask<(Option<f64>, Option<f64>)>,
     /// The workers that completed a block of a task in this run (None: the
     /// serial runner), so a worker's first block is known.
     workers_seen: std::collections::HashSet<(TaskIndex, Option<u32>)>,
     /// Per task: its notices (see [`TaskReport::notices`]).
-    pub(super) notices: Vec<Vec<String>>,
+    pub(super) notices: PerTask<Vec<String>>,
     /// Per task: when its first failed attempts ran (see
     /// [`TaskReport::failed_attempts`]).
-    attempt_spans: Vec<Vec<AttemptSpan>>,
+    attempt_spans: PerTask<Vec<AttemptSpan>>,
 }
 
 /// Failure texts a run keeps whole, in all: a run whose blocks all fail
@@ -195,18 +195,18 @@ impl RunLedger {
         crate::clock::anchor();
         Self {
             started_at: wall_clock(),
-            aggregates: vec![BlockAggregates::default(); tasks],
+            aggregates: vec![BlockAggregates::default(); tasks].into(),
             failures: Vec::new(),
             failures_unnoted: 0,
             recent: std::collections::VecDeque::new(),
             abandoned: Vec::new(),
             described: std::collections::HashSet::new(),
             failure_text: 0,
-            causes: vec![FailureCauses::default(); tasks],
-            spans: vec![(None, None); tasks],
+            causes: vec![FailureCauses::default(); tasks].into(),
+            spans: vec![(None, None); tasks].into(),
             workers_seen: std::collections::HashSet::new(),
-            notices: vec![Vec::new(); tasks],
-            attempt_spans: vec![Vec::new(); tasks],
+            notices: vec![Vec::new(); tasks].into(),
+            attempt_spans: vec![Vec::new(); tasks].into(),
         }
     }
 
@@ -292,7 +292,7 @@ impl RunLedger {
         let task = block.key.task;
         self.returned(task);
         let first_on_worker = self.workers_seen.insert((task, worker));
-        self.aggregates[task as usize].record_success(
+        self.aggregates[task].record_success(
             round_trip,
             block.stats.as_ref(),
             first_on_worker,
@@ -487,9 +487,9 @@ impl RunLedger {
         let reports = (0..n)
             .map(|t| {
                 let state = scheduler.task_state(t);
-                let blocks = self.aggregates[t as usize].summary(state);
+                let blocks = self.aggregates[t].summary(state);
                 let workers = workers(t);
-                let notices = self.notices[t as usize]
+                let notices = self.notices[t]
                     .iter()
                     .cloned()
                     .chain(idle_hint(&workers))
@@ -503,11 +503,11 @@ impl RunLedger {
                     utilisation: utilisation(&blocks, &workers),
                     blocks,
                     workers,
-                    first_block_at: self.spans[t as usize].0,
-                    last_block_at: self.spans[t as usize].1,
-                    failure_causes: self.causes[t as usize].clone(),
+                    first_block_at: self.spans[t].0,
+                    last_block_at: self.spans[t].1,
+                    failure_causes: self.causes[t].clone(),
                     notices,
-                    failed_attempts: self.attempt_spans[t as usize].clone(),
+                    failed_attempts: self.attempt_spans[t].clone(),
                 }
             })
             .collect();

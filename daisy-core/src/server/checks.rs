@@ -26,7 +26,7 @@
 //! worker starts, its blocks are checked until one needs work.
 
 use super::policy;
-use crate::block::{Block, BlockKey, TaskIndex};
+use crate::block::{Block, BlockKey, PerTask, TaskIndex};
 use crate::error::DaisyError;
 use crate::scheduler::Scheduler;
 use std::sync::Arc;
@@ -81,12 +81,12 @@ pub struct Checked {
 pub struct CheckStage {
     check: Option<Arc<dyn BlockCheck>>,
     /// Per task: it has a check function.
-    checks: Vec<bool>,
+    checks: PerTask<bool>,
     /// Per task: how many of its blocks are out for a check (one batch).
-    in_flight: Vec<usize>,
+    in_flight: PerTask<usize>,
     /// Per task: set to end its batch early (the task is finished, or the
     /// run ends): the blocks left are answered "not done" unasked.
-    cancel: Vec<Arc<AtomicBool>>,
+    cancel: PerTask<Arc<AtomicBool>>,
     answers: mpsc::UnboundedSender<Vec<Checked>>,
 }
 
@@ -112,7 +112,7 @@ impl CheckStage {
         Self {
             check,
             checks,
-            in_flight: vec![0; tasks],
+            in_flight: vec![0; tasks].into(),
             cancel: (0..tasks).map(|_| Arc::default()).collect(),
             answers,
         }
@@ -120,14 +120,14 @@ impl CheckStage {
 
     /// Whether task `task`'s blocks are checked before they are handed out.
     pub fn checks(&self, task: TaskIndex) -> bool {
-        self.checks[task as usize]
+        self.checks[task]
     }
 
     /// Send a batch of `task`'s next ready blocks to its check, unless a
     /// batch is out already or half a batch of checked blocks waits for
     /// workers. Returns whether blocks of the task are now out for a check.
     pub fn ask_next(&mut self, scheduler: &mut Scheduler, task: TaskIndex) -> bool {
-        let t = task as usize;
+        let t = task;
         if self.in_flight[t] > 0 {
             return true;
         }
@@ -192,16 +192,16 @@ impl CheckStage {
         checked: Checked,
     ) -> Result<(), DaisyError> {
         let t = checked.key.task;
-        self.in_flight[t as usize] = self.in_flight[t as usize].saturating_sub(1);
+        self.in_flight[t] = self.in_flight[t].saturating_sub(1);
         let done = checked
             .answer
             .or_else(|e| policy::after_check_error(e, Some(checked.spatial_id)));
         scheduler.check_done(checked.key, *done.as_ref().unwrap_or(&false));
         if scheduler.is_task_finished(t) {
-            self.cancel[t as usize].store(true, Ordering::Relaxed);
+            self.cancel[t].store(true, Ordering::Relaxed);
         } else if done.is_err() {
             // an interruption: the run stops; ask nothing more
-            self.cancel[t as usize].store(true, Ordering::Relaxed);
+            self.cancel[t].store(true, Ordering::Relaxed);
         } else {
             self.ask_next(scheduler, t);
         }

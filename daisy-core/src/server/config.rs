@@ -2,6 +2,7 @@
 //! [`TaskRuntime`] per task, [`WorkerCommand`] for how a worker process is
 //! started. Plain data: nothing here acts or decides.
 
+use crate::block::PerTask;
 use crate::error::DaisyError;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -111,7 +112,7 @@ pub struct ServerConfig {
     /// Port; 0 picks a free one.
     pub port: u16,
     /// One entry per task, in pipeline order.
-    pub tasks: Vec<TaskRuntime>,
+    pub tasks: PerTask<TaskRuntime>,
     /// Total resources workers may hold at once.
     pub resources: BTreeMap<String, u64>,
     /// Base directory for worker logs; `None` leaves their output on the
@@ -243,7 +244,7 @@ mod tests {
         let mut config = ServerConfig {
             host: "127.0.0.1".into(),
             port: 0,
-            tasks: vec![rt],
+            tasks: vec![rt].into(),
             resources: [("gpu".to_string(), 1)].into(),
             log_dir: None,
             log_mode: LogMode::File,

@@ -172,7 +172,7 @@ fn admit(
     match worker_id {
         None => {
             st.admission.unmanaged_clients += 1;
-            st.tasks[task as usize].unmanaged_clients += 1;
+            st.tasks[task].unmanaged_clients += 1;
         }
         Some(id) => match st.workers.get(&id) {
             Some(w) if w.flags().task == task && w.flags().alive => {}
@@ -252,7 +252,7 @@ async fn handle_connection(
         let hang_up = worker_id
             .and_then(|id| st.workers.get(&id))
             .map(|w| w.hang_up.clone());
-        let rt = &st.config.tasks[task as usize];
+        let rt = &st.config.tasks[task];
         (rt.resource_tracking, rt.gpu_tracking, hang_up, rt.timeout)
     };
     // from here on, whatever this connection holds is reclaimed when it
@@ -513,7 +513,7 @@ fn release(
         stats: block.stats,
         ..own
     };
-    let resource_tracking = st.config.tasks[task as usize].resource_tracking;
+    let resource_tracking = st.config.tasks[task].resource_tracking;
     if !resource_tracking {
         block.stats = None; // only tasks with resource tracking report figures
     }

@@ -70,7 +70,7 @@ pub fn start_in_job(
     context: String,
     exit_tx: &mpsc::UnboundedSender<ExitEvent>,
 ) -> std::io::Result<()> {
-    let Some(jc) = st.config.tasks[task as usize].job.clone() else {
+    let Some(jc) = st.config.tasks[task].job.clone() else {
         return Ok(());
     };
     let found = st
@@ -129,7 +129,7 @@ fn submit(
         token: &st.config.token,
         log_dir: &st.config.log_dir,
         liveness_timeout: st.config.liveness_timeout,
-        payload_sha256: st.config.tasks[task as usize].payload_sha256.as_deref(),
+        payload_sha256: st.config.tasks[task].payload_sha256.as_deref(),
     }
     .to_job_json(job);
     let mut spawned =

@@ -127,7 +127,7 @@ pub fn parse_reply(line: &[u8]) -> Result<Reply, String> {
 /// none. The caller has checked [`State::warm_wanted`].
 pub fn request(st: &mut State, task: TaskIndex, req: ForkRequest) {
     want(st, task);
-    if let LauncherPhase::Active { requests, .. } = &st.tasks[task as usize].launcher.phase {
+    if let LauncherPhase::Active { requests, .. } = &st.tasks[task].launcher.phase {
         // a closed queue: the launcher's task already ended, and with it
         // warm starts; the next tick starts this worker cold
         let _ = requests.send(LauncherRequest::Fork(req));
@@ -153,7 +153,7 @@ pub fn want_all(st: &mut State) {
 }
 
 fn want(st: &mut State, task: TaskIndex) {
-    let slot = &mut st.tasks[task as usize].launcher;
+    let slot = &mut st.tasks[task].launcher;
     if matches!(slot.phase, LauncherPhase::Unused) {
         let (tx, rx) = mpsc::unbounded_channel();
         slot.phase = LauncherPhase::Active {
@@ -171,12 +171,12 @@ pub fn start_wanted(shared: &Shared, exit_tx: &mpsc::UnboundedSender<ExitEvent>)
     for t in 0..n as TaskIndex {
         let (rx, cmd, task_id, log_dir) = {
             let mut st = shared.state_mut();
-            let rx = match &mut st.tasks[t as usize].launcher.phase {
+            let rx = match &mut st.tasks[t].launcher.phase {
                 LauncherPhase::Active { to_start, .. } => to_start.take(),
                 _ => None,
             };
             let Some(rx) = rx else { continue };
-            let Some(cmd) = st.config.tasks[t as usize].launcher.clone() else {
+            let Some(cmd) = st.config.tasks[t].launcher.clone() else {
                 continue;
             };
             (rx, cmd, st.task_id(t), st.config.log_dir.clone())
@@ -185,7 +185,7 @@ pub fn start_wanted(shared: &Shared, exit_tx: &mpsc::UnboundedSender<ExitEvent>)
         match supervision::spawn_launcher(&cmd, &task_id, &log_dir) {
             Ok(spawned) => {
                 let pid = spawned.child.id();
-                let slot = &mut shared.state_mut().tasks[t as usize].launcher;
+                let slot = &mut shared.state_mut().tasks[t].launcher;
                 slot.running = true;
                 if let LauncherPhase::Active { pid: p, .. } = &mut slot.phase {
                     *p = pid;
@@ -223,7 +223,7 @@ pub fn start_wanted(shared: &Shared, exit_tx: &mpsc::UnboundedSender<ExitEvent>)
 /// once, and have the main loop start the workers of `unserved` requests
 /// cold.
 fn go_cold(st: &mut State, task: TaskIndex, reason: &str, unserved: Vec<u32>) {
-    let slot = &mut st.tasks[task as usize].launcher;
+    let slot = &mut st.tasks[task].launcher;
     if !matches!(slot.phase, LauncherPhase::Off) {
         slot.phase = LauncherPhase::Off;
         if slot.cold_reason.is_none() {
@@ -321,9 +321,7 @@ impl Session {
 
     /// The launcher process is gone and reaped.
     fn reaped(&self) {
-        self.shared.state_mut().tasks[self.task as usize]
-            .launcher
-            .running = false;
+        self.shared.state_mut().tasks[self.task].launcher.running = false;
         self.shared.notify_changed();
     }
 
@@ -366,7 +364,7 @@ impl Session {
                             let mut st = self.shared.state_mut();
                             match self.host {
                                 Host::Task => {
-                                    st.tasks[self.task as usize].launcher.startup =
+                                    st.tasks[self.task].launcher.startup =
                                         Some(self.started.elapsed().as_secs_f64());
                                 }
                                 Host::Job(job) => super::jobs::on_ready(&mut st, job),

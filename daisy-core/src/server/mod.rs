@@ -386,9 +386,7 @@ fn sweep_timeouts(st: &mut State) {
             format!(
                 "timed out: block {spatial_id} was still running after the task's timeout of \
                  {:?}; {}",
-                st.config.tasks[key.task as usize]
-                    .timeout
-                    .unwrap_or_default(),
+                st.config.tasks[key.task].timeout.unwrap_or_default(),
                 if out.worker.is_some() {
                     "its worker was killed"
                 } else {
@@ -419,11 +417,11 @@ fn sweep_timeouts(st: &mut State) {
 /// being restarted forever.
 fn abandon_crashing_tasks(st: &mut State) {
     for t in 0..st.scheduler.pipeline().len() as TaskIndex {
-        let rt = &st.config.tasks[t as usize];
+        let rt = &st.config.tasks[t];
         if st.scheduler.is_task_finished(t) || rt.worker.is_none() {
             continue; // done, or served by external clients
         }
-        if let Some(reason) = st.tasks[t as usize].restart_limit(rt.max_worker_restarts) {
+        if let Some(reason) = st.tasks[t].restart_limit(rt.max_worker_restarts) {
             st.abandon(t, reason);
         }
     }
@@ -437,10 +435,10 @@ fn staff(st: &mut State, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
     }
     let now = Instant::now();
     for t in 0..st.scheduler.pipeline().len() as TaskIndex {
-        if st.scheduler.is_task_finished(t) || st.config.tasks[t as usize].worker.is_none() {
+        if st.scheduler.is_task_finished(t) || st.config.tasks[t].worker.is_none() {
             continue;
         }
-        if !st.tasks[t as usize].may_start(now) {
+        if !st.tasks[t].may_start(now) {
             continue; // a start failed for want of resources: wait a moment
         }
         if needs_work(st, t) {
@@ -482,9 +480,9 @@ fn start_workers(
     let ready = st.scheduler.task_state(t).ready_count;
     loop {
         let alive = st.flags().filter(|(_, w)| w.alive && w.task == t).count() as u32;
-        let max_workers = st.config.tasks[t as usize].max_workers;
-        let cap = st.tasks[t as usize].worker_cap(max_workers, alive);
-        let rt = &st.config.tasks[t as usize];
+        let max_workers = st.config.tasks[t].max_workers;
+        let cap = st.tasks[t].worker_cap(max_workers, alive);
+        let rt = &st.config.tasks[t];
         let fits = policy::fits(&st.config.resources, &st.resources_in_use(), &rt.requires);
         let needed = policy::staffing(t, ready, cap, st.workers.values().map(|w| w.flags()), fits);
         match needed {
@@ -498,9 +496,9 @@ fn start_workers(
                 return;
             }
             Staffing::Start => match start_worker(st, t, exit_tx) {
-                Ok(()) => st.tasks[t as usize].started(),
+                Ok(()) => st.tasks[t].started(),
                 Err(e) if policy::spawn_error_is_transient(&e) => {
-                    let since = st.tasks[t as usize].start_failed(now, now + START_RETRY);
+                    let since = st.tasks[t].start_failed(now, now + START_RETRY);
                     let alive = st.flags().any(|(_, w)| w.alive && w.task == t);
                     if !alive && now.duration_since(since) > START_GIVE_UP {
                         let why =
@@ -536,11 +534,11 @@ fn start_worker(
     task: TaskIndex,
     exit_tx: &mpsc::UnboundedSender<ExitEvent>,
 ) -> std::io::Result<()> {
-    if st.config.tasks[task as usize].worker.is_none() {
+    if st.config.tasks[task].worker.is_none() {
         return Ok(());
     }
     let id = st.next_worker_id();
-    let in_job = st.config.tasks[task as usize].job.is_some();
+    let in_job = st.config.tasks[task].job.is_some();
     let warm = !in_job && st.warm_wanted(task);
     st.workers.insert(id, WorkerSlot::starting(task));
     let kind = if warm {
@@ -641,7 +639,7 @@ fn start_cold(
     let Some(task) = st.workers.get(&id).map(|w| w.flags().task) else {
         return Ok(());
     };
-    let Some(cmd) = st.config.tasks[task as usize].worker.as_ref() else {
+    let Some(cmd) = st.config.tasks[task].worker.as_ref() else {
         return Ok(());
     };
     let task_id = st.task_id(task);
@@ -712,7 +710,7 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
         tl.on_exit(Instant::now(), verdict.exit);
     }
     if verdict.exit == WorkerExit::Left {
-        st.tasks[flags.task as usize].worker_left();
+        st.tasks[flags.task].worker_left();
     }
     if let Some(why) = verdict.unexpected
         && !st.stopping
@@ -756,8 +754,8 @@ fn count_unexpected_exit(
     why: &str,
 ) {
     let task = flags.task;
-    let max = st.config.tasks[task as usize].max_worker_restarts;
-    let replaced = st.tasks[task as usize].worker_stopped(took_nothing, killed, max);
+    let max = st.config.tasks[task].max_worker_restarts;
+    let replaced = st.tasks[task].worker_stopped(took_nothing, killed, max);
     let state = st.scheduler.task_state_mut(task);
     if !flags.lost_block {
         state.worker_failure_count += 1;

@@ -22,7 +22,7 @@ use super::memory_watch::{KillFacts, MemoryWatch};
 use super::output::OutputQueue;
 use super::policy::{self, WorkerFlags};
 use super::supervision;
-use crate::block::{Block, BlockKey, BlockStatus, TaskIndex};
+use crate::block::{Block, BlockKey, BlockStatus, PerTask, TaskIndex};
 use crate::clock::wall_clock;
 use crate::error::DaisyError;
 use crate::run_report::{RunLedger, RunOutcome, last_line};
@@ -429,7 +429,7 @@ pub struct State {
     next_worker_id: u32,
     /// What the run keeps of each task beside its scheduler state, in
     /// pipeline order.
-    pub tasks: Vec<TaskSlot>,
+    pub tasks: PerTask<TaskSlot>,
     /// The connections: accepted, waiting to say hello, open, and the
     /// clients without a worker id (`connection`'s to keep).
     pub admission: Admission,
@@ -671,7 +671,7 @@ impl State {
     /// worker is found at its first one.
     pub fn wake_main(&self) {
         let unstaffed = |t: TaskIndex| {
-            self.config.tasks[t as usize].worker.is_some()
+            self.config.tasks[t].worker.is_some()
                 && !self.flags().any(|(_, w)| w.alive && w.task == t)
         };
         if self.stop.is_some()
@@ -685,9 +685,9 @@ impl State {
     /// Whether task `t`'s next worker should be asked of its launcher: it
     /// has a launcher command, and warm starts are neither off nor over.
     pub fn warm_wanted(&self, t: TaskIndex) -> bool {
-        self.config.tasks[t as usize].launcher.is_some()
+        self.config.tasks[t].launcher.is_some()
             && matches!(
-                self.tasks[t as usize].launcher.phase,
+                self.tasks[t].launcher.phase,
                 LauncherPhase::Unused | LauncherPhase::Active { .. }
             )
     }
@@ -784,7 +784,7 @@ impl State {
     ) {
         block.status = BlockStatus::Processing;
         let task = block.key.task;
-        let timeout = self.config.tasks[task as usize].timeout;
+        let timeout = self.config.tasks[task].timeout;
         let now = Instant::now();
         let sent_wall = wall_clock();
         self.ledger.sent(task, sent_wall);
@@ -985,9 +985,9 @@ impl State {
             &self.scheduler,
             interrupted,
             |t| WorkerSummary {
-                spawner: self.config.tasks[t as usize].spawner.clone(),
-                launcher_startup: self.tasks[t as usize].launcher.startup,
-                cold_start_reason: self.tasks[t as usize].launcher.cold_reason.clone(),
+                spawner: self.config.tasks[t].spawner.clone(),
+                launcher_startup: self.tasks[t].launcher.startup,
+                cold_start_reason: self.tasks[t].launcher.cold_reason.clone(),
                 idle_timeout: self.idle_timeout(t).map(|d| d.as_secs_f64()),
                 jobs: self.job_records(t),
                 job_queue_wait: self.job_queue_waits(t),
@@ -996,7 +996,7 @@ impl State {
                         .iter()
                         .filter(|(id, _)| self.workers.get(id).is_some_and(|w| w.flags.task == t))
                         .map(|(_, tl)| tl),
-                    self.tasks[t as usize].unmanaged_clients,
+                    self.tasks[t].unmanaged_clients,
                 )
             },
             self.admission.unmanaged_clients(),
@@ -1039,7 +1039,7 @@ impl State {
     /// How long a worker of task `t` may wait for a block before it is
     /// handed back (see [`policy::idle_timeout`]).
     pub fn idle_timeout(&self, t: TaskIndex) -> Option<std::time::Duration> {
-        let rt = &self.config.tasks[t as usize];
+        let rt = &self.config.tasks[t];
         policy::idle_timeout(
             rt.idle_timeout,
             self.config.idle_timeout,
@@ -1051,7 +1051,7 @@ impl State {
     pub fn resources_in_use(&self) -> BTreeMap<String, u64> {
         let tasks = &self.config.tasks;
         policy::resources_in_use(self.workers.values().map(|w| &w.flags), |t| {
-            &tasks[t as usize].requires
+            &tasks[t].requires
         })
     }
 }
@@ -1100,7 +1100,7 @@ pub(crate) mod test_support {
         let config = ServerConfig {
             host: "127.0.0.1".into(),
             port: 0,
-            tasks: vec![runtime.clone(), runtime],
+            tasks: vec![runtime.clone(), runtime].into(),
             resources: BTreeMap::new(),
             log_dir: None,
             log_mode: LogMode::File,
