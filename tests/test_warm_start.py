@@ -691,3 +691,46 @@ def test_a_first_block_of_imports_is_called_imports_not_set_up(tmp_path, log_dir
     assert "warm-up: a worker's first block was mostly imports (slow_import_for_warmup)" in text, (
         text
     )
+
+
+def test_a_function_whose_module_initialises_cuda_gets_cold_workers(tmp_path, log_dir, monkeypatch):
+    """Found on a real H200: the on-GPU test's module asks
+    ``torch.cuda.is_available()`` at import, which initialises CUDA in the
+    launcher, and every forked worker then failed every block with
+    "Cannot re-initialize CUDA in forked subprocess". A launcher whose
+    loading mapped the CUDA driver library goes cold and says why. Here a
+    stand-in ``libcuda.so.1`` (no GPU on CI) is loaded at the module's
+    import, as the CUDA runtime loads the real one."""
+    import shutil
+
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler to build the stand-in libcuda.so.1")
+    source = tmp_path / "stand_in.c"
+    source.write_text("int cuInit(unsigned int flags) { return 0; }\n")
+    library = tmp_path / "libcuda.so.1"
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True, timeout=60
+    )
+    (tmp_path / "cuda_at_import.py").write_text(
+        textwrap.dedent(
+            f"""
+            import ctypes
+            import time
+
+            ctypes.CDLL({str(library)!r})  # what torch.cuda.is_available() does
+
+
+            def process(block):
+                time.sleep(0.01)
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from cuda_at_import import process
+
+    task = _roi_task("cuda", process, max_workers=2, warm_start=True)
+    assert daisy.run_blockwise(task, progress=False, summary=False)
+    workers = daisy.last_report()["cuda"].workers
+    assert workers.warm_starts == 0
+    assert workers.cold_start_reason is not None
+    assert "initialised CUDA in the launcher" in workers.cold_start_reason

@@ -107,8 +107,30 @@ def other_threads() -> list[str]:
     return names
 
 
+def cuda_initialised() -> bool:
+    """Whether this process initialised CUDA: the driver library
+    (``libcuda.so``) is mapped once the CUDA runtime was first used, e.g. by
+    ``torch.cuda.is_available()`` or a CuPy array at a module's top level.
+    A forked child of such a process cannot use the GPU (PyTorch: "Cannot
+    re-initialize CUDA in forked subprocess"); importing torch or CuPy
+    alone does not map it."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return any("libcuda.so" in line for line in maps)
+    except OSError:
+        return False
+
+
 def fork_unsafe_reason() -> str | None:
-    """Why forking now would be unsafe (a running Python thread), or None."""
+    """Why forking now would be unsafe (a running Python thread, or CUDA
+    initialised while the function loaded), or None."""
+    if cuda_initialised():
+        return (
+            "loading the task's function initialised CUDA in the launcher (libcuda.so is "
+            "loaded: a module used the GPU at import, e.g. torch.cuda.is_available()); a "
+            "forked worker could not use the GPU, so each worker starts as a fresh "
+            "interpreter"
+        )
     names = other_threads()
     if not names:
         return None
