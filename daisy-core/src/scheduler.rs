@@ -889,6 +889,25 @@ mod tests {
         std::fs::remove_dir_all(&path).unwrap();
     }
 
+    /// Hand out and complete every block of the two tasks of `s` that it
+    /// hands out; how many of each task's.
+    fn hand_out_all(s: &mut Scheduler) -> [u64; 2] {
+        let mut handed = [0u64; 2];
+        loop {
+            let mut progressed = false;
+            for t in 0..2 {
+                while let Some(b) = acquire(s, t) {
+                    handed[t as usize] += 1;
+                    s.release_block(b.key, BlockStatus::Success).unwrap();
+                    progressed = true;
+                }
+            }
+            if !progressed {
+                return handed;
+            }
+        }
+    }
+
     #[test]
     fn a_fully_marked_pipeline_is_settled_without_a_block_enumerated() {
         let dir = std::env::temp_dir().join(format!("daisy-sched-settle-{}", std::process::id()));
@@ -906,20 +925,7 @@ mod tests {
         let mut s = tracked();
         s.begin_run();
         assert!(s.task_state(0).ready_count > 0);
-        let mut handed = [0u64; 2];
-        loop {
-            let mut progressed = false;
-            for t in 0..2 {
-                while let Some(b) = acquire(&mut s, t) {
-                    handed[t as usize] += 1;
-                    s.release_block(b.key, BlockStatus::Success).unwrap();
-                    progressed = true;
-                }
-            }
-            if !progressed {
-                break;
-            }
-        }
+        let handed = hand_out_all(&mut s);
         let totals = [s.graph().num_blocks(0), s.graph().num_blocks(1)];
         assert_eq!(handed, totals);
         drop(s);
@@ -942,20 +948,7 @@ mod tests {
         let mut s = tracked();
         s.begin_run();
         assert!(!s.is_done());
-        let mut handed = [0u64; 2];
-        loop {
-            let mut progressed = false;
-            for t in 0..2 {
-                while let Some(b) = acquire(&mut s, t) {
-                    handed[t as usize] += 1;
-                    s.release_block(b.key, BlockStatus::Success).unwrap();
-                    progressed = true;
-                }
-            }
-            if !progressed {
-                break;
-            }
-        }
+        let handed = hand_out_all(&mut s);
         assert_eq!(handed, [0, totals[1]]);
         assert_eq!(s.task_state(0).skipped_count, totals[0]);
         assert!(s.is_done());

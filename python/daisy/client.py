@@ -154,8 +154,8 @@ class Client:
         # the first block's imports are timed (`daisy.import_clock`): the
         # report tells a warm-up of imports from set-up in the function
         clock: ImportClock | None = ImportClock()
+        started = time.perf_counter()
         while block is not None:
-            started = time.perf_counter()
             try:
                 if clock is not None:
                     with clock:

@@ -18,7 +18,7 @@
 //! [`MAX_SAMPLED`] bounds a pass on a node with thousands of workers.
 
 use crate::block::BlockKey;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// The least time between two samples of the busy workers' memory.
@@ -66,9 +66,9 @@ impl MemoryWatch {
             return;
         }
         self.sampled_at = Some(now);
-        let mut seen = Vec::new();
+        let mut seen = HashSet::new();
         for (worker, pid, key) in busy.take(MAX_SAMPLED) {
-            seen.push(worker);
+            seen.insert(worker);
             let Some(bytes) = resident_bytes(pid) else {
                 continue;
             };

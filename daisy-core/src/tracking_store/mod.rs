@@ -583,6 +583,19 @@ mod tests {
         Roi::from_slices(o, s).unwrap()
     }
 
+    /// One block's measurement, as the tests record it.
+    fn figures() -> BlockStats {
+        BlockStats {
+            wall_seconds: 0.5,
+            cpu_seconds: 0.25,
+            peak_rss_bytes: 1 << 30,
+            io_read_bytes: 7,
+            io_write_bytes: 9,
+            gpu_util_pct: f32::NAN,
+            gpu_mem_bytes: 0,
+        }
+    }
+
     fn spec(total: Roi, fit: Fit) -> TaskSpec {
         TaskSpec::new(
             "t",
@@ -640,15 +653,7 @@ mod tests {
         let path = tmp("stats");
         let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
         let grid = BlockGrid::new(0, &s);
-        let st = BlockStats {
-            wall_seconds: 0.5,
-            cpu_seconds: 0.25,
-            peak_rss_bytes: 1 << 30,
-            io_read_bytes: 7,
-            io_write_bytes: 9,
-            gpu_util_pct: f32::NAN,
-            gpu_mem_bytes: 0,
-        };
+        let st = figures();
         {
             let mut t = TrackingStore::open(&path, &s, true).unwrap();
             t.mark_done(&grid.block(0));
@@ -740,16 +745,7 @@ mod tests {
                 .map(|i| {
                     let b = old_grid.block(i);
                     t.mark_done(&b);
-                    let st = BlockStats {
-                        wall_seconds: 1.0,
-                        cpu_seconds: 1.0,
-                        peak_rss_bytes: 1,
-                        io_read_bytes: 0,
-                        io_write_bytes: 0,
-                        gpu_util_pct: f32::NAN,
-                        gpu_mem_bytes: 0,
-                    };
-                    t.record_stats(&b, &st, Some(i as u32), 1.0, 2.0);
+                    t.record_stats(&b, &figures(), Some(i as u32), 1.0, 2.0);
                     b.write_roi.offset()
                 })
                 .collect()
@@ -907,15 +903,7 @@ mod tests {
         assert!(used < 1 << 20, "{used} bytes allocated up front");
         let grid = BlockGrid::new(0, &spec);
         let block = grid.block(500_000);
-        let st = BlockStats {
-            wall_seconds: 0.5,
-            cpu_seconds: 0.25,
-            peak_rss_bytes: 1 << 30,
-            io_read_bytes: 7,
-            io_write_bytes: 9,
-            gpu_util_pct: f32::NAN,
-            gpu_mem_bytes: 0,
-        };
+        let st = figures();
         store.mark_done(&block);
         store.record_stats(&block, &st, Some(3), 100.0, 100.5);
         drop(store);
@@ -964,15 +952,7 @@ mod tests {
             zarr_array::write_atomic(&chunk, &zarr_array::filled(&kind, shape.product())).unwrap();
             write_array_metadata(&path, &kind, &shape, ChunkFormat::Plain).unwrap();
         }
-        let st = BlockStats {
-            wall_seconds: 0.5,
-            cpu_seconds: 0.25,
-            peak_rss_bytes: 1,
-            io_read_bytes: 2,
-            io_write_bytes: 3,
-            gpu_util_pct: f32::NAN,
-            gpu_mem_bytes: 0,
-        };
+        let st = figures();
         {
             let mut t = TrackingStore::open(&path, &s, true).unwrap();
             assert_eq!(t.record(&grid.block(1)).stats, None);
