@@ -90,8 +90,74 @@ def threshold_keeping_results(block):
 #: (the workers import this module and read the paths from the environment)
 PIPELINE_PATHS = {
     name: _os.path.join(_os.environ.get("DAISY_BENCH_PIPELINE_DIR", "/nonexistent"), f"{name}.zarr")
-    for name in ("raw", "smooth", "mask")
+    for name in (
+        "raw",
+        "smooth",
+        "mask",
+        "cc_raw",
+        "cc_mask",
+        "cc_labels",
+        "readme_raw",
+        "readme_smooth",
+    )
 }
+
+
+# -- the real pipelines of test_real_pipelines_bench.py ----------------------
+#: the foreground threshold of the connected-components pipeline
+CC_THRESHOLD = 0.5
+
+
+def foreground(block):
+    """Connected components, task 1: the raw volume (float32) above
+    ``CC_THRESHOLD``, as a uint8 mask."""
+    import numpy as np
+    from funlib.persistence import open_ds
+
+    raw = open_ds(PIPELINE_PATHS["cc_raw"], mode="r")
+    out = open_ds(PIPELINE_PATHS["cc_mask"], mode="r+")
+    out[block.write_roi] = (raw[block.write_roi] > CC_THRESHOLD).astype(np.uint8)
+
+
+def label_components(block):
+    """Connected components, task 2: ``scipy.ndimage.label`` of the block's
+    mask, as uint64 ids made unique across blocks by an offset of the
+    block's index times its voxel count (the first step of a blockwise
+    connected components, before the ids are merged across blocks)."""
+    import numpy as np
+    import scipy.ndimage
+    from funlib.persistence import open_ds
+
+    mask = open_ds(PIPELINE_PATHS["cc_mask"], mode="r")
+    out = open_ds(PIPELINE_PATHS["cc_labels"], mode="r+")
+    data = mask[block.write_roi]
+    labels, _ = scipy.ndimage.label(data)
+    labels = labels.astype(np.uint64)
+    offset = np.uint64(block.block_id[1]) * np.uint64(data.size)
+    labels[labels > 0] += offset
+    out[block.write_roi] = labels
+
+
+def readme_box_mean(data, k):
+    """The README's filter: the mean over each voxel's (2k+1)^3
+    neighbourhood, for the voxels that have one."""
+    import numpy as np
+
+    for axis in range(data.ndim):
+        c = np.cumsum(data, axis=axis, dtype=np.float64)
+        c = np.concatenate([np.zeros_like(c.take([0], axis=axis)), c], axis=axis)
+        n = data.shape[axis]
+        data = c.take(range(2 * k + 1, n + 1), axis=axis) - c.take(range(n - 2 * k), axis=axis)
+        data /= 2 * k + 1
+    return data
+
+
+def readme_smooth(block):
+    """The README's block function, as written there."""
+    from funlib.persistence import open_ds
+
+    data = open_ds(PIPELINE_PATHS["readme_raw"])[block.read_roi]
+    open_ds(PIPELINE_PATHS["readme_smooth"], mode="r+")[block.write_roi] = readme_box_mean(data, 8)
 
 
 def never_done(block):

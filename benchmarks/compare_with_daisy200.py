@@ -1,7 +1,8 @@
 """Run ``benchmarks/test_core_bench.py``, ``test_runtime_bench.py``,
-``test_tracking_bench.py``, ``test_graph_bench.py``, ``test_pipeline_bench.py`` and
-``test_planning_bench.py``
-(which needs funlib.persistence and zarr in both) under this package and under the
+``test_tracking_bench.py``, ``test_graph_bench.py``, ``test_pipeline_bench.py``,
+``test_planning_bench.py`` and ``test_real_pipelines_bench.py``
+(which need funlib.persistence, zarr and scipy in both, and gunpowder
+environments of their own: see that file) under this package and under the
 published daisy 2.0.0, one after the other, and print a markdown table of
 the median times.
 
@@ -49,6 +50,7 @@ BENCH_FILES = [
     HERE / "test_graph_bench.py",
     HERE / "test_pipeline_bench.py",
     HERE / "test_planning_bench.py",
+    HERE / "test_real_pipelines_bench.py",
 ]
 DEFAULT_OURS = REPO / ".venv" / "bin" / "python"
 DEFAULT_THEIRS = Path("/work/venvs/daisy200/bin/python")

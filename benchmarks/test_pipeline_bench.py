@@ -34,15 +34,15 @@ BLOCK = 64
 CONTEXT = 2
 
 
-def _prepare(base: str) -> np.ndarray:
+def _prepare(base: str, size: int = SIZE) -> np.ndarray:
     from funlib.persistence import prepare_ds
 
     rng = np.random.default_rng(7)
-    raw = rng.integers(0, 256, size=(SIZE,) * 3, dtype=np.uint8)
+    raw = rng.integers(0, 256, size=(size,) * 3, dtype=np.uint8)
     for name in ("raw", "smooth", "mask"):
         ds = prepare_ds(
             os.path.join(base, f"{name}.zarr"),
-            shape=(SIZE,) * 3,
+            shape=(size,) * 3,
             dtype=np.uint8,
             chunk_shape=(BLOCK,) * 3,
             mode="w",
@@ -52,10 +52,10 @@ def _prepare(base: str) -> np.ndarray:
     return raw
 
 
-def _tasks() -> list[daisy.Task]:
+def _tasks(size: int = SIZE) -> list[daisy.Task]:
     from bench_functions import smooth, threshold
 
-    total = daisy.Roi((0, 0, 0), (SIZE,) * 3)
+    total = daisy.Roi((0, 0, 0), (size,) * 3)
     write = daisy.Roi((0, 0, 0), (BLOCK,) * 3)
     read = write.grow((CONTEXT,) * 3, (CONTEXT,) * 3)
     smoothing = daisy.Task(
@@ -93,7 +93,7 @@ def _expected_mask(raw: np.ndarray) -> np.ndarray:
     return (_expected_smooth(raw) > 127).astype(np.uint8)
 
 
-def _datasets(monkeypatch) -> tuple[str, np.ndarray]:
+def _datasets(monkeypatch, size: int = SIZE) -> tuple[str, np.ndarray]:
     """A fresh directory with the pipeline's datasets, its path set where the
     functions (in this process and in workers) look for it; and the raw data."""
     base = tempfile.mkdtemp(prefix="daisy-bench-pipeline-")
@@ -103,15 +103,18 @@ def _datasets(monkeypatch) -> tuple[str, np.ndarray]:
 
     for name in bench_functions.PIPELINE_PATHS:
         bench_functions.PIPELINE_PATHS[name] = os.path.join(base, f"{name}.zarr")
-    return base, _prepare(base)
+    return base, _prepare(base, size)
 
 
-def test_smooth_then_threshold_pipeline(benchmark, monkeypatch):
-    base, raw = _datasets(monkeypatch)
+@pytest.mark.parametrize("size", [128, SIZE])
+def test_smooth_then_threshold_pipeline(benchmark, monkeypatch, size):
+    """At two sizes (8 and 64 blocks a task), so the run's fixed cost and
+    its cost per block separate."""
+    base, raw = _datasets(monkeypatch, size)
     daisy.logging.set_log_basedir(tempfile.mkdtemp(prefix="daisy-bench-logs-"))
 
     def once():
-        return daisy.run_blockwise(_tasks(), progress=False, summary=False)
+        return daisy.run_blockwise(_tasks(size), progress=False, summary=False)
 
     ok = benchmark.pedantic(once, rounds=3, iterations=1)
     assert ok is True
@@ -119,7 +122,7 @@ def test_smooth_then_threshold_pipeline(benchmark, monkeypatch):
 
     mask = open_ds(os.path.join(base, "mask.zarr"), mode="r")
     assert np.array_equal(mask[mask.roi], _expected_mask(raw))
-    benchmark.extra_info["blocks"] = 2 * (SIZE // BLOCK) ** 3
+    benchmark.extra_info["blocks"] = 2 * (size // BLOCK) ** 3
     report = getattr(daisy, "last_report", None)
     if report is not None and hasattr(daisy, "_daisy"):
         for task_id, task_report in report().tasks.items():

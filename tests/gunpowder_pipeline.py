@@ -6,9 +6,11 @@ through the pipeline; the written volume is checked against numpy.
 
 Run by ``tests/test_downstream_gunpowder.py`` in ``.venv-gunpowder``
 (gunpowder 1.4.4 needs zarr 2 and funlib.persistence 0.6, which the main
-environment's zarr 3 excludes). Usage: ``python gunpowder_pipeline.py
-OUT_DIR DAISY_WORKERS GUNPOWDER_WORKERS`` (the last is the node's
-``num_workers``); prints ``RESULT <run ok> <output exact> <max error>``."""
+environment's zarr 3 excludes), and by ``benchmarks/test_real_pipelines_bench.py``
+at two sizes. Usage: ``python gunpowder_pipeline.py OUT_DIR DAISY_WORKERS
+GUNPOWDER_WORKERS [SHAPE]`` (GUNPOWDER_WORKERS is the node's ``num_workers``;
+SHAPE, the volume's edge in voxels, a multiple of the 16-voxel block,
+64 unless given); prints ``RESULT <run ok> <output exact> <max error>``."""
 
 import sys
 from pathlib import Path
@@ -20,7 +22,8 @@ import zarr
 import daisy
 
 out_dir, n_workers, gp_workers = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-SHAPE, BLOCK, CONTEXT = 64, 16, 2
+SHAPE = int(sys.argv[4]) if len(sys.argv) > 4 else 64
+BLOCK, CONTEXT = 16, 2
 raw_data = np.arange(SHAPE**3, dtype=np.float32).reshape((SHAPE,) * 3) % 251
 container = zarr.open_group(str(out_dir / "data.zarr"), mode="w")
 for name in ("raw", "out"):
