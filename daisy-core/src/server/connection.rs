@@ -303,7 +303,7 @@ async fn handle_connection(
                 release(&shared, task, worker_id, conn_id, block, Some(error))
             }
             ClientMessage::Note { text } => {
-                shared.state_mut().ledger.note(task, &text);
+                shared.state_mut().note(task, &text);
                 Ok(ServerMessage::ReleaseAck)
             }
             ClientMessage::Disconnect => break,
@@ -418,7 +418,7 @@ async fn acquire(
             let retire = worker_id
                 .and_then(|id| st.workers.get(&id))
                 .is_some_and(|w| w.flags().retire);
-            if st.stopping || retire || st.scheduler.is_task_finished(task) {
+            if st.is_stopping() || retire || st.scheduler.is_task_finished(task) {
                 dismiss(st, worker_id, WorkerExit::Clean);
                 return ServerMessage::NoMoreBlocks;
             }
@@ -473,11 +473,10 @@ fn dismiss(st: &mut State, worker_id: Option<u32>, exit: WorkerExit) {
 /// one ready, and it is waiting instead of returning them (a worker
 /// function that takes blocks in pairs).
 fn self_blocking(st: &State, conn_id: u64) -> Option<u64> {
-    let mut held = st.outstanding.iter().filter(|(_, o)| o.conn == conn_id);
-    let (key, _) = held.next()?;
-    let others = st.outstanding.values().any(|o| o.conn != conn_id);
+    let (mine, others) = st.held_by(conn_id);
+    let key = mine?;
     let ready = st.scheduler.ready_tasks().next().is_some();
-    (!others && !ready).then(|| st.scheduler.graph().block(*key).spatial_id)
+    (!others && !ready).then(|| st.scheduler.graph().block(key).spatial_id)
 }
 
 fn release(
@@ -491,7 +490,7 @@ fn release(
     let mut guard = shared.state_mut();
     let st = &mut *guard;
     let key = block.key;
-    let owned = key.task == task && st.outstanding.get(&key).is_some_and(|o| o.conn == conn_id);
+    let owned = key.task == task && st.holds(conn_id, key);
     if !owned {
         // a late release (reclaimed after a timeout): refused politely
         return Ok(ServerMessage::Error {
@@ -534,33 +533,19 @@ fn release(
     };
     let round_trip = now.saturating_duration_since(out.sent).as_secs_f64();
     if let (true, Some(id), Some(stats)) = (done, worker_id, block.stats.as_ref()) {
-        st.live.peak_rss(id, stats.peak_rss_bytes);
+        st.note_peak_rss(id, stats.peak_rss_bytes);
     }
     let result = match verdict {
-        Returned::Done => {
-            st.note_round_trip(task, round_trip);
-            st.ledger.complete(
-                &mut st.scheduler,
-                &block,
-                Some(round_trip),
-                worker_id,
-                out.sent_wall,
-            )
-        }
+        Returned::Done => st.record_done(&block, round_trip, worker_id, out.sent_wall),
         Returned::Failed(reason) => {
-            st.ledger.fail(&mut st.scheduler, key, worker_id, reason);
+            st.record_failed(key, worker_id, reason);
             Ok(())
         }
         Returned::Unmeasured => {
             // not done: a rerun must measure it; and the run stops
             let why = policy::unmeasured_message(block.spatial_id, &st.task_id(task));
             st.stop_with(DaisyError::RunBroken(why));
-            st.ledger.fail(
-                &mut st.scheduler,
-                key,
-                worker_id,
-                "came back without measurements".into(),
-            );
+            st.record_failed(key, worker_id, "came back without measurements".into());
             Ok(())
         }
     };
@@ -812,7 +797,7 @@ mod tests {
             assert_eq!(st.admission.unmanaged_clients, 1);
             assert_eq!(st.admission.pending_hellos, [0, 0]);
             // the block of a client that said goodbye holding it is not lost
-            assert!(st.outstanding.is_empty(), "reclaimed at the disconnect");
+            assert!(st.none_out(), "reclaimed at the disconnect");
         }
 
         // a wrong token: closed without a word (a stranger learns nothing)
@@ -918,10 +903,7 @@ mod tests {
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(handler));
         assert!(caught.is_err());
         let st = shared.state();
-        assert!(
-            !st.outstanding.contains_key(&key),
-            "reclaimed as the handler unwound"
-        );
+        assert!(!st.is_out(key), "reclaimed as the handler unwound");
         let out = st.outcome(false);
         assert_eq!(out.failures.len(), 1);
         assert_eq!(

@@ -191,7 +191,7 @@ pub fn sweep(st: &mut State) {
             never_connected.push((slot.label(job), slot.task));
         }
     }
-    if st.stopping {
+    if st.is_stopping() {
         return;
     }
     for (label, task) in never_connected {
@@ -269,11 +269,12 @@ pub fn on_started(st: &mut State, job: u32, id: u32, cold: bool) {
 /// job ended): the job is closed and cancelled.
 pub fn on_lost(st: &mut State, job: u32, reason: &str) {
     let task_id = st.jobs.get(&job).map(|s| st.task_id(s.task));
+    let stopping = st.is_stopping();
     let Some(slot) = st.jobs.get_mut(&job) else {
         return;
     };
     slot.requests = None;
-    if !st.stopping {
+    if !stopping {
         tracing::warn!(
             "job {} of task {:?} lost its launcher ({reason}); its workers count as dead",
             slot.label(job),

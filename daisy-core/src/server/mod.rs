@@ -306,7 +306,7 @@ async fn main_loop<H: RunHooks>(
                 // every answer that came meanwhile, in one pass of the loop
                 let more = std::iter::from_fn(|| inbox.answers.try_recv().ok());
                 for checked in std::iter::once(checked).chain(more).flatten() {
-                    if let Err(e) = st.checks.answered(&mut st.scheduler, checked) {
+                    if let Err(e) = st.check_answered(checked) {
                         st.stop_with(e); // an interruption in a check
                     }
                 }
@@ -363,24 +363,15 @@ async fn main_loop<H: RunHooks>(
 
 /// Reclaim blocks past their deadline and kill their workers.
 fn sweep_timeouts(st: &mut State) {
-    let expired = policy::expired(
-        st.outstanding.iter().map(|(k, o)| (*k, o.deadline)),
-        Instant::now(),
-    );
-    for key in expired {
+    for key in st.expired(Instant::now()) {
         // a failed block of its worker, as a failure the worker reports is
-        let returned_by = st
-            .outstanding
-            .get(&key)
-            .and_then(|o| o.worker)
-            .map(|id| (id, false));
+        let returned_by = st.holder(key).map(|id| (id, false));
         let taken = st.take_back(key, live::BarOutcome::TimedOut, returned_by, Instant::now());
         let Some(out) = taken else {
             continue;
         };
         let spatial_id = st.scheduler.graph().block(key).spatial_id;
-        let retried = st.ledger.time_out(
-            &mut st.scheduler,
+        let retried = st.record_timed_out(
             key,
             out.worker,
             format!(
@@ -430,7 +421,7 @@ fn abandon_crashing_tasks(st: &mut State) {
 /// Start workers where policy says a task needs them; where the budget is
 /// spent, ask an idle worker of another task to leave.
 fn staff(st: &mut State, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
-    if st.stopping {
+    if st.is_stopping() {
         return;
     }
     let now = Instant::now();
@@ -459,8 +450,8 @@ fn needs_work(st: &mut State, t: TaskIndex) -> bool {
     }
     st.scheduler.skip_marked(t);
     let checked = st.scheduler.checks_pending(t).1 > 0;
-    if st.checks.checks(t) && !checked {
-        st.checks.ask_next(&mut st.scheduler, t);
+    if st.has_check(t) && !checked {
+        st.ask_next_check(t);
         return false;
     }
     !st.scheduler.is_task_finished(t) && st.scheduler.task_state(t).ready_count > 0
@@ -688,7 +679,7 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
     st.reclaim(|o| o.worker == Some(id), Some(id), &why);
     if status.is_some() {
         // its connection's end may have been seen first
-        st.ledger.explain_lost(&mut st.scheduler, id, &why);
+        st.explain_lost(id, &why);
     }
     let Some(w) = st.workers.get(&id) else {
         return;
@@ -713,7 +704,7 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
         st.tasks[flags.task].worker_left();
     }
     if let Some(why) = verdict.unexpected
-        && !st.stopping
+        && !st.is_stopping()
     {
         use std::os::unix::process::ExitStatusExt;
         let killed =
@@ -736,7 +727,7 @@ fn exit_text(st: &mut State, id: u32, status: Option<ExitStatus>) -> String {
         .is_some_and(|w| w.expected_exit.is_none());
     if unasked && status.signal() == Some(libc::SIGKILL) {
         let facts = st.kill_facts(id);
-        text.push_str(&supervision::sigkill_hint(facts, st.live.last_peak_rss(id)));
+        text.push_str(&supervision::sigkill_hint(facts, st.last_peak_rss(id)));
     }
     text
 }
@@ -807,8 +798,7 @@ async fn teardown(
     {
         let mut guard = shared.state_mut();
         let st = &mut *guard;
-        st.stopping = true;
-        st.set_interrupted(interrupted);
+        st.begin_stopping(interrupted);
         // no more warm starts: each launcher leaves once its workers have
         for slot in st.tasks.iter_mut().map(|t| &mut t.launcher) {
             if matches!(slot.phase, LauncherPhase::Active { .. }) {

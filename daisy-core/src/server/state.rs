@@ -12,7 +12,7 @@
 //! outstanding is refused.
 
 use super::admission::Admission;
-use super::checks::CheckStage;
+use super::checks::{CheckStage, Checked};
 use super::config::ServerConfig;
 use super::live::{
     BarOutcome, BlockBar, LiveDetail, LiveWindow, MAX_RECENT_FAILURES, RecentFailure, TaskPace,
@@ -416,13 +416,13 @@ pub struct State {
     /// The run's settings.
     pub config: ServerConfig,
     /// Which ready blocks are out for their task's check.
-    pub checks: CheckStage,
+    checks: CheckStage,
     /// Where workers' output is copied (log mode "both").
     output: OutputQueue,
     /// Where the server listens.
     addr: SocketAddr,
     /// Blocks out with workers.
-    pub outstanding: HashMap<BlockKey, Outstanding>,
+    outstanding: HashMap<BlockKey, Outstanding>,
     /// Every managed worker of the run, by id.
     pub workers: BTreeMap<u32, WorkerSlot>,
     /// The id the next worker gets.
@@ -434,14 +434,14 @@ pub struct State {
     /// clients without a worker id (`connection`'s to keep).
     pub admission: Admission,
     /// The run is ending: no more blocks, no more workers.
-    pub stopping: bool,
+    stopping: bool,
     /// The run was stopped from outside (Ctrl-C, SIGTERM, a hook): the
     /// blocks its killed workers held did not fail (see `reclaim`).
     interrupted: bool,
     /// Every managed worker's timeline, by id.
     pub timelines: BTreeMap<u32, WorkerTimeline>,
     /// The run's accounting.
-    pub ledger: RunLedger,
+    ledger: RunLedger,
     /// Why the run must stop at the next tick: a broken rule
     /// ([`DaisyError::RunBroken`]) or a hook that asked
     /// ([`DaisyError::Stopped`]). The first reason wins.
@@ -458,7 +458,7 @@ pub struct State {
     start_cold: Vec<u32>,
     /// Blocks returned since the last tick and the workers' last peak RSS
     /// (drained by `snapshot`).
-    pub live: LiveWindow,
+    live: LiveWindow,
     /// The OOM kills and the memory of running blocks, for the words on a
     /// worker the kernel killed.
     memory: MemoryWatch,
@@ -629,15 +629,129 @@ impl State {
         self.stop.take()
     }
 
-    /// The run is ending because it was stopped from outside (Ctrl-C,
-    /// SIGTERM, a hook): the blocks its killed workers held did not fail.
-    pub fn set_interrupted(&mut self, interrupted: bool) {
+    /// The run is ending: no more blocks and no more workers; when
+    /// `interrupted`, because it was stopped from outside (Ctrl-C,
+    /// SIGTERM, a hook), and the blocks its killed workers held did not
+    /// fail.
+    pub fn begin_stopping(&mut self, interrupted: bool) {
+        self.stopping = true;
         self.interrupted = interrupted;
+    }
+
+    /// Whether the run is ending (see [`State::begin_stopping`]).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping
+    }
+
+    /// Whether task `t` has a check function (its ready blocks go to the
+    /// check stage before a worker gets them).
+    pub fn has_check(&self, t: TaskIndex) -> bool {
+        self.checks.checks(t)
+    }
+
+    /// Send task `t`'s next ready blocks to its check, unless some are
+    /// there already.
+    pub fn ask_next_check(&mut self, t: TaskIndex) {
+        self.checks.ask_next(&mut self.scheduler, t);
+    }
+
+    /// A check's answers came back: the blocks found done are done, the
+    /// others ready for a worker; an error when the check was interrupted.
+    pub fn check_answered(&mut self, checked: Checked) -> Result<(), DaisyError> {
+        self.checks.answered(&mut self.scheduler, checked)
+    }
+
+    /// Whether connection `conn` holds block `key`.
+    pub fn holds(&self, conn: u64, key: BlockKey) -> bool {
+        self.outstanding.get(&key).is_some_and(|o| o.conn == conn)
+    }
+
+    /// One block connection `conn` holds (if any), and whether another
+    /// connection holds one.
+    pub fn held_by(&self, conn: u64) -> (Option<BlockKey>, bool) {
+        let mine = self
+            .outstanding
+            .iter()
+            .find(|(_, o)| o.conn == conn)
+            .map(|(k, _)| *k);
+        let others = self.outstanding.values().any(|o| o.conn != conn);
+        (mine, others)
+    }
+
+    /// Whether block `key` is out with a worker.
+    pub fn is_out(&self, key: BlockKey) -> bool {
+        self.outstanding.contains_key(&key)
+    }
+
+    /// Whether no block is out.
+    pub fn none_out(&self) -> bool {
+        self.outstanding.is_empty()
+    }
+
+    /// The blocks past their deadline at `now` (`policy::expired`).
+    pub fn expired(&self, now: Instant) -> Vec<BlockKey> {
+        policy::expired(self.outstanding.iter().map(|(k, o)| (*k, o.deadline)), now)
+    }
+
+    /// The worker daisy started that holds block `key`, if one does.
+    pub fn holder(&self, key: BlockKey) -> Option<u32> {
+        self.outstanding.get(&key).and_then(|o| o.worker)
+    }
+
+    /// Worker `worker`'s last block peaked at `bytes` of memory.
+    pub fn note_peak_rss(&mut self, worker: u32, bytes: u64) {
+        self.live.peak_rss(worker, bytes);
+    }
+
+    /// The peak memory of worker `worker`'s last block, if it reported one.
+    pub fn last_peak_rss(&self, worker: u32) -> Option<u64> {
+        self.live.last_peak_rss(worker)
+    }
+
+    /// A note the function of task `task` sent for the report.
+    pub fn note(&mut self, task: TaskIndex, text: &str) {
+        self.ledger.note(task, text);
+    }
+
+    /// Block `block` came back done from `worker` after `round_trip`
+    /// seconds (sent at `sent_wall`): marked and counted.
+    pub fn record_done(
+        &mut self,
+        block: &Block,
+        round_trip: f64,
+        worker: Option<u32>,
+        sent_wall: f64,
+    ) -> Result<(), DaisyError> {
+        self.note_round_trip(block.key.task, round_trip);
+        self.ledger.complete(
+            &mut self.scheduler,
+            block,
+            Some(round_trip),
+            worker,
+            sent_wall,
+        )
+    }
+
+    /// Block `key` failed on `worker`, `reason`: retried or failed for good.
+    pub fn record_failed(&mut self, key: BlockKey, worker: Option<u32>, reason: String) {
+        self.ledger.fail(&mut self.scheduler, key, worker, reason);
+    }
+
+    /// Block `key` timed out on `worker`, `reason`; whether it is retried.
+    pub fn record_timed_out(&mut self, key: BlockKey, worker: Option<u32>, reason: String) -> bool {
+        self.ledger
+            .time_out(&mut self.scheduler, key, worker, reason)
+    }
+
+    /// Worker `worker` was lost, `why`: its attempts that ended with its
+    /// connection say so.
+    pub fn explain_lost(&mut self, worker: u32, why: &str) {
+        self.ledger.explain_lost(&mut self.scheduler, worker, why);
     }
 
     /// A block of `task` came back after `seconds` (for the live metrics
     /// of the next tick).
-    pub fn note_round_trip(&mut self, task: TaskIndex, seconds: f64) {
+    fn note_round_trip(&mut self, task: TaskIndex, seconds: f64) {
         self.recent_round_trips.push((task, seconds));
     }
 
