@@ -251,7 +251,7 @@ async fn handle_connection(
         let st = shared.state();
         let hang_up = worker_id
             .and_then(|id| st.workers.get(&id))
-            .map(|w| w.hang_up.clone());
+            .map(|w| w.hang_up());
         let rt = &st.config.tasks[task];
         (rt.resource_tracking, rt.gpu_tracking, hang_up, rt.timeout)
     };
@@ -400,10 +400,8 @@ async fn acquire(
     conn_id: u64,
     ends_late_attempts: bool,
 ) -> ServerMessage {
-    if let Some(id) = worker_id
-        && let Some(tl) = shared.state_mut().timelines.get_mut(&id)
-    {
-        tl.on_acquire(Instant::now());
+    if let Some(id) = worker_id {
+        shared.state_mut().worker_acquires(id, Instant::now());
     }
     // a managed worker that waits this long for a block is handed back
     // (an unmanaged client is nobody's node to give back)
@@ -460,10 +458,10 @@ async fn acquire(
 fn dismiss(st: &mut State, worker_id: Option<u32>, exit: WorkerExit) {
     if let Some(w) = worker_id.and_then(|id| st.workers.get_mut(&id)) {
         w.dismissed();
-        w.expected_exit.get_or_insert(exit);
+        w.expect_exit_unless_known(exit);
     }
-    if let Some(tl) = worker_id.and_then(|id| st.timelines.get_mut(&id)) {
-        tl.on_dismiss(Instant::now());
+    if let Some(id) = worker_id {
+        st.worker_dismissed_at(id, Instant::now());
     }
 }
 
@@ -694,7 +692,7 @@ mod tests {
             let w = &st.workers[&7];
             assert!(w.flags().dismissed && !w.flags().waiting);
             assert_eq!(
-                w.expected_exit,
+                w.expected_exit(),
                 Some(WorkerExit::Idle),
                 "handed back, not a crash"
             );
@@ -729,7 +727,7 @@ mod tests {
         let (heard, _) = waiting_worker(&shared, 8, Duration::from_secs(3600)).await;
         assert_eq!(heard, None, "no reply while nothing is ready");
         let st = shared.state();
-        assert!(st.workers[&8].expected_exit.is_none(), "not dismissed");
+        assert!(st.workers[&8].expected_exit().is_none(), "not dismissed");
     }
 
     #[tokio::test(start_paused = true)]
@@ -763,7 +761,7 @@ mod tests {
             "{heard:?}"
         );
         assert!(after < idle, "after {after:?}");
-        assert_eq!(shared.state().workers[&7].expected_exit, None);
+        assert_eq!(shared.state().workers[&7].expected_exit(), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -98,11 +98,10 @@ pub fn start_in_job(
         outputs: None,
     }));
     if let Some(w) = st.workers.get_mut(&id) {
-        w.job = Some(job);
-        w.remote_kill = Some((id, weak));
+        w.hosted_by(job, (id, weak));
     }
-    if let (Some(label), Some(tl)) = (label, st.timelines.get_mut(&id)) {
-        tl.set_job(&label);
+    if let Some(label) = label {
+        st.worker_in_job(id, &label);
     }
     Ok(())
 }
@@ -229,12 +228,14 @@ pub fn attach(
     slot.connected = Some(Instant::now());
     slot.batch_job_id = batch_job_id.filter(|id| !id.is_empty() && id.len() <= 64);
     let label = slot.label(job);
-    for id in &slot.hosted {
-        if let Some(tl) = st.timelines.get_mut(id) {
-            tl.set_job(&label);
-        }
+    let (hosted, started) = (
+        slot.hosted.clone(),
+        (slot.task, queue, slot.exit_tx.clone(), slot.ended.clone()),
+    );
+    for id in hosted {
+        st.worker_in_job(id, &label);
     }
-    Some((slot.task, queue, slot.exit_tx.clone(), slot.ended.clone()))
+    Some(started)
 }
 
 /// Job `job`'s launcher has loaded the function.
@@ -251,15 +252,16 @@ pub fn on_started(st: &mut State, job: u32, id: u32, cold: bool) {
     if let Some(slot) = st.jobs.get_mut(&job) {
         slot.starts.push(Instant::now());
     }
-    if let Some(tl) = st.timelines.get_mut(&id) {
-        tl.started_as(if cold {
+    st.worker_started_as(
+        id,
+        if cold {
             StartKind::Cold
         } else {
             StartKind::Warm
-        });
-    }
+        },
+    );
     if let Some(w) = st.workers.get(&id)
-        && w.expected_exit.is_some()
+        && w.expected_exit().is_some()
     {
         w.kill();
     }
@@ -302,7 +304,7 @@ pub fn on_worker_exit(
     w: &WorkerSlot,
     id: u32,
 ) {
-    if let Some(slot) = w.job.and_then(|j| jobs.get_mut(&j)) {
+    if let Some(slot) = w.job().and_then(|j| jobs.get_mut(&j)) {
         slot.workers.remove(&id);
     }
 }
@@ -346,7 +348,6 @@ pub fn cancel_running(st: &State) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::worker_timeline::WorkerTimeline;
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     /// A job's launcher, scripted over an in-memory stream: the server
@@ -369,11 +370,9 @@ mod tests {
                 let mut st = shared.state_mut();
                 for id in [1, 2] {
                     let mut w = WorkerSlot::starting(0);
-                    w.job = Some(0);
-                    w.remote_kill = Some((id, tx.downgrade()));
+                    w.hosted_by(0, (id, tx.downgrade()));
                     st.workers.insert(id, w);
-                    st.timelines
-                        .insert(id, WorkerTimeline::new(id, Instant::now(), StartKind::Cold));
+                    st.timeline_begins(id, StartKind::Cold);
                     let _ = tx.send(LauncherRequest::Fork(super::super::state::ForkRequest {
                         worker_id: id,
                         context: format!("{{\"worker_id\":{id}}}"),
@@ -432,8 +431,9 @@ mod tests {
                 let job = &st.jobs[&0];
                 assert_eq!(job.label(0), "4711");
                 assert_eq!(job.starts.len(), 2);
-                assert_eq!(st.timelines[&1].record().job_id.as_deref(), Some("4711"));
-                assert_eq!(st.timelines[&1].record().start, StartKind::Warm);
+                let tl = st.timeline(1).unwrap();
+                assert_eq!(tl.record().job_id.as_deref(), Some("4711"));
+                assert_eq!(tl.record().start, StartKind::Warm);
                 let rec = &st.job_records(0)[0];
                 assert_eq!(rec.workers, vec![1, 2]);
                 assert!(rec.queue_wait.is_some() && rec.launcher_startup.is_some());

@@ -506,7 +506,7 @@ impl Session {
                 .state()
                 .workers
                 .get(&req.worker_id)
-                .is_none_or(|w| w.expected_exit.is_some());
+                .is_none_or(|w| w.expected_exit().is_some());
             if stopped {
                 let _ = self.exit_tx.send((req.worker_id, None));
                 return Ok(());
@@ -555,12 +555,10 @@ impl Session {
     /// that ended meanwhile) is killed now.
     fn on_forked(&self, worker_id: u32, pid: u32) {
         let mut st = self.shared.state_mut();
-        if let Some(tl) = st.timelines.get_mut(&worker_id) {
-            tl.restart_at(Instant::now(), StartKind::Warm);
-        }
+        st.worker_restarted(worker_id, StartKind::Warm);
         if let Some(w) = st.workers.get_mut(&worker_id) {
-            w.pid = Some(pid);
-            if w.expected_exit.is_some() {
+            w.forked(pid);
+            if w.expected_exit().is_some() {
                 w.kill();
             }
         }

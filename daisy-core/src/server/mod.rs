@@ -398,7 +398,7 @@ fn sweep_timeouts(st: &mut State) {
             }
         );
         if let Some(w) = out.worker.and_then(|id| st.workers.get_mut(&id)) {
-            w.expected_exit = Some(WorkerExit::Timeout);
+            w.expect_exit(WorkerExit::Timeout);
             w.kill();
         }
     }
@@ -537,8 +537,7 @@ fn start_worker(
     } else {
         StartKind::Cold
     };
-    st.timelines
-        .insert(id, WorkerTimeline::new(id, Instant::now(), kind));
+    st.timeline_begins(id, kind);
     let started = if in_job {
         let task_id = st.task_id(task);
         let context = launch(st, &task_id, id).context;
@@ -563,7 +562,7 @@ fn start_worker(
     };
     if let Err(e) = started {
         st.workers.remove(&id);
-        st.timelines.remove(&id);
+        st.timeline_forgotten(id);
         return Err(e);
     }
     st.worker_id_taken();
@@ -635,16 +634,11 @@ fn start_cold(
     };
     let task_id = st.task_id(task);
     let mut spawned = supervision::spawn(cmd, &launch(st, &task_id, id))?;
-    if let Some(tl) = st.timelines.get_mut(&id) {
-        tl.restart_at(Instant::now(), StartKind::Cold);
-    }
+    let polls = cmd.polls;
+    st.worker_restarted(id, StartKind::Cold);
     if let Some(w) = st.workers.get_mut(&id) {
-        w.job = None;
-        w.remote_kill = None;
-        w.pid = spawned.pid;
-        w.stop = std::mem::take(&mut spawned.stop);
-        w.polls = cmd.polls;
-        if w.expected_exit.is_some() {
+        w.started_cold(spawned.pid, std::mem::take(&mut spawned.stop), polls);
+        if w.expected_exit().is_some() {
             w.kill(); // stopped while it waited for its launcher
         }
     }
@@ -667,7 +661,7 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
         return; // its end was reported already (a job's, on two paths)
     }
     jobs::on_worker_exit(&mut st.jobs, w, id);
-    w.hang_up.cancel();
+    w.hang_up_now();
     let status_text = exit_text(st, id, status);
     // first, so that a block it still held marks it (`lost_block`) whether
     // its connection's end or its exit is seen first
@@ -687,9 +681,9 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
     // what its blocks left running in the background ends with it
     // (`crate::process_group`)
     if status.is_some() {
-        supervision::kill(w.pid, &[]);
+        supervision::kill(w.pid(), &[]);
     }
-    let (flags, expected) = (*w.flags(), w.expected_exit);
+    let (flags, expected) = (*w.flags(), w.expected_exit());
     let verdict = policy::classify_exit(
         expected,
         status.map(|s| s.success()),
@@ -697,9 +691,7 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
         &flags,
         st.scheduler.is_task_finished(flags.task),
     );
-    if let Some(tl) = st.timelines.get_mut(&id) {
-        tl.on_exit(Instant::now(), verdict.exit);
-    }
+    st.worker_ended(id, verdict.exit);
     if verdict.exit == WorkerExit::Left {
         st.tasks[flags.task].worker_left();
     }
@@ -724,7 +716,7 @@ fn exit_text(st: &mut State, id: u32, status: Option<ExitStatus>) -> String {
     let unasked = st
         .workers
         .get(&id)
-        .is_some_and(|w| w.expected_exit.is_none());
+        .is_some_and(|w| w.expected_exit().is_none());
     if unasked && status.signal() == Some(libc::SIGKILL) {
         let facts = st.kill_facts(id);
         text.push_str(&supervision::sigkill_hint(facts, st.last_peak_rss(id)));
@@ -808,24 +800,33 @@ async fn teardown(
         // workers whose warm start failed as the run ended never ran
         for id in st.take_start_cold() {
             if let Some(w) = st.workers.get_mut(&id) {
-                w.expected_exit = Some(WorkerExit::Clean);
+                w.expect_exit(WorkerExit::Clean);
             }
             on_worker_exit(st, id, None);
         }
         let now = Instant::now();
-        for (id, w) in st.workers.iter_mut().filter(|(_, w)| w.flags().alive) {
-            let connected = st.timelines.get(id).is_some_and(WorkerTimeline::connected);
+        let alive: Vec<u32> = st
+            .flags()
+            .filter(|(_, f)| f.alive)
+            .map(|(id, _)| id)
+            .collect();
+        for id in alive {
+            let connected = st.timeline(id).is_some_and(WorkerTimeline::connected);
+            if connected && !interrupted {
+                // teardown of the workers still alive counts from here
+                st.worker_dismissed_at(id, now);
+            }
+            let Some(w) = st.workers.get_mut(&id) else {
+                continue;
+            };
             if interrupted {
-                w.expected_exit = Some(WorkerExit::Interrupted);
+                w.expect_exit(WorkerExit::Interrupted);
                 w.kill();
             } else if !connected {
                 // still starting when the work ran out: not needed, so
                 // stopped now (its listener is gone), and not a crash
-                w.expected_exit = Some(WorkerExit::Clean);
+                w.expect_exit(WorkerExit::Clean);
                 w.kill();
-            } else if let Some(tl) = st.timelines.get_mut(id) {
-                // teardown of the workers still alive counts from here
-                tl.on_dismiss(now);
             }
             w.retire();
         }

@@ -29,7 +29,7 @@ use crate::run_report::{RunLedger, RunOutcome, last_line};
 use crate::scheduler::Scheduler;
 use crate::task_state::Abandonment;
 use crate::task_state::TaskState;
-use crate::worker_timeline::{JobRecord, WorkerExit, WorkerSummary, WorkerTimeline};
+use crate::worker_timeline::{JobRecord, StartKind, WorkerExit, WorkerSummary, WorkerTimeline};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -61,25 +61,25 @@ pub struct WorkerSlot {
     /// What policy knows of it.
     flags: WorkerFlags,
     /// Its process id.
-    pub pid: Option<u32>,
+    pid: Option<u32>,
     /// Set when the server killed or retired it on purpose.
-    pub expected_exit: Option<WorkerExit>,
+    expected_exit: Option<WorkerExit>,
     /// Its command's stop command, expanded (cancels remote work).
-    pub stop: Vec<String>,
+    stop: Vec<String>,
     /// Signalled when the worker's process is gone: its connection is then
     /// closed, so a remote half still running (a Dask task behind a local
     /// handle) learns it was dropped and stops (see `client`).
-    pub hang_up: CancellationToken,
+    hang_up: CancellationToken,
     /// The job hosting it (`server::jobs`), if it runs in one.
-    pub job: Option<u32>,
+    job: Option<u32>,
     /// How to kill it when it runs in a job: a request to its job's
     /// launcher (its pid is on another machine; nothing local is
     /// signalled). Weak, so that closing the job's queue is not held up by
     /// the workers it hosted.
-    pub remote_kill: Option<(u32, mpsc::WeakUnboundedSender<LauncherRequest>)>,
+    remote_kill: Option<(u32, mpsc::WeakUnboundedSender<LauncherRequest>)>,
     /// Its process is a local handle that learns of the remote worker's
     /// end only by polling (`WorkerCommand::polls`).
-    pub polls: bool,
+    polls: bool,
 }
 
 impl WorkerSlot {
@@ -104,6 +104,64 @@ impl WorkerSlot {
     /// What policy knows of it.
     pub fn flags(&self) -> &WorkerFlags {
         &self.flags
+    }
+
+    /// Its process id (None before it started, or where it runs in a job).
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// The job hosting it, if it runs in one.
+    pub fn job(&self) -> Option<u32> {
+        self.job
+    }
+
+    /// How the server expects it to end, when it killed, dismissed or
+    /// retired it on purpose.
+    pub fn expected_exit(&self) -> Option<WorkerExit> {
+        self.expected_exit
+    }
+
+    /// The server ends it on purpose, this way (a later reason wins).
+    pub fn expect_exit(&mut self, exit: WorkerExit) {
+        self.expected_exit = Some(exit);
+    }
+
+    /// The server ends it on purpose, this way, unless a reason is known.
+    pub fn expect_exit_unless_known(&mut self, exit: WorkerExit) {
+        self.expected_exit.get_or_insert(exit);
+    }
+
+    /// What its connection waits on to close when its process is gone.
+    pub fn hang_up(&self) -> CancellationToken {
+        self.hang_up.clone()
+    }
+
+    /// Its process is gone: its connection closes.
+    pub fn hang_up_now(&self) {
+        self.hang_up.cancel();
+    }
+
+    /// It runs in job `job`, killed by request `kill` to the job's launcher.
+    pub fn hosted_by(&mut self, job: u32, kill: (u32, mpsc::WeakUnboundedSender<LauncherRequest>)) {
+        self.job = Some(job);
+        self.remote_kill = Some(kill);
+    }
+
+    /// Its launcher forked it as process `pid`.
+    pub fn forked(&mut self, pid: u32) {
+        self.pid = Some(pid);
+    }
+
+    /// It was started again as a fresh interpreter here (its warm start
+    /// failed): process `pid`, its stop command `stop`, and whether the
+    /// process is a handle that polls for the worker's end.
+    pub fn started_cold(&mut self, pid: Option<u32>, stop: Vec<String>, polls: bool) {
+        self.job = None;
+        self.remote_kill = None;
+        self.pid = pid;
+        self.stop = stop;
+        self.polls = polls;
     }
 
     /// Ask it to leave at its next request (the budget is spent, or the
@@ -439,7 +497,7 @@ pub struct State {
     /// blocks its killed workers held did not fail (see `reclaim`).
     interrupted: bool,
     /// Every managed worker's timeline, by id.
-    pub timelines: BTreeMap<u32, WorkerTimeline>,
+    timelines: BTreeMap<u32, WorkerTimeline>,
     /// The run's accounting.
     ledger: RunLedger,
     /// Why the run must stop at the next tick: a broken rule
@@ -636,6 +694,66 @@ impl State {
     pub fn begin_stopping(&mut self, interrupted: bool) {
         self.stopping = true;
         self.interrupted = interrupted;
+    }
+
+    /// Worker `id`'s timeline begins now, its start `kind`.
+    pub fn timeline_begins(&mut self, id: u32, kind: StartKind) {
+        self.timelines
+            .insert(id, WorkerTimeline::new(id, Instant::now(), kind));
+    }
+
+    /// Worker `id` never started: it has no timeline.
+    pub fn timeline_forgotten(&mut self, id: u32) {
+        self.timelines.remove(&id);
+    }
+
+    /// Worker `id`'s timeline, to read.
+    pub fn timeline(&self, id: u32) -> Option<&WorkerTimeline> {
+        self.timelines.get(&id)
+    }
+
+    /// Worker `id` asks for a block at `now`.
+    pub fn worker_acquires(&mut self, id: u32, now: Instant) {
+        if let Some(tl) = self.timelines.get_mut(&id) {
+            tl.on_acquire(now);
+        }
+    }
+
+    /// Worker `id` was told at `now` there is no block for it: its
+    /// teardown counts from here.
+    pub fn worker_dismissed_at(&mut self, id: u32, now: Instant) {
+        if let Some(tl) = self.timelines.get_mut(&id) {
+            tl.on_dismiss(now);
+        }
+    }
+
+    /// Worker `id` runs in the job labelled `label`.
+    pub fn worker_in_job(&mut self, id: u32, label: &str) {
+        if let Some(tl) = self.timelines.get_mut(&id) {
+            tl.set_job(label);
+        }
+    }
+
+    /// Worker `id` was started as `kind` (a job's launcher said how).
+    pub fn worker_started_as(&mut self, id: u32, kind: StartKind) {
+        if let Some(tl) = self.timelines.get_mut(&id) {
+            tl.started_as(kind);
+        }
+    }
+
+    /// Worker `id`'s start begins again now, as `kind` (its warm start was
+    /// answered, or it starts cold after all).
+    pub fn worker_restarted(&mut self, id: u32, kind: StartKind) {
+        if let Some(tl) = self.timelines.get_mut(&id) {
+            tl.restart_at(Instant::now(), kind);
+        }
+    }
+
+    /// Worker `id` ended now, `exit`.
+    pub fn worker_ended(&mut self, id: u32, exit: WorkerExit) {
+        if let Some(tl) = self.timelines.get_mut(&id) {
+            tl.on_exit(Instant::now(), exit);
+        }
     }
 
     /// Whether the run is ending (see [`State::begin_stopping`]).
