@@ -453,8 +453,8 @@ _RUN_HELP = (
 )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``daisy`` command."""
+def _parser() -> argparse.ArgumentParser:
+    """The ``daisy`` command's parser: one subcommand per job."""
     parser = argparse.ArgumentParser(
         prog="daisy",
         description=_DESCRIPTION,
@@ -463,7 +463,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--version", action="version", version=f"daisy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_report_command(sub)
+    _add_compare_command(sub)
+    _add_status_command(sub)
+    return parser
 
+
+def _add_report_command(sub: Any) -> None:
+    """``daisy report``: the panel, a table or the HTML report of a run."""
     rep = sub.add_parser(
         "report",
         help="print the Resource Utilization panel of a run",
@@ -492,6 +499,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     rep.set_defaults(func=report_command)
 
+
+def _add_compare_command(sub: Any) -> None:
+    """``daisy compare``: the last run against the runs before it."""
     cmp_ = sub.add_parser(
         "compare",
         help="flag figures of the last run that got worse; exit status 1 if any",
@@ -519,6 +529,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     cmp_.set_defaults(func=compare_command)
 
+
+def _add_status_command(sub: Any) -> None:
+    """``daisy status``: where each tracking store stands."""
     st = sub.add_parser(
         "status",
         help="where each tracking store stands: done of total, left, last run, held now",
@@ -533,7 +546,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     st.set_defaults(func=status_command)
 
-    args = parser.parse_args(argv)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``daisy`` command."""
+    args = _parser().parse_args(argv)
     try:
         return int(args.func(args))
     except CliError as e:

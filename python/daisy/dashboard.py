@@ -239,6 +239,87 @@ class Watchers:
             self._changed.wait_for(lambda: watching <= self._served_final, timeout=LINGER_SECONDS)
 
 
+#: a timeline bar: task id, worker id, block, start, end, outcome
+_Bar = tuple[str, int | None, int, float, float, str]
+
+
+def _recent_bars(ticks: list[Any], cutoff: float) -> list[_Bar]:
+    """The last `MAX_BARS` bars of the ticks that ended after ``cutoff``,
+    oldest first."""
+    bars: list[_Bar] = []
+    for tick in reversed(ticks):
+        bars.extend(b for b in reversed(tick.bars()) if b[4] >= cutoff)
+        if len(bars) >= MAX_BARS:
+            break
+    return bars[:MAX_BARS][::-1]
+
+
+def _timeline_json(bars: list[_Bar], dropped: int) -> dict[str, Any]:
+    """The status's ``timeline``: the bars as columns."""
+    return {
+        "window_seconds": WINDOW_SECONDS,
+        "shown": len(bars),
+        "dropped": dropped,
+        "bars": {
+            "task_id": [b[0] for b in bars],
+            "worker_id": [b[1] for b in bars],
+            "block": [b[2] for b in bars],
+            "start": [b[3] for b in bars],
+            "end": [b[4] for b in bars],
+            "outcome": [b[5] for b in bars],
+        },
+    }
+
+
+def _task_row(
+    task_id: str,
+    s: Any,
+    pace: tuple[float, float | None, float | None],
+    finished: bool,
+    workers: int,
+    restarts: int,
+) -> dict[str, Any]:
+    """One task's row of the status: its counts, its pace (``rate, eta,
+    utilisation``), its live workers and their restarts. Once the run is
+    over nothing is processing any more (blocks cut short by an interrupt
+    wait for the next run), and a task that did not finish has no ETA."""
+    rate, eta, util = pace
+    held = s.processing_count
+    if finished:
+        held = 0
+        eta = 0.0 if s.is_done() else None
+    return {
+        "task_id": task_id,
+        "total": s.total_block_count,
+        "done": s.completed_count,
+        "skipped": s.skipped_count,
+        "failed": s.failed_count,
+        "orphaned": s.orphaned_count,
+        "pending": s.pending_count + s.ready_count + s.processing_count - held,
+        "processing": held,
+        "workers": workers,
+        "failed_attempts": s.failed_attempts,
+        "restarts": restarts,
+        "blocks_per_second": rate,
+        "eta_seconds": eta,
+        "utilisation": util,
+    }
+
+
+def _worker_json(row: tuple[Any, ...], now: float) -> dict[str, Any]:
+    """One listed worker of the status."""
+    wid, tid, block, since, rss, ok, failed = row
+    return {
+        "worker_id": wid,
+        "task_id": tid,
+        "block": block,
+        "age_seconds": None if since is None else max(0.0, now - since),
+        "last_peak_rss_bytes": rss,
+        "blocks_done": ok,
+        "blocks_failed": failed,
+    }
+
+
 def _pace(live: LiveDetail | None, n: int) -> list[tuple[float, float | None, float | None]]:
     pace = live.pace() if live is not None else []
     return pace if len(pace) == n else [(0.0, None, None)] * n
@@ -388,45 +469,21 @@ class Dashboard:
             ticks = list(self._ticks)
             dropped = self._dropped
         self._watchers.seen(viewer, final=summary is not None)
-        cutoff = now - WINDOW_SECONDS
-        bars: list[tuple[str, int | None, int, float, float, str]] = []
-        for tick in reversed(ticks):
-            bars.extend(b for b in reversed(tick.bars()) if b[4] >= cutoff)
-            if len(bars) >= MAX_BARS:
-                break
-        bars = bars[:MAX_BARS][::-1]
         pace = _pace(live, len(self._order))
         if summary is not None:
             # once finished, the run report's utilisation: the final word
             pace = [(0.0, 0.0, t["utilisation"]) for t in summary["tasks"]]
-        tasks = []
-        for i, s in enumerate(states):
-            rate, eta, util = pace[i]
-            held = s.processing_count
-            if summary is not None:
-                # the run is over: nothing is processing any more (blocks cut
-                # short by an interrupt wait for the next run), and a task
-                # that did not finish has no ETA
-                held = 0
-                eta = 0.0 if s.is_done() else None
-            tasks.append(
-                {
-                    "task_id": self._order[i],
-                    "total": s.total_block_count,
-                    "done": s.completed_count,
-                    "skipped": s.skipped_count,
-                    "failed": s.failed_count,
-                    "orphaned": s.orphaned_count,
-                    "pending": s.pending_count + s.ready_count + s.processing_count - held,
-                    "processing": held,
-                    "workers": workers[i] if i < len(workers) else 0,
-                    "failed_attempts": s.failed_attempts,
-                    "restarts": restarts[i] if i < len(restarts) else 0,
-                    "blocks_per_second": rate,
-                    "eta_seconds": eta,
-                    "utilisation": util,
-                }
+        tasks = [
+            _task_row(
+                self._order[i],
+                s,
+                pace[i],
+                summary is not None,
+                workers[i] if i < len(workers) else 0,
+                restarts[i] if i < len(restarts) else 0,
             )
+            for i, s in enumerate(states)
+        ]
         listed = [] if live is None or summary is not None else live.workers()
         return {
             "schema": SCHEMA,
@@ -435,31 +492,8 @@ class Dashboard:
             "started_at": self._started_at,
             "now": now,
             "tasks": tasks,
-            "timeline": {
-                "window_seconds": WINDOW_SECONDS,
-                "shown": len(bars),
-                "dropped": dropped,
-                "bars": {
-                    "task_id": [b[0] for b in bars],
-                    "worker_id": [b[1] for b in bars],
-                    "block": [b[2] for b in bars],
-                    "start": [b[3] for b in bars],
-                    "end": [b[4] for b in bars],
-                    "outcome": [b[5] for b in bars],
-                },
-            },
-            "workers": [
-                {
-                    "worker_id": wid,
-                    "task_id": tid,
-                    "block": block,
-                    "age_seconds": None if since is None else max(0.0, now - since),
-                    "last_peak_rss_bytes": rss,
-                    "blocks_done": ok,
-                    "blocks_failed": failed,
-                }
-                for wid, tid, block, since, rss, ok, failed in listed[:MAX_WORKERS_LISTED]
-            ],
+            "timeline": _timeline_json(_recent_bars(ticks, now - WINDOW_SECONDS), dropped),
+            "workers": [_worker_json(row, now) for row in listed[:MAX_WORKERS_LISTED]],
             "failures": {
                 "total": 0 if live is None else live.failures_total,
                 "last": [
