@@ -89,4 +89,19 @@ impl Admission {
     pub fn hello_heard(&mut self, door: Door) {
         self.pending_hellos[door as usize] -= 1;
     }
+
+    /// A connection was admitted: its handler runs.
+    pub fn opened(&mut self) {
+        self.open_connections += 1;
+    }
+
+    /// An admitted connection's handler ended.
+    pub fn closed(&mut self) {
+        self.open_connections = self.open_connections.saturating_sub(1);
+    }
+
+    /// A client connected without a worker id.
+    pub fn unmanaged_joined(&mut self) {
+        self.unmanaged_clients += 1;
+    }
 }

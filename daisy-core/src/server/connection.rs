@@ -133,7 +133,7 @@ pub fn spawn_accept_loop(shared: &Shared, listener: Listener) -> tokio::task::Jo
             match listener.accept().await {
                 Ok(None) => {}
                 Ok(Some((stream, door, here))) => {
-                    let id = shared.state_mut().admission.new_conn_id();
+                    let id = shared.state_mut().admission_mut().new_conn_id();
                     tokio::task::spawn_local(handle_connection(
                         shared.clone(),
                         stream,
@@ -171,8 +171,7 @@ fn admit(
         .map_err(|e| Some(e.to_string()))?;
     match worker_id {
         None => {
-            st.admission.unmanaged_clients += 1;
-            st.tasks[task].unmanaged_clients += 1;
+            st.unmanaged_client_joined(task);
         }
         Some(id) => match st.workers.get(&id) {
             Some(w) if w.flags().task == task && w.flags().alive => {}
@@ -196,7 +195,7 @@ async fn handle_connection(
     // a stranger gets a tiny frame allowance, and only so many at once
     conn.codec_mut()
         .set_max_frame_length(protocol::MAX_HELLO_BYTES);
-    let full = !shared.state_mut().admission.expect_hello(door);
+    let full = !shared.state_mut().admission_mut().expect_hello(door);
     if full {
         tracing::debug!("deferred a connection through {door}");
         // read the hello (so closing sends no reset that could swallow the
@@ -212,7 +211,7 @@ async fn handle_connection(
         return;
     }
     let hello = tokio::time::timeout(HELLO_TIMEOUT, recv(&mut conn)).await;
-    shared.state_mut().admission.hello_heard(door);
+    shared.state_mut().admission_mut().hello_heard(door);
     conn.codec_mut()
         .set_max_frame_length(protocol::MAX_FRAME_BYTES);
     let (token, task_id, worker_id) = match hello {
@@ -262,7 +261,7 @@ async fn handle_connection(
         conn_id,
         worker_id,
     };
-    shared.state_mut().admission.open_connections += 1;
+    shared.state_mut().admission_mut().opened();
     // a worker the server did not start ends its own late attempts
     // (`block_deadline`), unless it is a thread of the driver itself, which
     // nothing may end: its late attempts are refused as before
@@ -351,8 +350,7 @@ impl Drop for ReclaimOnDrop {
         let Some(mut st) = self.shared.try_state_mut() else {
             return;
         };
-        let open = &mut st.admission.open_connections;
-        *open = open.saturating_sub(1);
+        st.admission_mut().closed();
         if let Some(w) = worker_id.and_then(|id| st.workers.get(&id)) {
             w.on_connection_end();
         }
@@ -612,7 +610,7 @@ mod tests {
         let begun = tokio::time::Instant::now();
         let silent = async {
             tokio::time::sleep(HELLO_TIMEOUT / 2).await;
-            let waiting = shared.state().admission.pending_hellos[Door::Tcp as usize];
+            let waiting = shared.state().admission().pending_hellos[Door::Tcp as usize];
             let mut buf = [0u8; 16];
             let n = theirs.read(&mut buf).await.unwrap();
             (waiting, n, tokio::time::Instant::now() - begun)
@@ -628,8 +626,8 @@ mod tests {
             "closed after {waited:?}"
         );
         let st = shared.state();
-        assert_eq!(st.admission.pending_hellos, [0, 0], "no longer waiting");
-        assert_eq!(st.admission.unmanaged_clients, 0);
+        assert_eq!(st.admission().pending_hellos, [0, 0], "no longer waiting");
+        assert_eq!(st.admission().unmanaged_clients, 0);
     }
 
     /// A managed worker of task "b" (waiting for "a") that says hello and
@@ -792,8 +790,8 @@ mod tests {
         );
         {
             let st = shared.state();
-            assert_eq!(st.admission.unmanaged_clients, 1);
-            assert_eq!(st.admission.pending_hellos, [0, 0]);
+            assert_eq!(st.admission().unmanaged_clients, 1);
+            assert_eq!(st.admission().pending_hellos, [0, 0]);
             // the block of a client that said goodbye holding it is not lost
             assert!(st.none_out(), "reclaimed at the disconnect");
         }
@@ -828,13 +826,13 @@ mod tests {
             }
             other => panic!("expected an error, got {other:?}"),
         }
-        assert_eq!(shared.state().admission.unmanaged_clients, 1);
+        assert_eq!(shared.state().admission().unmanaged_clients, 1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_full_door_says_busy_and_the_other_door_still_welcomes() {
         let shared = shared_state("s3cret");
-        shared.state_mut().admission.pending_hellos[Door::Tcp as usize] = MAX_PENDING_HELLOS;
+        shared.state_mut().admission_mut().pending_hellos[Door::Tcp as usize] = MAX_PENDING_HELLOS;
         let (ours, theirs) = tokio::io::duplex(4096);
         let crowded = async {
             let mut conn = peer(theirs);
@@ -849,7 +847,7 @@ mod tests {
             Some(ServerMessage::Error { message }) => assert_eq!(message, protocol::BUSY),
             other => panic!("expected busy, got {other:?}"),
         }
-        assert!(shared.state().admission.door_was_full[Door::Tcp as usize]);
+        assert!(shared.state().admission().door_was_full[Door::Tcp as usize]);
         // this machine's workers come through the local socket, not held up
         let (ours, theirs) = tokio::io::duplex(4096);
         let local = async {

@@ -771,7 +771,7 @@ async fn drain_clients(shared: &Shared) {
         let ended = shared.changes();
         tokio::pin!(ended);
         ended.as_mut().enable();
-        if shared.state().admission.open_connections() == 0
+        if shared.state().admission().open_connections() == 0
             || tokio::time::timeout_at(deadline, ended).await.is_err()
         {
             return;

@@ -490,7 +490,7 @@ pub struct State {
     pub tasks: PerTask<TaskSlot>,
     /// The connections: accepted, waiting to say hello, open, and the
     /// clients without a worker id (`connection`'s to keep).
-    pub admission: Admission,
+    admission: Admission,
     /// The run is ending: no more blocks, no more workers.
     stopping: bool,
     /// The run was stopped from outside (Ctrl-C, SIGTERM, a hook): the
@@ -754,6 +754,24 @@ impl State {
         if let Some(tl) = self.timelines.get_mut(&id) {
             tl.on_exit(Instant::now(), exit);
         }
+    }
+
+    /// The connections: who may come in, who is waiting to say hello,
+    /// how many are open (`connection` changes it through
+    /// [`State::admission_mut`]).
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// The connections, to change (`connection` admits and closes them).
+    pub fn admission_mut(&mut self) -> &mut Admission {
+        &mut self.admission
+    }
+
+    /// A client of task `task` connected without a worker id.
+    pub fn unmanaged_client_joined(&mut self, task: TaskIndex) {
+        self.admission.unmanaged_joined();
+        self.tasks[task].unmanaged_clients += 1;
     }
 
     /// Whether the run is ending (see [`State::begin_stopping`]).
