@@ -147,6 +147,41 @@ def test_a_logging_handler_of_the_user_is_flushed(user_module, warm):
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_file_held_by_an_object_in_a_reference_cycle_from_import_holds_every_block(
+    user_module, warm
+):
+    """A results file opened when the module is imported, held by an
+    object in a reference cycle (only the garbage collector frees it, at
+    the interpreter's exit) and written at every block: every line is in
+    the file after the run. A worker's exit may skip collecting what its
+    launcher loaded (`daisy._worker.freeze_loaded`), but never the data
+    of a file."""
+    cyclic, evidence = user_module(
+        "cyclic_results",
+        """
+            import os
+
+            class Results:
+                def __init__(self, path):
+                    self.file = open(path, "a")
+                    self.me = self  # freed only by the garbage collector
+
+                def add(self, n):
+                    self.file.write(f"{n}\\n")
+
+            # opened at import: in the launcher for forked workers (who share
+            # its file description, appending), in each cold worker for itself
+            _results = Results(os.path.join(os.environ["EVIDENCE"], f"cyc-{os.getpid()}.csv"))
+
+            def process(block):
+                _results.add(block.block_id[1])
+            """,
+    )
+    assert daisy.run_blockwise([task_of("cyclic", cyclic.process, warm)])
+    assert blocks_written(evidence, "cyc-*.csv") == list(range(N_BLOCKS))
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 def test_an_h5py_file_opened_at_module_level_is_readable_after_the_run(user_module, warm):
     h5py = pytest.importorskip("h5py", reason="h5py is in the test extra")
     h5_results, evidence = user_module(
