@@ -495,6 +495,22 @@ def test_failed_run_returns_false_and_summary_lists_failures(log_dir, capsys):
     assert "Traceback" in err
 
 
+def test_a_servers_failure_notes_name_the_logs_of_its_own_run(log_dir, tmp_path):
+    """The worker logs a run's notes name are where that run wrote them,
+    though the log base directory was changed since (a notebook's next
+    cell, or another run of the process): the run keeps its own."""
+
+    def process(block):
+        if block.block_id[1] == 1:
+            raise RuntimeError("boom")
+
+    server = daisy.Server()
+    server.run_blockwise(line_task("failing", 4, process, max_workers=1), progress=False)
+    daisy.logging.set_log_basedir(tmp_path / "elsewhere")
+    notes = "\n".join(server.failure_notes()["failing"])
+    assert f"worker logs: {log_dir.absolute() / 'failing' / 'worker_0.err'}" in notes, notes
+
+
 def test_successful_run_returns_true_and_summary_says_so(log_dir, capsys):
     task = line_task("fine", 3, lambda b: None)
     assert daisy.run_blockwise(task, progress=False) is True

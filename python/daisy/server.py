@@ -284,6 +284,8 @@ class _RunPlan:
     observers: list[ProgressObserver]
     events: StateEvents
     views: _RunViews
+    #: the log base directory when the run began: its workers' logs are there
+    log_dir: Path | None
 
 
 def _final_counts(plan: _RunPlan, result: RunResult) -> BaseException | None:
@@ -424,6 +426,7 @@ class Server(ServerObservee):
         self._states: dict[str, TaskState] = {}
         self._task_map: dict[str, Any] = {}
         self._block_tracking = True
+        self._log_dir: Path | None = None
 
     def run_blockwise(
         self,
@@ -480,6 +483,7 @@ class Server(ServerObservee):
             observers=default_observers(order, progress, progress_interval),
             events=StateEvents(self),
             views=views,
+            log_dir=log_dir,
         )
         try:
             return self._run(plan)
@@ -612,6 +616,7 @@ class Server(ServerObservee):
         self._failed_blocks = list(result.failed_blocks)
         self._task_map = plan.task_map
         self._block_tracking = plan.block_tracking
+        self._log_dir = plan.log_dir
         self.abandoned = list(result.abandoned)
         self.unmanaged_clients = result.unmanaged_clients
         for tid, reason in self.abandoned:
@@ -763,8 +768,9 @@ class Server(ServerObservee):
         return [f"Next: {same}rerun to retry the failed blocks ({self._rerun_note(task)})"]
 
     def _worker_log_lines(self, tid: str) -> list[str]:
-        """Where the logs of the task's workers that failed a block are."""
-        log_dir = daisy_logging.get_log_basedir()
+        """Where the logs of the task's workers that failed a block are (in
+        the log base directory of the run, not today's)."""
+        log_dir = self._log_dir
         workers = sorted(
             {f.worker_id for f in self.failures if f.task_id == tid and f.worker_id is not None}
         )
