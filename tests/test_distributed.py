@@ -511,6 +511,22 @@ def test_a_servers_failure_notes_name_the_logs_of_its_own_run(log_dir, tmp_path)
     assert f"worker logs: {log_dir.absolute() / 'failing' / 'worker_0.err'}" in notes, notes
 
 
+def test_a_servers_rerun_advice_names_the_store_its_run_marked(log_dir, tmp_path):
+    """The store a run's rerun advice names is the one the run marked its
+    done blocks in, though the tracking base directory was changed since."""
+
+    def process(block):
+        if block.block_id[1] == 1:
+            raise RuntimeError("boom")
+
+    daisy.set_tracking_basedir(tmp_path / "marks")
+    server = daisy.Server()
+    server.run_blockwise(line_task("failing", 4, process, max_workers=1), progress=False)
+    daisy.set_tracking_basedir(tmp_path / "elsewhere")
+    notes = "\n".join(server.failure_notes()["failing"])
+    assert f"tracking store at {tmp_path / 'marks' / 'failing'}" in notes, notes
+
+
 def test_successful_run_returns_true_and_summary_says_so(log_dir, capsys):
     task = line_task("fine", 3, lambda b: None)
     assert daisy.run_blockwise(task, progress=False) is True

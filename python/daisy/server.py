@@ -286,6 +286,8 @@ class _RunPlan:
     views: _RunViews
     #: the log base directory when the run began: its workers' logs are there
     log_dir: Path | None
+    #: each task's tracking store when the run began: its marks are there
+    stores: dict[str, Path | None]
 
 
 def _final_counts(plan: _RunPlan, result: RunResult) -> BaseException | None:
@@ -427,6 +429,7 @@ class Server(ServerObservee):
         self._task_map: dict[str, Any] = {}
         self._block_tracking = True
         self._log_dir: Path | None = None
+        self._stores: dict[str, Path | None] = {}
 
     def run_blockwise(
         self,
@@ -484,6 +487,7 @@ class Server(ServerObservee):
             events=StateEvents(self),
             views=views,
             log_dir=log_dir,
+            stores={tid: t.tracking_path for tid, t in task_map.items()},
         )
         try:
             return self._run(plan)
@@ -617,6 +621,7 @@ class Server(ServerObservee):
         self._task_map = plan.task_map
         self._block_tracking = plan.block_tracking
         self._log_dir = plan.log_dir
+        self._stores = plan.stores
         self.abandoned = list(result.abandoned)
         self.unmanaged_clients = result.unmanaged_clients
         for tid, reason in self.abandoned:
@@ -669,9 +674,11 @@ class Server(ServerObservee):
         )
 
     def _rerun_note(self, task: Any) -> str:
-        """What a rerun of ``task`` skips: how its done blocks are known."""
-        if task is not None and task.tracking_path is not None and self._block_tracking:
-            return f"done blocks are skipped: tracking store at {task.tracking_path}"
+        """What a rerun of ``task`` skips: how its done blocks are known (the
+        store this run marked them in, though the base directory changed)."""
+        store = None if task is None else self._stores.get(task.task_id)
+        if store is not None and self._block_tracking:
+            return f"done blocks are skipped: tracking store at {store}"
         if task is not None and task._pre_check is not None:
             return "done blocks are skipped: the task's check_function finds them"
         return (
