@@ -18,8 +18,9 @@ import pytest
 import daisy
 
 
-def wait_until(condition: Any, what: str, timeout: float = 30.0) -> None:
-    """Poll `condition` every 10 ms until it holds, instead of sleeping a
+def wait_until(condition: Any, what: str, timeout: float = 30.0, interval: float = 0.01) -> None:
+    """Poll `condition` every `interval` seconds (10 ms; more where asking
+    costs, as a SLURM query does) until it holds, instead of sleeping a
     fixed time and hoping: as fast as the machine allows, and sturdy on a
     loaded one. Fails naming `what` after `timeout` seconds (a generous
     deadline: only a hang misses it)."""
@@ -29,7 +30,7 @@ def wait_until(condition: Any, what: str, timeout: float = 30.0) -> None:
     while not condition():
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: not so after {timeout:.0f} s")
-        time.sleep(0.01)
+        time.sleep(interval)
 
 
 def roi(offset: Sequence[int], shape: Sequence[int]) -> daisy.Roi:

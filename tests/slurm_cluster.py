@@ -11,9 +11,10 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 CONF = """\
 ClusterName=daisytest
@@ -40,6 +41,32 @@ JobAcctGatherType=jobacct_gather/none
 NodeName={host} CPUs={cpus} RealMemory=2000 State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 """
+
+
+def _wait(condition: Callable[[], Any], timeout: float) -> Any:
+    """Poll `condition` every 50 ms until it is true (its value), or
+    `timeout` seconds pass (its last value): startup and shutdown as fast
+    as the machine allows, and sturdy on a loaded one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def _controller_up(env: dict[str, str]) -> bool:
+    """Whether slurmctld answers (``scontrol ping``)."""
+    out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=env).stdout
+    return "UP" in out
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (and is not a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _pid(path: Path) -> int | None:
@@ -74,13 +101,13 @@ def slurm_cluster(directory: Path) -> Iterator[dict[str, str]]:
         Path("/run/munge").mkdir(parents=True, exist_ok=True)
         shutil.chown("/run/munge", "munge", "munge")
         subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged"], check=True)
-        time.sleep(0.5)
-        # munged writes its pid file; pgrep would also match zombies
-        pid = _pid(Path("/run/munge/munged.pid"))
+        # munged writes its pid file once it serves; pgrep would also match zombies
+        pid = _wait(lambda: _pid(Path("/run/munge/munged.pid")), 10)
         if pid:
             started.append(pid)
     subprocess.run(["/usr/sbin/slurmctld", "-f", str(conf)], check=True, env=env)
-    time.sleep(1)
+    # slurmd registers with a controller that answers
+    _wait(lambda: _controller_up(env), 30)
     subprocess.run(["/usr/sbin/slurmd", "-f", str(conf)], check=True, env=env)
     try:
         deadline = time.time() + 30
@@ -95,6 +122,7 @@ def slurm_cluster(directory: Path) -> Iterator[dict[str, str]]:
             raise RuntimeError(f"the SLURM node did not come up:\n{(d / 'slurmd.log').read_text()}")
         yield env
     finally:
+        stopped = [p for p in (_pid(d / f) for f in ("slurmd.pid", "slurmctld.pid")) if p]
         for pidfile in ("slurmd.pid", "slurmctld.pid"):
             pid = _pid(d / pidfile)
             if pid:
@@ -107,4 +135,5 @@ def slurm_cluster(directory: Path) -> Iterator[dict[str, str]]:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        time.sleep(1)
+        # gone before the next cluster starts on the same ports
+        _wait(lambda: not any(_alive(p) for p in stopped + started), 10)

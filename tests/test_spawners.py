@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import line_task
+from conftest import line_task, wait_until
 from slurm_cluster import slurm_cluster
 
 import daisy
@@ -40,12 +40,35 @@ def our_jobs() -> list[str]:
     return [line for line in out.split() if line.startswith("daisy-")]
 
 
-def jobs_or_none() -> list[str]:
-    """`our_jobs` for background threads: empty when squeue is unavailable."""
+def jobs_or_none(states: str | None = None) -> list[str]:
+    """`our_jobs` for background threads (those in ``states``, e.g.
+    ``"RUNNING"``, where given): empty when squeue is unavailable."""
+    cmd = ["squeue", "--noheader", "--format=%j"]
+    if states is not None:
+        cmd.append(f"--states={states}")
     try:
-        return our_jobs()
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     except subprocess.CalledProcessError:
         return []
+    return [line for line in out.split() if line.startswith("daisy-")]
+
+
+def no_job_left() -> None:
+    """Every job of ours leaves the queue (a job may show as completing for
+    a moment after its run returned): polled, with a deadline for hangs."""
+    wait_until(lambda: our_jobs() == [], "every job of the run left the queue", 15, 0.1)
+
+
+def a_running_job(timeout: float = 60) -> str | None:
+    """The name of a job of ours once one runs (its worker is starting or
+    working), polled; None after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = jobs_or_none("RUNNING")
+        if running:
+            return running[0]
+        time.sleep(0.1)
+    return None
 
 
 def pipeline(tmp_path, spawner, workers=4, sleep=0.05, kill_marker=None):
@@ -101,8 +124,7 @@ def test_slurm_runs_a_two_task_pipeline_with_four_workers(tmp_path, slurm):
 
     ids = zarr.open_group(str(tmp_path / "tracking" / "a"), mode="r")["worker_id"][:]
     assert set(ids.tolist()) <= set(report.workers.by_id)
-    time.sleep(0.5)
-    assert our_jobs() == []
+    no_job_left()
 
 
 def test_slurm_interrupted_run_leaves_no_job(tmp_path, slurm):
@@ -110,10 +132,7 @@ def test_slurm_interrupted_run_leaves_no_job(tmp_path, slurm):
     tasks, _ = pipeline(tmp_path, daisy.SlurmSpawner(cpus=1), workers=2, sleep=5.0)
 
     def interrupt_when_running():
-        deadline = time.time() + 30
-        while time.time() < deadline and not jobs_or_none():
-            time.sleep(0.2)
-        time.sleep(1.0)
+        a_running_job()
         import _thread
 
         _thread.interrupt_main()
@@ -123,10 +142,7 @@ def test_slurm_interrupted_run_leaves_no_job(tmp_path, slurm):
     with pytest.raises(KeyboardInterrupt):
         daisy.run_blockwise(tasks, progress=False, summary=False)
     t.join()
-    deadline = time.time() + 15
-    while time.time() < deadline and our_jobs():
-        time.sleep(0.5)
-    assert our_jobs() == []
+    no_job_left()
 
 
 def test_slurm_cancelled_job_is_retried_and_replaced(tmp_path, slurm):
@@ -135,15 +151,15 @@ def test_slurm_cancelled_job_is_retried_and_replaced(tmp_path, slurm):
     cancelled = []
 
     def cancel_one():
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            jobs = jobs_or_none()
-            if jobs:
-                time.sleep(1.0)
-                subprocess.run(["scancel", "--name", jobs[0]], check=False)
-                cancelled.append(jobs[0])
-                return
-            time.sleep(0.2)
+        # a job whose worker is at work: task a has finished a block (its
+        # workers have about 2 s of blocks left)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (np.load(path)[0] >= 0).any():
+            time.sleep(0.05)
+        job = a_running_job()
+        if job is not None:
+            subprocess.run(["scancel", "--name", job], check=False)
+            cancelled.append(job)
 
     t = threading.Thread(target=cancel_one)
     t.start()
@@ -225,8 +241,7 @@ def test_slurm_idle_jobs_are_handed_back_and_a_cancelled_job_loses_nothing(tmp_p
     assert b.handed_back >= 1, b.exits
     assert b.count <= b.handed_back + b.exits.get("error", 0) + 2, b.exits
     assert b.idle_seconds < kept_b.idle_seconds, (b.idle_seconds, kept_b.idle_seconds)
-    time.sleep(0.5)
-    assert our_jobs() == []
+    no_job_left()
 
 
 @pytest.fixture(scope="module")
@@ -367,8 +382,7 @@ def test_slurm_eight_workers_in_two_jobs_fork_from_one_launcher(tmp_path, slurm)
     assert w.exits.get("error", 0) == 1, w.exits
     assert len(list(pids.iterdir())) == 9
     assert "9 workers in 2 jobs; queue wait mean" in server.last_report.render()
-    time.sleep(0.5)
-    assert our_jobs() == []
+    no_job_left()
 
 
 def _key_paths(value, prefix=""):
@@ -468,8 +482,7 @@ def test_slurm_four_workers_per_job_report_as_one_job_per_worker(tmp_path, slurm
     paths_1, paths_4 = _key_paths(report_1.to_dict()), _key_paths(report_4.to_dict())
     assert {p for p in paths_4 - paths_1 if not p.startswith("/workers/jobs")} <= only_in_jobs
     assert paths_1 <= paths_4, paths_1 - paths_4
-    time.sleep(0.5)
-    assert our_jobs() == []
+    no_job_left()
 
 
 def _job_states() -> dict[str, str]:
@@ -580,8 +593,7 @@ def test_slurm_workers_keep_what_user_code_left_for_exit(tmp_path, slurm, monkey
     assert sum(int(p.read_text()) for p in evidence.glob("summary-*.txt")) == 40
     for task in tasks:
         assert server.last_report[task.task_id].workers.exits.get("clean", 0) >= 1
-    time.sleep(0.5)
-    assert our_jobs() == []
+    no_job_left()
 
 
 def test_dask_workers_keep_what_user_code_left_for_exit(tmp_path, dask_cluster, monkeypatch):
