@@ -112,10 +112,13 @@ def _interleaved_loop(out: Path, combined: bool):
                     times[measure].append((time.perf_counter() - start) / n)
                 held[measure] = block
             order.reverse()
-        for client in clients.values():
-            client.disconnect()
+        # written before the clients leave: once no connection is open the
+        # run ends, and this process, which never connected as the task's
+        # worker, is stopped at once as a worker not needed
         result = {"tracked": times[True], "plain": times[False]}
         (out / "result.json").write_text(json.dumps(result))
+        for client in clients.values():
+            client.disconnect()
 
     return loop
 

@@ -169,16 +169,30 @@ struct SamplerState {
     shutdown: bool,
 }
 
+/// The sampler's state and the signal that wakes its thread (a block
+/// started, or the profiler is gone).
+#[derive(Default)]
+struct SamplerShared {
+    state: Mutex<SamplerState>,
+    wake: Condvar,
+}
+
+impl SamplerShared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SamplerState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// A thread that samples while a block runs and sleeps otherwise: started
 /// at the first block and kept (starting a thread per block cost 160 µs).
 struct Sampler {
-    shared: Arc<(Mutex<SamplerState>, Condvar)>,
+    shared: Arc<SamplerShared>,
     handle: Option<JoinHandle<()>>,
 }
 
 impl Sampler {
     fn start(source: Arc<dyn GpuSource>, pid: u32, devices: Vec<u32>) -> Option<Self> {
-        let shared = Arc::new((Mutex::new(SamplerState::default()), Condvar::new()));
+        let shared = Arc::new(SamplerShared::default());
         let theirs = shared.clone();
         let handle = std::thread::Builder::new()
             .name("daisy-gpu-sampler".into())
@@ -191,7 +205,7 @@ impl Sampler {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SamplerState> {
-        self.shared.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.lock()
     }
 
     /// A block starts: sample for it from now on (`device_util`: also the
@@ -203,7 +217,7 @@ impl Sampler {
             device_util_wanted: device_util,
             ..Samples::default()
         };
-        self.shared.1.notify_all();
+        self.shared.wake.notify_all();
     }
 
     /// The block ended: what was seen during it.
@@ -217,21 +231,16 @@ impl Sampler {
 impl Drop for Sampler {
     fn drop(&mut self) {
         self.lock().shutdown = true;
-        self.shared.1.notify_all();
+        self.shared.wake.notify_all();
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
     }
 }
 
-fn sampler_loop(
-    shared: &(Mutex<SamplerState>, Condvar),
-    source: &dyn GpuSource,
-    pid: u32,
-    devices: &[u32],
-) {
-    let (lock, cvar) = shared;
-    let mut st = lock.lock().unwrap_or_else(|p| p.into_inner());
+fn sampler_loop(shared: &SamplerShared, source: &dyn GpuSource, pid: u32, devices: &[u32]) {
+    let cvar = &shared.wake;
+    let mut st = shared.lock();
     loop {
         if st.shutdown {
             return;
@@ -254,7 +263,7 @@ fn sampler_loop(
         drop(st);
         let mut one = Samples::default();
         sample(source, pid, devices, &mut one, want_util);
-        st = lock.lock().unwrap_or_else(|p| p.into_inner());
+        st = shared.lock();
         if st.block == block {
             st.seen.merge(one);
         }
