@@ -56,7 +56,7 @@ from daisy.server_observer import ServerObservee, StateEvents
 from daisy.spawners import advertised_host, warm_starts_enabled
 from daisy.task_arguments import parse_seconds
 from daisy.task_outputs import describe_outputs
-from daisy.tracking_store import check_block_tracking, log_skips
+from daisy.tracking_store import check_block_tracking, log_skips, tracking_paths
 
 logger = logging.getLogger(__name__)
 
@@ -286,8 +286,8 @@ class _RunPlan:
     views: _RunViews
     #: the log base directory when the run began: its workers' logs are there
     log_dir: Path | None
-    #: each task's tracking store when the run began: its marks are there
-    stores: dict[str, Path | None]
+    #: each tracked task's store when the run began: its marks are there
+    stores: dict[str, str]
 
 
 def _final_counts(plan: _RunPlan, result: RunResult) -> BaseException | None:
@@ -429,7 +429,7 @@ class Server(ServerObservee):
         self._task_map: dict[str, Any] = {}
         self._block_tracking = True
         self._log_dir: Path | None = None
-        self._stores: dict[str, Path | None] = {}
+        self._stores: dict[str, str] = {}
 
     def run_blockwise(
         self,
@@ -487,7 +487,7 @@ class Server(ServerObservee):
             events=StateEvents(self),
             views=views,
             log_dir=log_dir,
-            stores={tid: t.tracking_path for tid, t in task_map.items()},
+            stores=tracking_paths(task_map.values()),
         )
         try:
             return self._run(plan)
