@@ -712,48 +712,44 @@ impl State {
         self.timelines.get(&id)
     }
 
+    /// Tell worker `id`'s timeline what happened (a worker without one,
+    /// never started, is passed over).
+    fn on_timeline(&mut self, id: u32, event: impl FnOnce(&mut WorkerTimeline)) {
+        if let Some(tl) = self.timelines.get_mut(&id) {
+            event(tl);
+        }
+    }
+
     /// Worker `id` asks for a block at `now`.
     pub fn worker_acquires(&mut self, id: u32, now: Instant) {
-        if let Some(tl) = self.timelines.get_mut(&id) {
-            tl.on_acquire(now);
-        }
+        self.on_timeline(id, |tl| tl.on_acquire(now));
     }
 
     /// Worker `id` was told at `now` there is no block for it: its
     /// teardown counts from here.
     pub fn worker_dismissed_at(&mut self, id: u32, now: Instant) {
-        if let Some(tl) = self.timelines.get_mut(&id) {
-            tl.on_dismiss(now);
-        }
+        self.on_timeline(id, |tl| tl.on_dismiss(now));
     }
 
     /// Worker `id` runs in the job labelled `label`.
     pub fn worker_in_job(&mut self, id: u32, label: &str) {
-        if let Some(tl) = self.timelines.get_mut(&id) {
-            tl.set_job(label);
-        }
+        self.on_timeline(id, |tl| tl.set_job(label));
     }
 
     /// Worker `id` was started as `kind` (a job's launcher said how).
     pub fn worker_started_as(&mut self, id: u32, kind: StartKind) {
-        if let Some(tl) = self.timelines.get_mut(&id) {
-            tl.started_as(kind);
-        }
+        self.on_timeline(id, |tl| tl.started_as(kind));
     }
 
     /// Worker `id`'s start begins again now, as `kind` (its warm start was
     /// answered, or it starts cold after all).
     pub fn worker_restarted(&mut self, id: u32, kind: StartKind) {
-        if let Some(tl) = self.timelines.get_mut(&id) {
-            tl.restart_at(Instant::now(), kind);
-        }
+        self.on_timeline(id, |tl| tl.restart_at(Instant::now(), kind));
     }
 
     /// Worker `id` ended now, `exit`.
     pub fn worker_ended(&mut self, id: u32, exit: WorkerExit) {
-        if let Some(tl) = self.timelines.get_mut(&id) {
-            tl.on_exit(Instant::now(), exit);
-        }
+        self.on_timeline(id, |tl| tl.on_exit(Instant::now(), exit));
     }
 
     /// The connections: who may come in, who is waiting to say hello,
