@@ -103,6 +103,14 @@ PIPELINE_PATHS = {
 }
 
 
+def point_paths_at(base: str) -> None:
+    """Put every dataset of `PIPELINE_PATHS` in directory ``base`` (in the
+    driver; workers read ``DAISY_BENCH_PIPELINE_DIR``, which the benchmark
+    sets to the same directory)."""
+    for name in PIPELINE_PATHS:
+        PIPELINE_PATHS[name] = _os.path.join(base, f"{name}.zarr")
+
+
 # -- the real pipelines of test_real_pipelines_bench.py ----------------------
 #: the foreground threshold of the connected-components pipeline
 CC_THRESHOLD = 0.5

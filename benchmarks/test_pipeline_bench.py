@@ -99,10 +99,9 @@ def _datasets(monkeypatch, size: int = SIZE) -> tuple[str, np.ndarray]:
     base = tempfile.mkdtemp(prefix="daisy-bench-pipeline-")
     # the workers (and their launchers) read the dataset paths from here
     monkeypatch.setenv("DAISY_BENCH_PIPELINE_DIR", base)
-    import bench_functions
+    from bench_functions import point_paths_at
 
-    for name in bench_functions.PIPELINE_PATHS:
-        bench_functions.PIPELINE_PATHS[name] = os.path.join(base, f"{name}.zarr")
+    point_paths_at(base)
     return base, _prepare(base, size)
 
 

@@ -30,6 +30,7 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -47,10 +48,9 @@ def _pipeline_dir(monkeypatch) -> str:
     functions (here and in workers) look for it."""
     base = tempfile.mkdtemp(prefix="daisy-bench-real-")
     monkeypatch.setenv("DAISY_BENCH_PIPELINE_DIR", base)
-    import bench_functions
+    from bench_functions import point_paths_at
 
-    for name in bench_functions.PIPELINE_PATHS:
-        bench_functions.PIPELINE_PATHS[name] = os.path.join(base, f"{name}.zarr")
+    point_paths_at(base)
     daisy.logging.set_log_basedir(tempfile.mkdtemp(prefix="daisy-bench-logs-"))
     return base
 
@@ -106,28 +106,22 @@ def _cc_tasks(size: int) -> list[daisy.Task]:
 
     total = daisy.Roi((0, 0, 0), (size,) * 3)
     block = daisy.Roi((0, 0, 0), (CC_BLOCK,) * 3)
-    mask = daisy.Task(
-        "foreground",
-        total_roi=total,
-        read_roi=block,
-        write_roi=block,
-        process_function=foreground,
-        read_write_conflict=False,
-        num_workers=2,
-        max_retries=0,
-    )
-    labels = daisy.Task(
-        "label",
-        total_roi=total,
-        read_roi=block,
-        write_roi=block,
-        process_function=label_components,
-        read_write_conflict=False,
-        num_workers=2,
-        max_retries=0,
-        upstream_tasks=[mask],
-    )
-    return [mask, labels]
+
+    def task(task_id: str, function: Any, **upstream: Any) -> daisy.Task:
+        return daisy.Task(
+            task_id,
+            total_roi=total,
+            read_roi=block,
+            write_roi=block,
+            process_function=function,
+            read_write_conflict=False,
+            num_workers=2,
+            max_retries=0,
+            **upstream,
+        )
+
+    mask = task("foreground", foreground)
+    return [mask, task("label", label_components, upstream_tasks=[mask])]
 
 
 def _blob_volume(size: int) -> np.ndarray:
