@@ -326,3 +326,42 @@ def test_a_resumed_summary_gives_the_skipped_count_once_and_says_what_it_means(t
         "    Skipped: 4 (found done before they ran, by done markers, the skip mask or the "
         "check_function: not processed again)"
     ], lines
+
+
+def test_a_resumed_bars_first_rate_leaves_the_skipped_blocks_out():
+    """A resumed run's bar said 195 blocks/s for blocks of 50 ms on 2
+    workers (seen under load in tests/test_interrupted_run.py): before its
+    first timed update, tqdm falls back to ``(n - initial) / elapsed``, and
+    ``n`` held the 195 blocks found done. They are no work done now."""
+    import re
+    import time
+    from types import SimpleNamespace
+
+    from daisy.progress import TqdmProgress
+
+    def state(skipped, completed):  # completed counts the skipped, as the core's
+        return SimpleNamespace(
+            total_block_count=400,
+            skipped_count=skipped,
+            completed_count=completed,
+            failed_count=0,
+            orphaned_count=0,
+            pending_count=400 - completed,
+            ready_count=0,
+            processing_count=2,
+            all_completed=False,
+            is_done=lambda: False,
+        )
+
+    bars = TqdmProgress(["smooth"])
+    bars.update("smooth", state(195, 195), 2)
+    time.sleep(0.5)
+    bars.update("smooth", state(195, 196), 2)
+    bar = bars._bars["smooth"]
+    # what tqdm shows until its first timed update (its moving average
+    # still empty; a loaded machine's ticks come late): its fallback rate
+    shown = bar.format_meter(**{**bar.format_dict, "rate": None})
+    bars.close()
+    assert "196/400" in shown, shown
+    rates = [float(r) for r in re.findall(r"(\d+(?:\.\d+)?)blocks/s", shown)]
+    assert rates and max(rates) < 10, shown

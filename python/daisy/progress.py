@@ -123,12 +123,15 @@ class TqdmProgress:
         bar.set_postfix(self._postfix(state, workers), refresh=False)
         # skipped blocks fill the bar but are no work: they join its count
         # outside tqdm's rate (a resumed run's bar said 230 blocks/s for
-        # blocks that take 50 ms on 2 workers)
+        # blocks that take 50 ms on 2 workers), both its moving average
+        # (last_print_n) and the average it shows before that has a sample
+        # ((n - initial) / elapsed)
         skipped = state.skipped_count - self._skipped.get(task_id, 0)
         if skipped > 0:
             self._skipped[task_id] = state.skipped_count
             bar.n += skipped
             bar.last_print_n += skipped
+            bar.initial += skipped
         bar.update(state.completed_count + state.failed_count + state.orphaned_count - bar.n)
         if state.is_done():
             bar.set_description(f"{task_id} {'✔' if state.all_completed else '✗'}")
