@@ -265,8 +265,11 @@ def test_two_tasks_on_one_tracking_store_are_refused_when_the_pipeline_is_built(
         daisy.Pipeline.of([a, b])
 
 
-@pytest.mark.parametrize("task_id", ["./seg", "../seg", "a/b", "..", "a\\\\b"])
-def test_a_task_id_that_is_a_path_is_refused(task_id: str) -> None:
+@pytest.mark.parametrize("task_id", ["./seg", "../seg", "..", "a\\\\b", "/seg", "seg/"])
+def test_a_task_id_that_leaves_its_base_or_aliases_another_is_refused(task_id: str) -> None:
+    """A task id names directories: one that leaves the base directory or
+    names another id's directory is refused (ids that nest, such as
+    ``a/b``, are taken: tests/test_path_task_ids.py)."""
     with pytest.raises(ValueError, match="task_id"):
         line_task(task_id, 2)
 
@@ -290,7 +293,7 @@ def test_a_task_id_that_cannot_name_a_file_or_a_log_line_is_refused_when_built(
     log directory could not be made), and a newline or a right-to-left
     override was accepted (a forged log line; an id shown as another). The
     Task constructor refuses each, saying why and suggesting an id."""
-    with pytest.raises(ValueError, match=f"task_id: .*{why}.*Use a name such as"):
+    with pytest.raises(ValueError, match=f"task_id: .*{why}.*Use an id such as"):
         line_task(task_id, 2)
     # the longest id a file name can hold is fine
     assert line_task("s" * 255, 2).task_id == "s" * 255

@@ -29,6 +29,7 @@ pub mod run_stats;
 pub mod scheduler;
 pub mod serial;
 pub mod server;
+pub mod task_id;
 pub mod task_options;
 pub mod task_outputs;
 pub mod task_spec;

@@ -11,7 +11,7 @@
 //! says which, for
 //! the writer (the run's end, [`crate::run_report::RunOutcome::append_history`])
 //! and for readers alike. A task id is path-safe by
-//! [`crate::task_spec::check_task_id`], so joining it is safe.
+//! [`crate::task_id::check_task_id`], so joining it is safe.
 
 use crate::error::DaisyError;
 use crate::pipeline::Pipeline;
@@ -73,10 +73,19 @@ impl Default for RunPlan {
 }
 
 impl RunPlan {
-    /// The rules of a run's stores: a task that measures its blocks
-    /// records the figures in its tracking store, so it needs one, and the
-    /// run must use it (`block_tracking`).
+    /// The rules of a run's stores: no two tasks on one store and none
+    /// inside another's ([`crate::tracking_store::placement::check_distinct`]);
+    /// a task that measures its blocks records the figures in its tracking
+    /// store, so it needs one, and the run must use it (`block_tracking`).
     pub fn check(&self) -> Result<(), DaisyError> {
+        if self.block_tracking {
+            let stores: Vec<(&str, &Path)> = self
+                .tasks
+                .iter()
+                .filter_map(|t| Some((t.spec.task_id.as_str(), t.tracking_path.as_deref()?)))
+                .collect();
+            crate::tracking_store::placement::check_distinct(&stores)?;
+        }
         for plan in self.tasks.iter().filter(|t| t.measure != Measure::Off) {
             let id = &plan.spec.task_id;
             if !self.block_tracking {

@@ -8,6 +8,7 @@
 
 use crate::error::DaisyError;
 use crate::geometry::Roi;
+use crate::task_id::check_task_id;
 use std::fmt;
 use std::str::FromStr;
 
@@ -74,80 +75,6 @@ pub struct TaskSpec {
     pub max_retries: u32,
     /// Ids of the tasks whose output this task reads.
     pub upstream: Vec<String>,
-}
-
-/// The longest task id, in bytes: it names a directory (the task's log
-/// directory and its default tracking store), and a file name has at most
-/// 255 bytes on Linux filesystems.
-pub const MAX_TASK_ID_BYTES: usize = 255;
-
-/// True for characters that reorder or hide text on a terminal (the
-/// Unicode bidirectional controls): an id holding one shows as another.
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
-/// The rule for a task id: it names the task's log directory and its
-/// tracking store, and shows in logs and summaries, so it is a non-empty
-/// file name of at most [`MAX_TASK_ID_BYTES`] with no path separator, no
-/// control character (a newline would forge log lines) and no
-/// bidirectional control (which shows one id as another), and not `.` or
-/// `..`.
-pub fn check_task_id(task_id: &str) -> Result<(), DaisyError> {
-    let suggest = || {
-        let s: String = task_id
-            .chars()
-            .filter(|c| !c.is_control() && !is_bidi_control(*c))
-            .map(|c| if c == '/' || c == '\\' { '-' } else { c })
-            .collect();
-        let s = s.trim_matches('.');
-        let mut end = s.len().min(64);
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        if s.is_empty() {
-            "task".to_string()
-        } else {
-            s[..end].to_string()
-        }
-    };
-    let refuse = |why: &str| {
-        Err(DaisyError::invalid(
-            "task_id",
-            format!(
-                "{task_id:?} cannot be a task id: {why}; it names the task's log directory \
-                 and tracking store and shows in every log line. Use a name such as {:?}",
-                suggest()
-            ),
-        ))
-    };
-    if task_id.is_empty() {
-        return Err(DaisyError::invalid(
-            "task_id",
-            "must be a non-empty string naming the task",
-        ));
-    }
-    if task_id.contains(['/', '\\']) || task_id == "." || task_id == ".." {
-        return refuse(
-            "it holds a path separator or is . or .. (it would leave the base directory or \
-             nest in another task's store)",
-        );
-    }
-    if task_id.chars().any(char::is_control) {
-        return refuse("it holds a control character (a newline, a tab, NUL, ...)");
-    }
-    if task_id.chars().any(is_bidi_control) {
-        return refuse(
-            "it holds a bidirectional control character (which shows the id as another)",
-        );
-    }
-    if task_id.len() > MAX_TASK_ID_BYTES {
-        return refuse(&format!(
-            "it is {} bytes long, more than the {MAX_TASK_ID_BYTES} a file name may have",
-            task_id.len()
-        ));
-    }
-    Ok(())
 }
 
 impl TaskSpec {

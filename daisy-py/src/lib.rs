@@ -91,7 +91,7 @@ fn validated_liveness_timeout(liveness_timeout: f64) -> PyResult<f64> {
 #[pyfunction]
 fn validated_task_id(task_id: String) -> PyResult<String> {
     use errors::IntoPyResult;
-    daisy_core::task_spec::check_task_id(&task_id).py()?;
+    daisy_core::task_id::check_task_id(&task_id).py()?;
     Ok(task_id)
 }
 
@@ -182,6 +182,8 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_tracking::read_tracking_array, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::history_file, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::store_status, m)?)?;
+    m.add_function(wrap_pyfunction!(py_tracking::find_tracking, m)?)?;
+    m.add_function(wrap_pyfunction!(py_tracking::check_distinct_stores, m)?)?;
     m.add_function(wrap_pyfunction!(py_stats::store_wall_percentiles, m)?)?;
     m.add_function(wrap_pyfunction!(py_stats::compare_to_baseline, m)?)?;
     m.add(

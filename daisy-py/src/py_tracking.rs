@@ -174,3 +174,23 @@ pub fn store_status(path: PathBuf) -> PyResult<PyStoreStatus> {
         held_by: s.held_by,
     })
 }
+
+/// The tracking stores and run histories at `path` (the core's
+/// `placement::find`): the store itself, or everything below a base
+/// directory as task ids nest, never inside a user's array.
+#[pyfunction]
+pub fn find_tracking(path: PathBuf) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let found = daisy_core::tracking_store::placement::find(&path);
+    (found.stores, found.histories)
+}
+
+/// The rule among one run's stores (the core's `placement::check_distinct`):
+/// `ValueError` when two tasks share a store or one lies inside another's.
+#[pyfunction]
+pub fn check_distinct_stores(stores: Vec<(String, PathBuf)>) -> PyResult<()> {
+    let pairs: Vec<(&str, &std::path::Path)> = stores
+        .iter()
+        .map(|(t, p)| (t.as_str(), p.as_path()))
+        .collect();
+    daisy_core::tracking_store::placement::check_distinct(&pairs).py()
+}

@@ -3,6 +3,7 @@ real module by ``python -m mypy.stubtest daisy._daisy`` in CI)."""
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, final
 
 from funlib.geometry import Roi
@@ -43,6 +44,8 @@ __all__ = [
     "store_wall_percentiles",
     "store_status",
     "StoreStatus",
+    "find_tracking",
+    "check_distinct_stores",
     "compare_to_baseline",
     "at_interpreter_exit",
     "validated_roi",
@@ -401,6 +404,8 @@ class StoreStatus:
     def held_by(self) -> str | None: ...
 
 def store_status(path: str | os.PathLike[str]) -> StoreStatus: ...
+def find_tracking(path: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]: ...
+def check_distinct_stores(stores: Sequence[tuple[str, str | os.PathLike[str]]]) -> None: ...
 def store_wall_percentiles(
     path: str | os.PathLike[str], qs: Sequence[float]
 ) -> list[float] | None: ...

@@ -9,12 +9,11 @@ with one id is a ``ValueError`` right there, not at run time.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from daisy._daisy import DependencyGraph, TaskSpec, reset_tracking
+from daisy._daisy import DependencyGraph, TaskSpec, check_distinct_stores, reset_tracking
 
 
 class Composable:
@@ -193,19 +192,11 @@ class Pipeline:
         if self._tasks:
             DependencyGraph(self.specs())
         # a store records one task's blocks: two tasks on one store would
-        # take each other's blocks for done
-        owners: dict[str, str] = {}
-        for t in self._tasks.values():
-            path = t.tracking_path
-            if path is None:
-                continue
-            store = os.path.realpath(path)
-            if store in owners:
-                raise ValueError(
-                    f"tracking_path: tasks {owners[store]!r} and {t.task_id!r} resolve to the "
-                    f"same tracking store {store}; give each task its own tracking_path"
-                )
-            owners[store] = t.task_id
+        # take each other's blocks for done, and one inside another's would
+        # lose its marks to the other's reset (the core's rule)
+        check_distinct_stores(
+            [(t.task_id, t.tracking_path) for t in self._tasks.values() if t.tracking_path]
+        )
 
     @property
     def tasks(self) -> list[Any]:

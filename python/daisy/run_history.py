@@ -16,33 +16,28 @@ from pathlib import Path
 
 import numpy as np
 
-from daisy._daisy import read_tracking_array
-from daisy.run_report import RUNS_FILE
+from daisy._daisy import find_tracking, read_tracking_array
 
 
 def find_runs_files(path: Path) -> list[Path]:
     """The ``runs.jsonl`` files at ``path``: the file itself, the one in a
-    store, or those of every store (or log directory) one level below."""
+    store, or those of every store and log directory below it, as task ids
+    nest (``predict/0/val``), never inside a user's array (the core's
+    ``placement::find``)."""
     if path.is_file():
         return [path]
-    if (path / RUNS_FILE).is_file():
-        return [path / RUNS_FILE]
-    if path.is_dir():
-        return sorted(p for p in path.glob(f"*/{RUNS_FILE}") if p.is_file())
-    return []
+    return find_tracking(path)[1]
 
 
 def find_stores(path: Path) -> list[Path]:
     """The tracking stores at ``path``: the store itself, or every store
-    below a directory (a tracking base directory), in path order; a store's
-    own directories are not searched."""
+    below a directory (a tracking base directory) as task ids nest, in path
+    order; a store's own directories and a user's arrays are not searched
+    (the core's ``placement::find``). A path holding a ``zarr.json`` is
+    given back as it is, for `daisy.cli` to say whether it is a store."""
     if (path / "zarr.json").is_file():
         return [path]
-    found: list[Path] = []
-    if path.is_dir():
-        for child in sorted(p for p in path.iterdir() if p.is_dir()):
-            found += find_stores(child)
-    return found
+    return find_tracking(path)[0]
 
 
 def store_of(runs_file: Path) -> Path | None:

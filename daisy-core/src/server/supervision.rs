@@ -124,7 +124,9 @@ fn feed_stdin(child: &mut tokio::process::Child, cmd: &WorkerCommand) {
     }
 }
 
-/// `<base>/<task>/<stem>.out` and `.err`, created, opened for appending:
+/// `<base>/<task>/<stem>.out` and `.err` (a nested task id's directories
+/// made private on the way, [`crate::task_id::task_dir`]), created, opened
+/// for appending:
 /// appended, not truncated, since a remote job (sbatch -o/-e) may write to
 /// the same files as its local handle (and a later run's `worker_0`
 /// appends to an earlier run's). Each opening first writes [`log_header`],
@@ -133,7 +135,7 @@ fn feed_stdin(child: &mut tokio::process::Child, cmd: &WorkerCommand) {
 /// (`crate::private_files`).
 fn open_logs(base: &Path, task_id: &str, stem: &str) -> io::Result<(File, File)> {
     use std::io::Write;
-    let dir = base.join(task_id);
+    let dir = crate::task_id::task_dir(base, task_id)?;
     let header = log_header(stem, task_id, crate::clock::wall_clock());
     let open = |suffix: &str| -> io::Result<File> {
         let mut f = crate::private_files::open_append(&dir.join(format!("{stem}.{suffix}")))?;

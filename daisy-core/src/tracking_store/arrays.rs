@@ -22,6 +22,21 @@ pub const RESET_MARKER: &str = ".daisy-reset";
 /// no Zarr reader lists it before it is committed, and it is gone after).
 pub const STAGING: &str = ".daisy-migration";
 
+/// Whether `name` is one of the entries daisy keeps in a store (its
+/// arrays, run history, lock, reset marker and migration staging): what a
+/// directory holding only these is (a store, or the leftovers of one),
+/// and what is no other store's inside it.
+pub fn is_own_entry(name: &std::ffi::OsStr) -> bool {
+    name == super::lock::LOCK_FILE
+        || name == RUNS_FILE
+        || name == RESET_MARKER
+        || name == STAGING
+        || [DONE, FAILURES]
+            .iter()
+            .chain(STATS.iter())
+            .any(|k| name == k.name)
+}
+
 /// `done`: 1 once the block completed.
 pub const DONE: ArrayKind = ArrayKind {
     name: "done",

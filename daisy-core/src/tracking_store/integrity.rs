@@ -4,9 +4,8 @@
 //! store asks here before it maps an array or reads the group (`read_group`,
 //! `open_array`); nothing here writes.
 
-use super::arrays::{DONE, FAILURES, RESET_MARKER, RUNS_FILE, STAGING, STATS};
+use super::arrays::{DONE, FAILURES, RESET_MARKER, RUNS_FILE, is_own_entry};
 use super::layout::mismatch;
-use super::lock::LOCK_FILE;
 use super::zarr_array::{
     ArrayKind, ChunkFormat, MappedArray, chunk_path, io_err, map_array, read_elements,
 };
@@ -149,20 +148,10 @@ pub(super) fn read_group(store: &Path, expected: &str) -> Result<Option<Value>, 
         // daisy's own files is no store yet, or one a reset emptied; it is
         // made again if nothing in it is a mark. Anything else is someone
         // else's and is left alone.
-        let ours = |name: &std::ffi::OsStr| {
-            name == LOCK_FILE
-                || name == RUNS_FILE
-                || name == RESET_MARKER
-                || name == STAGING
-                || [DONE, FAILURES]
-                    .iter()
-                    .chain(STATS.iter())
-                    .any(|k| name == k.name)
-        };
         let leftovers = fs::read_dir(store)
             .map_err(|e| io_err(store, e))?
             .filter_map(Result::ok)
-            .all(|entry| ours(&entry.file_name()));
+            .all(|entry| is_own_entry(&entry.file_name()));
         if leftovers {
             if let Some(evidence) = earlier_marks(store)? {
                 return Err(damaged(store, &meta_path, &evidence));

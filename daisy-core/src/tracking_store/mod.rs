@@ -8,8 +8,9 @@
 //! arrays), [`layout`] (the layout hash and growth check), [`integrity`]
 //! (whether a store is whole, and the refusals when it is not),
 //! [`migration`] (a grown volume), [`outputs`] (the declared outputs'
-//! identities), [`lock`] (one run at a time) and [`history`] (the
-//! `runs.jsonl` beside it); this module assembles them into a task's
+//! identities), [`lock`] (one run at a time), [`history`] (the
+//! `runs.jsonl` beside it) and [`placement`] (where a store may lie, and
+//! finding stores below a directory); this module assembles them into a task's
 //! store, opens and resets it.
 //!
 //! ## Layout
@@ -57,6 +58,7 @@ pub mod layout;
 pub mod lock;
 pub mod migration;
 pub mod outputs;
+pub mod placement;
 pub mod status;
 pub mod zarr_array;
 
@@ -147,6 +149,9 @@ impl TrackingStore {
     /// losing marks, is refused.
     pub fn open(path: &Path, spec: &TaskSpec, resource_tracking: bool) -> Result<Self, DaisyError> {
         let hash = Layout::of(spec).hash();
+        // a store inside another, or around one, is refused before anything
+        // is written (see `placement`)
+        placement::check_on_disk(path, &spec.task_id)?;
         // a foreign directory (or Zarr group) is refused untouched, before
         // the lock file would be written into it
         if let Some(attrs) = read_group(path, &hash)?
