@@ -256,3 +256,95 @@ def package_index_reachable(requirement: str) -> bool:
             timeout=120,
         )
     return proc.returncode == 0
+
+
+#: a user's worker script, as frameworks load one from a file path (a
+#: config or model script; dacapo-ml's worker files): a heavy import, a
+#: class whose instance the block function captures, a helper at module
+#: level, and a ``spawn_worker`` that returns the block function
+USER_SCRIPT = """\
+import json
+import os
+
+import numpy as np
+
+SOURCE = "{source}"
+
+
+class Threshold:
+    def __init__(self, level):
+        self.level = level
+
+    def apply(self, values):
+        return values > self.level
+
+
+def offset_of(block):
+    return int(block.write_roi.offset[0])
+
+
+def spawn_worker(out_dir, level):
+    threshold = Threshold(level)
+
+    def process(block):
+        values = np.arange(10) + offset_of(block)
+        with open(os.path.join(out_dir, f"{{offset_of(block)}}.json"), "w") as f:
+            json.dump(
+                {{
+                    "pid": os.getpid(),
+                    "module": __name__,
+                    "source": SOURCE,
+                    "above": int(threshold.apply(values).sum()),
+                }},
+                f,
+            )
+
+    return process
+"""
+
+
+def load_user_script(directory: Path, how: str, name: str = "user_worker") -> Any:
+    """A module made from `USER_SCRIPT` the way ``how`` says, from a file in
+    ``directory`` (which is not on ``sys.path``): ``"source_file_loader"``
+    (``SourceFileLoader(name, path).load_module()``, dacapo-ml's way),
+    ``"spec_from_file_location"`` (the documented recipe, registered in
+    ``sys.modules``), ``"deleted_after_loading"`` (the same, from a file
+    removed once loaded) or ``"from_a_string"`` (no file at all)."""
+    import importlib.util
+    import types
+    from importlib.machinery import SourceFileLoader
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.py"
+    path.write_text(USER_SCRIPT.format(source=f"{how} {path}"))
+    if how == "source_file_loader":
+        return SourceFileLoader(name, str(path)).load_module()
+    if how == "from_a_string":
+        module = types.ModuleType(name)
+        exec(compile(USER_SCRIPT.format(source=how), f"<{name}>", "exec"), module.__dict__)
+        sys.modules[name] = module
+        return module
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    if how == "deleted_after_loading":
+        path.unlink()
+    else:
+        assert how == "spec_from_file_location", how
+    return module
+
+
+def check_user_script_outputs(out_dir: Path, n: int, module: Any) -> list[dict[str, Any]]:
+    """Every block of a `USER_SCRIPT` task of ``n`` blocks of 10 wrote what
+    the module loaded in this process computes, from a worker process."""
+    records = [json.loads((out_dir / f"{10 * i}.json").read_text()) for i in range(n)]
+    for i, r in enumerate(records):
+        assert r["module"] == module.__name__, r
+        assert r["source"] == module.SOURCE, r
+        assert r["above"] == int(
+            module.Threshold(15).apply(__import__("numpy").arange(10) + 10 * i).sum()
+        )
+        assert r["pid"] != os.getpid(), r
+    return records

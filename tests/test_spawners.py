@@ -648,3 +648,60 @@ def test_dask_workers_keep_what_user_code_left_for_exit(tmp_path, dask_cluster, 
     )
     assert lines == list(range(20))
     assert sum(int(p.read_text()) for p in evidence.glob("summary-*.txt")) == 20
+
+
+def _file_loaded_task(tmp_path, spawner, task_id):
+    """Issue 51: a task whose function comes from a module loaded by file
+    path (dacapo-ml's way: ``SourceFileLoader``), not importable on the
+    worker's side."""
+    from conftest import load_user_script
+
+    module = load_user_script(tmp_path / "user_code", "source_file_loader")
+    out = tmp_path / "out"
+    out.mkdir()
+    task = line_task(
+        task_id,
+        6,
+        process_function=module.spawn_worker(str(out), 15),
+        max_workers=2,
+        max_retries=0,
+        spawner=spawner,
+    )
+    return task, out, module
+
+
+@pytest.fixture
+def forget_user_worker():
+    import sys
+
+    yield
+    sys.modules.pop("user_worker", None)
+
+
+@pytest.mark.parametrize("per_job", [1, 2], ids=["job_per_worker", "forked_in_job"])
+def test_slurm_runs_a_function_from_a_module_loaded_by_file(
+    tmp_path, slurm, forget_user_worker, per_job
+):
+    from conftest import check_user_script_outputs
+
+    # a dataset path as task id (issue 51): its logs nest on the node too
+    spawner = daisy.SlurmSpawner(cpus=1, workers_per_job=per_job)
+    task, out, module = _file_loaded_task(tmp_path, spawner, "fileload/0/val")
+    states = daisy.Server().run_blockwise([task], progress=False)
+    assert states["fileload/0/val"].completed_count == 6, states["fileload/0/val"]
+    check_user_script_outputs(out, 6, module)
+    log_dir = Path(daisy.logging.get_log_basedir())
+    assert list((log_dir / "fileload" / "0" / "val").glob("worker_*.out"))
+    no_job_left()
+
+
+def test_dask_runs_a_function_from_a_module_loaded_by_file(
+    tmp_path, dask_cluster, forget_user_worker
+):
+    from conftest import check_user_script_outputs
+
+    spawner = daisy.DaskSpawner(dask_cluster.scheduler_address)
+    task, out, module = _file_loaded_task(tmp_path, spawner, "fileload/0/val")
+    states = daisy.Server().run_blockwise([task], progress=False)
+    assert states["fileload/0/val"].completed_count == 6, states["fileload/0/val"]
+    check_user_script_outputs(out, 6, module)

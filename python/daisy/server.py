@@ -13,23 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
-import linecache
 import logging
-import os
-import pickle
 import secrets
 import signal
 import sys
 import tempfile
-import types
-from collections import ChainMap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-
-import cloudpickle
 
 from daisy import _v1_names
 from daisy import logging as daisy_logging
@@ -48,6 +40,8 @@ from daisy._daisy import (
     write_payload,
 )
 from daisy.context import Context
+from daisy.function_payload import UnpicklableFunction as UnpicklableFunction
+from daisy.function_payload import worker_payload
 from daisy.pipeline import Pipeline
 from daisy.progress import ProgressObserver, default_observers
 from daisy.run_report import RunReport
@@ -62,86 +56,6 @@ logger = logging.getLogger(__name__)
 
 #: the most failed attempts listed per task in the Execution Summary
 MAX_LISTED_FAILURES = 10
-
-
-#: payloads above this many bytes are logged: the data a function captures
-#: travels to every worker (and a cluster job's payload file)
-LARGE_PAYLOAD_BYTES = 10 * 2**20
-
-
-class _SourcePathPickler(cloudpickle.Pickler):  # type: ignore[misc]
-    """cloudpickle, but functions pickled by value (those of a script's
-    ``__main__``, of a notebook cell) keep their file name: cloudpickle
-    names their code ``<dynamic-code>``, so a worker's traceback could not
-    say where the failing line is. The file name is not part of what the
-    code does; only the payload's bytes differ per place of definition.
-    ``filenames`` collects those names."""
-
-    def __init__(self, file: io.BytesIO, protocol: int) -> None:
-        self.filenames: set[str] = set()
-        # before the pickler's own __init__, which reads its dispatch table
-        self.dispatch_table = ChainMap(
-            {types.CodeType: self._code_keeping_path}, cloudpickle.Pickler.dispatch_table
-        )
-        super().__init__(file, protocol=protocol)
-
-    def _code_keeping_path(self, code: types.CodeType) -> Any:
-        self.filenames.add(code.co_filename)
-        rebuild, args = cloudpickle.Pickler.dispatch_table[types.CodeType](code)
-        return rebuild, tuple(
-            code.co_filename if isinstance(a, str) and a == "<dynamic-code>" else a for a in args
-        )
-
-
-def _dumps_keeping_source_paths(obj: object) -> tuple[bytes, dict[str, list[str]]]:
-    """``obj`` cloudpickled, and the source lines of its by-value code whose
-    file a worker cannot read: a notebook cell's code names a file that
-    exists only in the kernel's ``linecache`` (IPython keeps cells there),
-    so without the lines a worker's traceback would show no source."""
-    buffer = io.BytesIO()
-    pickler = _SourcePathPickler(buffer, protocol=pickle.DEFAULT_PROTOCOL)
-    pickler.dump(obj)
-    sources = {
-        name: lines
-        for name in pickler.filenames
-        if not os.path.exists(name) and (lines := linecache.getlines(name))
-    }
-    return buffer.getvalue(), sources
-
-
-class UnpicklableFunction(TypeError, RuntimeError):
-    """A task's function cannot be sent to worker processes (it captured a
-    lock, an open file, a connection). A ``TypeError`` and a
-    ``RuntimeError`` both: daisy 2.0.0 raised the latter, and code written
-    for either keeps catching it."""
-
-
-def worker_payload(function: object, post_check: object = None, task_id: str = "?") -> bytes:
-    """What a worker process reads from stdin (see `daisy._worker`): this
-    process's ``sys.path`` with the source lines the worker cannot read
-    (see `_dumps_keeping_source_paths`), then the cloudpickled
-    ``(function, post_check)``.
-    A function that cannot be pickled is an `UnpicklableFunction` naming
-    the task."""
-    try:
-        pickled, sources = _dumps_keeping_source_paths((function, post_check))
-    except Exception as e:
-        raise UnpicklableFunction(
-            f"process_function: the function of task {task_id!r} cannot be sent to worker "
-            "processes: "
-            f"{type(e).__name__}: {e}. Something it uses (a lock, an open file, a connection) "
-            "cannot be pickled: create it inside the function instead, or run with "
-            "multiprocessing=False"
-        ) from e
-    if len(pickled) > LARGE_PAYLOAD_BYTES:
-        logger.warning(
-            "daisy: the function of task %r carries %.0f MB of captured data to every worker "
-            "(with warm starts, to the task's launcher, once); load large data inside the "
-            "function instead",
-            task_id,
-            len(pickled) / 2**20,
-        )
-    return pickle.dumps((list(sys.path), sources)) + pickled
 
 
 def _payload_base(log_dir: Any) -> Path:

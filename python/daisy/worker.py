@@ -17,7 +17,7 @@ from typing import Any
 
 import cloudpickle
 
-from daisy import _v1_names
+from daisy import _v1_names, function_payload
 from daisy.context import Context
 
 _ids = itertools.count()
@@ -120,7 +120,7 @@ class Worker:
         env = self.context.to_env() if self.context is not None else None
         self.process = ctx.Process(
             target=_run,
-            args=(cloudpickle.dumps(self.spawn_function), env, self.error_queue),
+            args=(function_payload.dumps(self.spawn_function)[0], env, self.error_queue),
             daemon=True,
         )
         self.process.start()
