@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 WHEEL_DIR := dist
 
-.PHONY: venv install downstream-deps gunpowder-venv system-deps demo docs test pytest stubtest bench-check lint lint-rust lint-python \
+.PHONY: venv install downstream-deps gunpowder-venv dacapo-venv system-deps demo docs test pytest stubtest bench-check lint lint-rust lint-python \
 	lint-mypy msrv format rust-test bench clean
 
 $(BIN)/python:
@@ -46,15 +46,23 @@ docs: install
 	@echo "make docs: open docs/_build/html/index.html"
 
 # volara, a real client of daisy 1.x, for tests/test_downstream_volara.py:
-# its runtime dependencies, then volara itself without its daisy<2 pin.
-# Skipped (and the test skips, saying why) when the package index is not
+# its runtime dependencies, then volara itself without its daisy<2 pin;
+# and volara-metrics, whose blockwise tasks run on volara, with its own
+# test suite from its sdist (tests/test_downstream_volara_metrics.py).
+# Skipped (and the tests skip, saying why) when the package index is not
 # reachable.
 VOLARA := volara==1.0.5
+VOLARA_METRICS := volara-metrics==0.1.1
+SUITES := $(VENV)/downstream-suites
 downstream-deps: venv
 	@$(BIN)/pip install --quiet -r tests/downstream-requirements.txt \
-	  && $(BIN)/pip install --quiet --no-deps "$(VOLARA)" \
-	  || echo "make downstream-deps: could not install $(VOLARA) (package index unreachable?)"
+	  && $(BIN)/pip install --quiet --no-deps "$(VOLARA)" "$(VOLARA_METRICS)" \
+	  && rm -rf $(SUITES) && mkdir -p $(SUITES) \
+	  && $(BIN)/pip download --quiet --no-deps --no-binary :all: -d $(SUITES) "$(VOLARA_METRICS)" \
+	  && tar -xzf $(SUITES)/volara_metrics-*.tar.gz -C $(SUITES) \
+	  || echo "make downstream-deps: could not install $(VOLARA) and $(VOLARA_METRICS) (package index unreachable?)"
 	@$(MAKE) --no-print-directory gunpowder-venv
+	@$(MAKE) --no-print-directory dacapo-venv
 
 # gunpowder 1.4.4, a real client of daisy 1.x, for
 # tests/test_downstream_gunpowder.py: it needs zarr 2 and funlib.persistence
@@ -67,6 +75,29 @@ gunpowder-venv:
 	@$(GP_VENV)/bin/pip install --quiet "$(GUNPOWDER)" \
 	  && $(GP_VENV)/bin/pip install --quiet --force-reinstall "$$(ls $(WHEEL_DIR)/daisy-*.whl)" \
 	  || echo "make downstream-deps: could not install $(GUNPOWDER) (package index unreachable?)"
+
+# dacapo-ml 0.3.5, a deep-learning framework that drives daisy, for
+# tests/test_downstream_dacapo.py: its own test suite, run against this
+# wheel and against daisy 2.0.0 side by side. It gets an environment of its
+# own (torch and its CUDA libraries, some 6 GB), with dacapo-ml's pinned
+# dependencies (tests/downstream-dacapo-constraints.txt says why), daisy
+# 2.0.0 as dacapo-ml's own dependency brings it, and this wheel in a
+# directory beside it (put first on PYTHONPATH to test it); its test suite
+# comes from its sdist on the package index (none of it is committed here).
+DACAPO := dacapo-ml
+DACAPO_VERSION := 0.3.5
+DACAPO_VENV := .venv-dacapo
+dacapo-venv:
+	@test -x $(DACAPO_VENV)/bin/python || $(PYTHON) -m venv $(DACAPO_VENV)
+	@$(DACAPO_VENV)/bin/pip install --quiet "$(DACAPO)[test]==$(DACAPO_VERSION)" "daisy==2.0.0" \
+	    -c tests/downstream-dacapo-constraints.txt \
+	  && rm -rf $(DACAPO_VENV)/daisy-under-test \
+	  && $(DACAPO_VENV)/bin/pip install --quiet --no-deps --target $(DACAPO_VENV)/daisy-under-test \
+	    "$$(ls $(WHEEL_DIR)/daisy-*.whl)" \
+	  && rm -rf $(DACAPO_VENV)/sdist && mkdir -p $(DACAPO_VENV)/sdist \
+	  && $(DACAPO_VENV)/bin/pip download --quiet --no-deps --no-binary :all: -d $(DACAPO_VENV)/sdist "$(DACAPO)==$(DACAPO_VERSION)" \
+	  && tar -xzf $(DACAPO_VENV)/sdist/*.tar.gz -C $(DACAPO_VENV)/sdist \
+	  || echo "make downstream-deps: could not install $(DACAPO)==$(DACAPO_VERSION) (package index unreachable?)"
 
 # Tests use Debian packages: a headless browser for the HTML report
 # (chromium, chromium-driver), a single-node SLURM cluster for the
