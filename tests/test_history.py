@@ -319,18 +319,18 @@ def _changed(line: str, change) -> str:
 #: lines that are JSON but no report: how to make each from a real report
 #: line, and a word the warning gives as the reason
 ODD_LINES = {
-    "object": (lambda real: '{"a": 1}', "'task_id'"),
+    "object": (lambda real: '{"a": 1}', "missing field `task_id`"),
     "list": (lambda real: "[1, 2]", "a list"),
     "null": (lambda real: "null", "null"),
     "number": (lambda real: "42", "a number"),
     "string": (lambda real: '"a run"', "a string"),
     "missing-key": (
         lambda real: _changed(real, lambda d: d.pop("blocks")),
-        "'blocks'",
+        "missing field `blocks`",
     ),
     "missing-nested-key": (
         lambda real: _changed(real, lambda d: d["blocks"]["wall"].pop("sum")),
-        "'sum'",
+        "blocks.wall: missing field `sum`",
     ),
     "count-is-text": (
         lambda real: _changed(real, lambda d: d["blocks"].update(count="four")),

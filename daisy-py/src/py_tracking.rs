@@ -194,3 +194,23 @@ pub fn check_distinct_stores(stores: Vec<(String, PathBuf)>) -> PyResult<()> {
         .collect();
     daisy_core::tracking_store::placement::check_distinct(&pairs).py()
 }
+
+/// A report history read back and each line decoded by the core's report
+/// types: `([(line, after_reset, report JSON with every key)], [(line,
+/// reason)])`; a missing file is an empty history, an unreadable one an
+/// `OSError`.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub fn read_history(path: PathBuf) -> PyResult<(Vec<(usize, bool, String)>, Vec<(usize, String)>)> {
+    let history = daisy_core::run_report::read_history(&path)
+        .map_err(|e| daisy_core::error::DaisyError::Io(format!("{}: {e}", path.display())))
+        .py()?;
+    let mut reports = Vec::with_capacity(history.reports.len());
+    for r in history.reports {
+        let text = serde_json::to_string(&r.report)
+            .map_err(|e| daisy_core::error::DaisyError::Io(e.to_string()))
+            .py()?;
+        reports.push((r.line, r.after_reset, text));
+    }
+    Ok((reports, history.skipped))
+}

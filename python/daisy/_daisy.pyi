@@ -45,6 +45,7 @@ __all__ = [
     "store_status",
     "StoreStatus",
     "find_tracking",
+    "read_history",
     "check_distinct_stores",
     "compare_to_baseline",
     "at_interpreter_exit",
@@ -404,6 +405,9 @@ class StoreStatus:
     def held_by(self) -> str | None: ...
 
 def store_status(path: str | os.PathLike[str]) -> StoreStatus: ...
+def read_history(
+    path: str | os.PathLike[str],
+) -> tuple[list[tuple[int, bool, str]], list[tuple[int, str]]]: ...
 def find_tracking(path: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]: ...
 def check_distinct_stores(stores: Sequence[tuple[str, str | os.PathLike[str]]]) -> None: ...
 def store_wall_percentiles(

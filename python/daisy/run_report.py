@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from daisy._daisy import history_file
+from daisy._daisy import history_file, read_history
 from daisy.units import format_bytes as format_bytes
 from daisy.units import format_percent, seconds_scale, seconds_text
 from daisy.units import format_seconds as format_seconds
@@ -99,125 +99,6 @@ def report_schema() -> dict[str, Any]:
     return schema
 
 
-def _resolved(spec: dict[str, Any]) -> dict[str, Any]:
-    """``spec`` with a ``$ref`` to the schema's ``$defs`` followed (the
-    referring schema's own keys, like a default, kept beside it)."""
-    ref = spec.get("$ref")
-    if ref is None:
-        return spec
-    target = report_schema()["$defs"][ref.rsplit("/", 1)[-1]]
-    return {**target, **{k: v for k, v in spec.items() if k != "$ref"}}
-
-
-def _json_kind(value: Any) -> str:
-    """What a JSON value is, in words."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    for kind, name in ((dict, "an object"), (list, "a list"), (str, "a string")):
-        if isinstance(value, kind):
-            return name
-    return "a number"
-
-
-_TYPE_WORDS = {
-    "object": "an object",
-    "array": "a list",
-    "string": "a string",
-    "integer": "an integer",
-    "number": "a number",
-    "boolean": "true or false",
-    "null": "null",
-}
-
-
-def _fits_type(value: Any, kind: str) -> bool:
-    if kind == "null":
-        return value is None
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, _PYTHON_TYPES[kind])
-
-
-#: the Python types of the schema's JSON types (but null and boolean)
-_PYTHON_TYPES: dict[str, type | tuple[type, ...]] = {
-    "object": dict,
-    "array": list,
-    "string": str,
-    "integer": int,
-    "number": (int, float),
-}
-
-
-def _expected(spec: dict[str, Any]) -> str:
-    """What ``spec`` wants, in words."""
-    spec = _resolved(spec)
-    if "const" in spec:
-        return repr(spec["const"])
-    for key in ("anyOf", "oneOf"):
-        if key in spec:
-            return " or ".join(_expected(s) for s in spec[key])
-    kinds = spec.get("type", [])
-    kinds = [kinds] if isinstance(kinds, str) else kinds
-    return " or ".join(_TYPE_WORDS.get(k, k) for k in kinds) or "anything"
-
-
-def _misfit(value: Any, spec: dict[str, Any], where: str) -> str | None:
-    """Why ``value`` (at ``where`` in a line) does not fit the schema
-    ``spec``, or None. Keys the schema does not require (added after the
-    first release: older lines lack them) may be missing."""
-    spec = _resolved(spec)
-    for key in ("anyOf", "oneOf"):
-        if key in spec:
-            if any(_misfit(value, alt, where) is None for alt in spec[key]):
-                return None
-            return f"{where} is {_json_kind(value)}, expected {_expected(spec)}"
-    if "const" in spec:
-        if value == spec["const"]:
-            return None
-        return f"{where} is {value!r}, expected {spec['const']!r}"
-    kinds = spec.get("type")
-    if kinds is not None:
-        kinds = [kinds] if isinstance(kinds, str) else kinds
-        if not any(_fits_type(value, k) for k in kinds):
-            return f"{where} is {_json_kind(value)}, expected {_expected(spec)}"
-    if isinstance(value, dict):
-        props = spec.get("properties", {})
-        for key in spec.get("required", []):
-            if key not in value:
-                return f"{where} has no {key!r}" if where else f"no {key!r}"
-        for key, inner in props.items():
-            if key in value:
-                why = _misfit(value[key], inner, f"{where}.{key}" if where else key)
-                if why is not None:
-                    return why
-        extra = spec.get("additionalProperties")
-        if isinstance(extra, dict):
-            for key, item in value.items():
-                if key not in props:
-                    why = _misfit(item, extra, f"{where}.{key}")
-                    if why is not None:
-                        return why
-    if isinstance(value, list) and isinstance(spec.get("items"), dict):
-        for i, item in enumerate(value):
-            why = _misfit(item, spec["items"], f"{where}[{i}]")
-            if why is not None:
-                return why
-    return None
-
-
-def _not_a_report(d: Any) -> str | None:
-    """Why a history line's JSON is not a report the core wrote (a key
-    missing but for those added later, a value of the wrong type), or
-    None when it is one."""
-    if not isinstance(d, dict):
-        return f"{_json_kind(d)}, not a report"
-    return _misfit(d, report_schema(), "")
-
-
 #: the skipped lines each history file was last warned about, with its size
 #: and modification time then: one warning per file, not one per reading
 _warned: dict[str, tuple[int, int, list[tuple[int, str]]]] = {}
@@ -258,41 +139,18 @@ def _warn_skipped(path: Path, skipped: list[tuple[int, str]]) -> None:
 
 def _report_lines(path: Path) -> list[TaskReport]:
     """Every report of a ``runs.jsonl``, oldest first; a report that follows
-    a reset record has ``after_reset`` set. A line that is no report (cut
-    short by a full disk or a killed writer, or valid JSON that is not a
-    report: another program's, a hand edit) is skipped, and one warning
-    names every such line and why: one odd line must not cost the rest of
-    the history."""
-    if not path.is_file():
-        return []
+    a reset record has ``after_reset`` set. The core reads the file and
+    decodes each line by the report's own types (``read_history``): a line
+    that is no report (cut short by a full disk or a killed writer, or
+    valid JSON that is not a report: another program's, a hand edit) is
+    skipped, and one warning names every such line and why: one odd line
+    must not cost the rest of the history."""
+    reports, skipped = read_history(path)
     out: list[TaskReport] = []
-    skipped: list[tuple[int, str]] = []
-    after_reset = False
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
-                # the other lines are still whole (each is one write)
-                skipped.append((number, "damaged: not JSON"))
-                continue
-            if isinstance(d, dict) and RESET_KEY in d and "task_id" not in d:
-                after_reset = True
-                continue
-            reason = _not_a_report(d)
-            if reason is None:
-                try:
-                    report = TaskReport.from_dict(d, strict=True)
-                except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as e:
-                    reason = str(e) or type(e).__name__
-            if reason is not None:
-                skipped.append((number, reason))
-                continue
-            report.after_reset = after_reset
-            after_reset = False
-            out.append(report)
+    for _number, after_reset, text in reports:
+        report = TaskReport.from_dict(json.loads(text))
+        report.after_reset = after_reset
+        out.append(report)
     if skipped:
         _warn_skipped(path, skipped)
     return out
@@ -321,23 +179,6 @@ def _opt_float(x: Any) -> float | None:
 # -- the report objects --------------------------------------------------------
 
 
-def _added_later() -> dict[str, Any]:
-    """Every key the schema does not require (the core added it after the
-    report's first release, or it is optional), with the value a line
-    without it reads as: the schema's default, else null."""
-    schema = report_schema()
-    out: dict[str, Any] = {}
-    for spec in [schema, *schema["$defs"].values()]:
-        required = set(spec.get("required", ()))
-        for key, inner in spec.get("properties", {}).items():
-            if key not in required:
-                out[key] = inner.get("default")
-    return out
-
-
-#: keys a line may lack (see `_added_later`), with the value it reads as
-ADDED_LATER: dict[str, Any] = _added_later()
-
 #: the key of a reset record in ``runs.jsonl`` (``Task.reset()`` writes
 #: ``{"reset_at": <epoch seconds>}`` where it keeps the history)
 RESET_KEY = "reset_at"
@@ -353,27 +194,14 @@ def _notices(value: Any) -> list[str]:
     return list(value)
 
 
-def _fields(d: Any, defaults: dict[str, Any], what: str, strict: bool) -> dict[str, Any]:
-    """``d``'s values for the keys of ``defaults``. Strict (what daisy
-    itself parses: the core's report JSON, ``runs.jsonl``): the core writes
-    every key, so a missing one means the line was not written by the core
-    (or the core and this parser drifted apart) and is an error naming it,
-    except the keys in `ADDED_LATER`. Lenient (a dict a user wrote): a
-    missing key takes its default."""
+def _fields(d: Any, defaults: dict[str, Any], what: str) -> dict[str, Any]:
+    """``d``'s values for the keys of ``defaults``; a missing key takes its
+    default. What daisy reads (a run's report, a history line) the core
+    has decoded by the report's types and gives with every key; a dict a
+    user wrote may leave keys out."""
     if not isinstance(d, dict):
         raise ValueError(f"run report: {what} is {type(d).__name__}, expected an object")
-    out = {}
-    for k, default in defaults.items():
-        if k in d:
-            out[k] = d[k]
-        elif not strict or k in ADDED_LATER:
-            out[k] = ADDED_LATER.get(k, default)
-        else:
-            raise ValueError(
-                f"run report: {what} has no {k!r} (it has {sorted(d)}); the line was not "
-                "written by daisy's core, or is damaged"
-            )
-    return out
+    return {k: d.get(k, default) for k, default in defaults.items()}
 
 
 #: a statistic's keys in the report JSON, with the values of an empty one
@@ -396,13 +224,13 @@ class Stat:
     unit: str = field(default="s", compare=False)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None, strict: bool = False, unit: str = "s") -> Stat:
+    def from_dict(cls, d: dict[str, Any] | None, unit: str = "s") -> Stat:
         """From the report JSON (``sum`` is the total); None (nothing
-        measured) is the empty Stat. ``strict``: every key must be there.
-        ``unit`` is what the samples count (see ``unit``)."""
+        measured) is the empty Stat; a missing key takes its default. ``unit``
+        is what the samples count (see ``unit``)."""
         if d is None:
             return cls(unit=unit)
-        f = _fields(d, _ZERO_STAT, "a statistic", strict)
+        f = _fields(d, _ZERO_STAT, "a statistic")
         return cls(
             int(f["n"]),
             float(f["mean"]),
@@ -517,16 +345,16 @@ class BlockSummary:
     _UNITS = {"peak_rss": "B", "io_read": "B", "io_write": "B", "gpu_mem": "B", "gpu_util": "%"}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> BlockSummary:
-        """From the report JSON. ``strict``: every key must be there."""
+    def from_dict(cls, d: dict[str, Any] | None) -> BlockSummary:
+        """From the report JSON (a missing key takes its default)."""
         defaults: dict[str, Any] = {"count": 0, "skipped": 0, "failures": 0}
         defaults.update(has_stats=False, trend_slope_ms=0.0, trend_shown=False, peak_rss_source="")
         defaults.update(warmup_ratio=None, slowest=[], cpu_per_wall=None)
         defaults.update(dict.fromkeys(cls._STATS))
-        f = _fields({} if d is None and not strict else d, defaults, "blocks", strict)
+        f = _fields({} if d is None else d, defaults, "blocks")
         slowest = []
         for b in f["slowest"] or ():
-            g = _fields(b, {"spatial_id": 0, "seconds": 0.0}, "a slow block", strict)
+            g = _fields(b, {"spatial_id": 0, "seconds": 0.0}, "a slow block")
             slowest.append((int(g["spatial_id"]), float(g["seconds"])))
         return cls(
             warmup_ratio=_opt_float(f["warmup_ratio"]),
@@ -539,7 +367,7 @@ class BlockSummary:
             trend_slope_ms=float(f["trend_slope_ms"]),
             trend_shown=bool(f["trend_shown"]),
             peak_rss_source=str(f["peak_rss_source"]),
-            **{k: Stat.from_dict(f[k], strict, cls._UNITS.get(k, "s")) for k in cls._STATS},
+            **{k: Stat.from_dict(f[k], cls._UNITS.get(k, "s")) for k in cls._STATS},
         )
 
     def __repr__(self) -> str:
@@ -607,19 +435,19 @@ class WorkerRecord:
     job_id: str | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], strict: bool = False) -> WorkerRecord:
-        """From the report JSON. ``strict``: every key must be there."""
+    def from_dict(cls, d: dict[str, Any]) -> WorkerRecord:
+        """From the report JSON (a missing key takes its default)."""
         defaults: dict[str, Any] = {"worker_id": None, "startup": None, "blocks_ok": 0}
         defaults.update(blocks_failed=0, idle=None, compute=None)
         defaults.update(final_wait=None, teardown=None, exit=None, start="cold", job_id=None)
-        f = _fields(d, defaults, "a worker record", strict)
+        f = _fields(d, defaults, "a worker record")
         return cls(
             worker_id=int(f["worker_id"]),
             startup=f["startup"],
             blocks_ok=int(f["blocks_ok"]),
             blocks_failed=int(f["blocks_failed"]),
-            idle=Stat.from_dict(f["idle"], strict),
-            compute=Stat.from_dict(f["compute"], strict),
+            idle=Stat.from_dict(f["idle"]),
+            compute=Stat.from_dict(f["compute"]),
             final_wait=f["final_wait"],
             teardown=f["teardown"],
             exit=f["exit"],
@@ -668,11 +496,11 @@ class JobRecord:
     starts: tuple[float, ...] = ()
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], strict: bool = False) -> JobRecord:
-        """From the report JSON. ``strict``: every key must be there."""
+    def from_dict(cls, d: dict[str, Any]) -> JobRecord:
+        """From the report JSON (a missing key takes its default)."""
         defaults: dict[str, Any] = {"job_id": None, "workers": [], "queue_wait": None}
         defaults.update(launcher_startup=None, starts=[])
-        f = _fields(d, defaults, "a job record", strict)
+        f = _fields(d, defaults, "a job record")
         return cls(
             job_id=str(f["job_id"]),
             workers=tuple(int(w) for w in f["workers"]),
@@ -735,21 +563,21 @@ class WorkerSummary:
         return self.exits.get("idle", 0)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> WorkerSummary:
-        """From the report JSON. ``strict``: every key must be there."""
+    def from_dict(cls, d: dict[str, Any] | None) -> WorkerSummary:
+        """From the report JSON (a missing key takes its default)."""
         defaults: dict[str, Any] = {"count": 0, "unmanaged_clients": 0, "exits": {}, "by_id": []}
         defaults.update(dict.fromkeys(("startup", "idle", "compute", "teardown")), spawner="")
         defaults.update(warm_starts=0, launcher_startup=None, cold_start_reason=None)
         defaults.update(idle_seconds=0.0, idle_timeout=None, jobs=[], job_queue_wait=None)
-        f = _fields({} if d is None and not strict else d, defaults, "workers", strict)
-        records = [WorkerRecord.from_dict(r, strict) for r in f["by_id"]]
+        f = _fields({} if d is None else d, defaults, "workers")
+        records = [WorkerRecord.from_dict(r) for r in f["by_id"]]
         return cls(
             count=int(f["count"]),
             unmanaged_clients=int(f["unmanaged_clients"]),
-            startup=Stat.from_dict(f["startup"], strict),
-            idle=Stat.from_dict(f["idle"], strict),
-            compute=Stat.from_dict(f["compute"], strict),
-            teardown=Stat.from_dict(f["teardown"], strict),
+            startup=Stat.from_dict(f["startup"]),
+            idle=Stat.from_dict(f["idle"]),
+            compute=Stat.from_dict(f["compute"]),
+            teardown=Stat.from_dict(f["teardown"]),
             exits={str(k): int(v) for k, v in f["exits"].items()},
             by_id={r.worker_id: r for r in records},
             spawner=str(f["spawner"]),
@@ -760,8 +588,8 @@ class WorkerSummary:
             ),
             idle_seconds=float(f["idle_seconds"]),
             idle_timeout=_opt_float(f["idle_timeout"]),
-            jobs=tuple(JobRecord.from_dict(j, strict) for j in f["jobs"] or ()),
-            job_queue_wait=Stat.from_dict(f["job_queue_wait"], strict),
+            jobs=tuple(JobRecord.from_dict(j) for j in f["jobs"] or ()),
+            job_queue_wait=Stat.from_dict(f["job_queue_wait"]),
         )
 
     def __repr__(self) -> str:
@@ -905,17 +733,15 @@ class FailureCauses:
     causes: tuple[str, ...] = ()
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> FailureCauses:
+    def from_dict(cls, d: dict[str, Any] | None) -> FailureCauses:
         """From the report JSON's ``failure_causes`` (None: nothing failed,
         or a line written before daisy kept causes)."""
         if d is None:
             return cls()
-        f = _fields(
-            d, {"messages": [], "other": 0, "first_traceback": None}, "failure_causes", strict
-        )
+        f = _fields(d, {"messages": [], "other": 0, "first_traceback": None}, "failure_causes")
         messages, causes = [], []
         for m in f["messages"]:
-            g = _fields(m, {"message": "", "count": 0, "cause": ""}, "a failure message", strict)
+            g = _fields(m, {"message": "", "count": 0, "cause": ""}, "a failure message")
             messages.append((str(g["message"]), int(g["count"])))
             causes.append(str(g["cause"] or ""))
         first = f["first_traceback"]
@@ -985,9 +811,9 @@ class FailedAttempt:
     }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], strict: bool = False) -> FailedAttempt:
+    def from_dict(cls, d: dict[str, Any]) -> FailedAttempt:
         """From one entry of the report JSON's ``failed_attempts``."""
-        f = _fields(d, dict(cls._DEFAULTS), "a failed attempt", strict)
+        f = _fields(d, dict(cls._DEFAULTS), "a failed attempt")
         return cls(
             index=int(f["index"]),
             block=int(f["block"]),
@@ -1062,22 +888,23 @@ class TaskReport:
         self.failure_notes: list[str] = []
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], strict: bool = False) -> TaskReport:
-        """From the report JSON. ``strict`` (how daisy reads what its core
-        wrote): every key must be there, so the core and this parser cannot
-        drift apart silently; otherwise a missing key takes its default."""
+    def from_dict(cls, d: dict[str, Any]) -> TaskReport:
+        """From the report JSON; a missing key takes its default. What daisy
+        reads here the core gives with every key (its report types decode
+        each history line); tests/test_report_schema.py checks these
+        classes against the core's schema."""
         defaults: dict[str, Any] = {"task_id": None, "blocks": None, "workers": None}
         defaults.update(started_at=0.0, finished_at=0.0, tracked=False)
         defaults.update(outcome="completed", utilisation=None)
         defaults.update(first_block_at=None, last_block_at=None, failure_causes=None)
         defaults.update(notices=None, failed_attempts=[])
-        f = _fields(d, defaults, "a task report", strict)
+        f = _fields(d, defaults, "a task report")
         if f["task_id"] is None:
             raise ValueError("run report: a task report has no 'task_id'")
         return cls(
             task_id=str(f["task_id"]),
-            blocks=BlockSummary.from_dict(f["blocks"], strict),
-            workers=WorkerSummary.from_dict(f["workers"], strict),
+            blocks=BlockSummary.from_dict(f["blocks"]),
+            workers=WorkerSummary.from_dict(f["workers"]),
             started_at=float(f["started_at"]),
             finished_at=float(f["finished_at"]),
             tracked=bool(f["tracked"]),
@@ -1085,11 +912,9 @@ class TaskReport:
             utilisation=None if f["utilisation"] is None else float(f["utilisation"]),
             first_block_at=_opt_float(f["first_block_at"]),
             last_block_at=_opt_float(f["last_block_at"]),
-            failure_causes=FailureCauses.from_dict(f["failure_causes"], strict),
+            failure_causes=FailureCauses.from_dict(f["failure_causes"]),
             notices=_notices(f["notices"]),
-            failed_attempts=[
-                FailedAttempt.from_dict(a, strict) for a in f["failed_attempts"] or ()
-            ],
+            failed_attempts=[FailedAttempt.from_dict(a) for a in f["failed_attempts"] or ()],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -1369,16 +1194,14 @@ class RunReport:
         self.tasks = tasks
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None, strict: bool = False) -> RunReport:
-        """From ``{task_id: task report JSON}``; ``strict`` as in
-        `TaskReport.from_dict`."""
-        return cls({tid: TaskReport.from_dict(t, strict) for tid, t in (d or {}).items()})
+    def from_dict(cls, d: dict[str, Any] | None) -> RunReport:
+        """From ``{task_id: task report JSON}`` (see `TaskReport.from_dict`)."""
+        return cls({tid: TaskReport.from_dict(t) for tid, t in (d or {}).items()})
 
     @classmethod
     def from_json(cls, text: str) -> RunReport:
-        """From the JSON text of `to_dict` or of the core's report, strictly
-        (every key the core writes must be there)."""
-        return cls.from_dict(json.loads(text), strict=True)
+        """From the JSON text of `to_dict` or of the core's report."""
+        return cls.from_dict(json.loads(text))
 
     def to_dict(self) -> dict[str, Any]:
         """``{task_id: task report JSON}``."""

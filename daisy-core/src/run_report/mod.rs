@@ -21,12 +21,14 @@
 //! goes). Everything is re-exported here, so users name `run_report::X`.
 
 mod causes;
+mod history_reader;
 mod ledger;
 mod outcome;
 mod schema;
 pub mod warmup;
 
 pub use causes::*;
+pub use history_reader::*;
 pub use ledger::*;
 pub use outcome::*;
 pub use schema::*;
