@@ -216,6 +216,90 @@ pub struct BlockGrid {
     intra_roots: Vec<u64>,
 }
 
+/// The level period of a task's grid, per axis, in blocks: blocks a
+/// period apart never conflict, so the residues of a period are the
+/// levels. 1 without `read_write_conflict`; else the context's reach plus
+/// a block, capped by the grid extent, as daisy 1.x does: beyond it a
+/// residue has no blocks, and the level tables stay as small as the grid
+/// however wide the context.
+fn level_period(spec: &TaskSpec, stride: &Coord, grid_shape: &Coord) -> Coord {
+    let dims = stride.dims();
+    let mut period = Coord::splat(1, dims);
+    if spec.read_write_conflict {
+        let lo = spec.context_lower();
+        let hi = spec.context_upper();
+        for d in 0..dims {
+            let min_level_stride = lo[d].max(hi[d]) + stride[d];
+            period[d] = ((min_level_stride + stride[d] - 1) / stride[d])
+                .min(grid_shape[d])
+                .max(1);
+        }
+    }
+    period
+}
+
+/// Per level: the grid offsets to the blocks of the level it waits for,
+/// the per-axis neighbour offsets they combine, and the level that waits
+/// for it.
+#[allow(clippy::type_complexity)]
+fn chain_levels(
+    level_offsets: &[Coord],
+    grid_shape: &Coord,
+    period: &Coord,
+) -> (Vec<Vec<Coord>>, Vec<Vec<Vec<i64>>>, Vec<Option<usize>>) {
+    let mut conflicts = vec![Vec::new()];
+    let mut conflict_axes = vec![Vec::new()];
+    // Each level waits for the nearest earlier level that has blocks: on
+    // a grid thinner than the level period some levels are empty, and
+    // chaining across them keeps the levels ordered (a level chained to
+    // an empty one would wait for nothing and run beside level 0).
+    let non_empty = |off: &Coord| BoxIter::new(*off, *grid_shape, *period).count_all() > 0;
+    let mut prev = 0usize;
+    let mut next_level = vec![None; level_offsets.len()];
+    for level in 1..level_offsets.len() {
+        let (options, combos) =
+            conflict_offsets(&level_offsets[level], &level_offsets[prev], period);
+        if non_empty(&level_offsets[level]) {
+            next_level[prev] = Some(level);
+            prev = level;
+        }
+        conflicts.push(combos);
+        conflict_axes.push(options);
+    }
+    (conflicts, conflict_axes, next_level)
+}
+
+/// Per level, how many of its blocks wait for no block of this task.
+fn intra_roots(
+    level_offsets: &[Coord],
+    grid_shape: &Coord,
+    period: &Coord,
+    conflict_axes: &[Vec<Vec<i64>>],
+) -> Vec<u64> {
+    let dims = grid_shape.dims();
+    (0..level_offsets.len())
+        .map(|level| {
+            if level == 0 {
+                return BoxIter::new(level_offsets[0], *grid_shape, *period).count_all();
+            }
+            // A block waits for nothing iff on some axis none of its
+            // neighbour offsets stays on the grid; count the complement
+            // axis by axis.
+            let all = BoxIter::new(level_offsets[level], *grid_shape, *period).count_all();
+            let mut with_neighbours = 1u64;
+            for d in 0..dims {
+                with_neighbours = with_neighbours.saturating_mul(count_with_neighbour(
+                    level_offsets[level][d],
+                    period[d],
+                    grid_shape[d],
+                    &conflict_axes[level][d],
+                ));
+            }
+            all.saturating_sub(with_neighbours)
+        })
+        .collect()
+}
+
 impl BlockGrid {
     /// Refuse a task whose block grid is too large for 64-bit block ids:
     /// checked when a task spec is built from user input and again when a
@@ -258,20 +342,7 @@ impl BlockGrid {
             .sub(&spec.total_roi.begin())
             .div_floor(&stride);
 
-        let mut period = Coord::splat(1, dims);
-        if spec.read_write_conflict {
-            let lo = spec.context_lower();
-            let hi = spec.context_upper();
-            for d in 0..dims {
-                let min_level_stride = lo[d].max(hi[d]) + stride[d];
-                // capped by the grid extent, as daisy 1.x does: beyond it a
-                // residue has no blocks, and the level tables stay as small
-                // as the grid however wide the context
-                period[d] = ((min_level_stride + stride[d] - 1) / stride[d])
-                    .min(grid_shape[d])
-                    .max(1);
-            }
-        }
+        let period = level_period(spec, &stride, &grid_shape);
         let period_grid = GridIndexer::new(period);
         // daisy 1.x orders levels by residue in reverse C order: the last
         // residue is level 0.
@@ -282,49 +353,10 @@ impl BlockGrid {
         for (level, off) in level_offsets.iter().enumerate() {
             level_of_residue[period_grid.flat(off) as usize] = level as u32;
         }
-        let mut conflicts = vec![Vec::new()];
-        let mut conflict_axes = vec![Vec::new()];
-        // Each level waits for the nearest earlier level that has blocks: on
-        // a grid thinner than the level period some levels are empty, and
-        // chaining across them keeps the levels ordered (a level chained to
-        // an empty one would wait for nothing and run beside level 0).
-        let grid_shape_for_levels = grid_shape;
-        let non_empty =
-            |off: &Coord| BoxIter::new(*off, grid_shape_for_levels, period).count_all() > 0;
-        let mut prev = 0usize;
-        let mut next_level = vec![None; level_offsets.len()];
-        for level in 1..level_offsets.len() {
-            let (options, combos) =
-                conflict_offsets(&level_offsets[level], &level_offsets[prev], &period);
-            if non_empty(&level_offsets[level]) {
-                next_level[prev] = Some(level);
-                prev = level;
-            }
-            conflicts.push(combos);
-            conflict_axes.push(options);
-        }
+        let (conflicts, conflict_axes, next_level) =
+            chain_levels(&level_offsets, &grid_shape, &period);
         let grid = GridIndexer::new(grid_shape);
-        let intra_roots = (0..level_offsets.len())
-            .map(|level| {
-                if level == 0 {
-                    return BoxIter::new(level_offsets[0], grid_shape, period).count_all();
-                }
-                // A block waits for nothing iff on some axis none of its
-                // neighbour offsets stays on the grid; count the complement
-                // axis by axis.
-                let all = BoxIter::new(level_offsets[level], grid_shape, period).count_all();
-                let mut with_neighbours = 1u64;
-                for d in 0..dims {
-                    with_neighbours = with_neighbours.saturating_mul(count_with_neighbour(
-                        level_offsets[level][d],
-                        period[d],
-                        grid_shape[d],
-                        &conflict_axes[level][d],
-                    ));
-                }
-                all.saturating_sub(with_neighbours)
-            })
-            .collect();
+        let intra_roots = intra_roots(&level_offsets, &grid_shape, &period, &conflict_axes);
 
         Self {
             task,

@@ -26,7 +26,49 @@ impl Pipeline {
     /// Build and validate a pipeline. Every upstream id must be one of the
     /// given tasks.
     pub fn new(specs: Vec<TaskSpec>) -> Result<Self, DaisyError> {
-        // dedupe by id
+        let (unique, seen) = Self::deduplicated(specs)?;
+        if unique.is_empty() {
+            return Err(DaisyError::invalid(
+                "tasks",
+                "no tasks given; pass a daisy.Task or a list of tasks",
+            ));
+        }
+        let n = unique.len();
+        let up = Self::upstream_edges(&unique, &seen)?;
+        let order = Self::dependency_order(&unique, &up)?;
+        let mut new_index = vec![0usize; n];
+        for (new, &old) in order.iter().enumerate() {
+            new_index[old] = new;
+        }
+        let mut specs: Vec<Option<TaskSpec>> = unique.into_iter().map(Some).collect();
+        let specs: Vec<TaskSpec> = order.iter().filter_map(|&old| specs[old].take()).collect();
+        let mut upstream = vec![Vec::new(); n];
+        let mut downstream = vec![Vec::new(); n];
+        for old in 0..n {
+            for &j in &up[old] {
+                upstream[new_index[old]].push(new_index[j] as TaskIndex);
+                downstream[new_index[j]].push(new_index[old] as TaskIndex);
+            }
+        }
+        let index = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.task_id.clone(), i as TaskIndex))
+            .collect();
+        Ok(Self {
+            specs,
+            index,
+            upstream,
+            downstream,
+        })
+    }
+
+    /// The specs with each task once (a task given twice, as the upstream
+    /// of two others, is one task whose upstream lists are joined; two
+    /// different tasks under one id are an error), and each id's index.
+    fn deduplicated(
+        specs: Vec<TaskSpec>,
+    ) -> Result<(Vec<TaskSpec>, HashMap<String, usize>), DaisyError> {
         let mut unique: Vec<TaskSpec> = Vec::with_capacity(specs.len());
         let mut seen: HashMap<String, usize> = HashMap::new();
         for spec in specs {
@@ -56,12 +98,16 @@ impl Pipeline {
                 }
             }
         }
-        if unique.is_empty() {
-            return Err(DaisyError::invalid(
-                "tasks",
-                "no tasks given; pass a daisy.Task or a list of tasks",
-            ));
-        }
+        Ok((unique, seen))
+    }
+
+    /// Each task's upstream tasks, by index: every upstream id must be a
+    /// task of the pipeline of the same number of axes, and not the task
+    /// itself.
+    fn upstream_edges(
+        unique: &[TaskSpec],
+        seen: &HashMap<String, usize>,
+    ) -> Result<Vec<Vec<usize>>, DaisyError> {
         let n = unique.len();
         let mut up: Vec<Vec<usize>> = vec![Vec::new(); n];
         for (i, spec) in unique.iter().enumerate() {
@@ -96,7 +142,13 @@ impl Pipeline {
                 }
             }
         }
-        // Kahn's algorithm; ties broken by input order so the order is stable
+        Ok(up)
+    }
+
+    /// The tasks in dependency order (Kahn's algorithm; ties broken by
+    /// input order so the order is stable), or the cycle's tasks.
+    fn dependency_order(unique: &[TaskSpec], up: &[Vec<usize>]) -> Result<Vec<usize>, DaisyError> {
+        let n = unique.len();
         let mut indeg: Vec<usize> = up.iter().map(Vec::len).collect();
         let mut down: Vec<Vec<usize>> = vec![Vec::new(); n];
         for (i, ups) in up.iter().enumerate() {
@@ -120,31 +172,7 @@ impl Pipeline {
                 indeg[d] -= 1;
             }
         }
-        let mut new_index = vec![0usize; n];
-        for (new, &old) in order.iter().enumerate() {
-            new_index[old] = new;
-        }
-        let mut specs: Vec<Option<TaskSpec>> = unique.into_iter().map(Some).collect();
-        let specs: Vec<TaskSpec> = order.iter().filter_map(|&old| specs[old].take()).collect();
-        let mut upstream = vec![Vec::new(); n];
-        let mut downstream = vec![Vec::new(); n];
-        for old in 0..n {
-            for &j in &up[old] {
-                upstream[new_index[old]].push(new_index[j] as TaskIndex);
-                downstream[new_index[j]].push(new_index[old] as TaskIndex);
-            }
-        }
-        let index = specs
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.task_id.clone(), i as TaskIndex))
-            .collect();
-        Ok(Self {
-            specs,
-            index,
-            upstream,
-            downstream,
-        })
+        Ok(order)
     }
 
     /// Number of tasks.

@@ -184,6 +184,10 @@ fn admit(
     Ok(task)
 }
 
+/// One connection from its first byte to its close: its opening (the
+/// hello, or "busy", or a job's launcher served to its end), the worker's
+/// admission and welcome, then its requests answered one by one
+/// ([`serve`]); whatever it holds when it ends is reclaimed.
 async fn handle_connection(
     shared: Shared,
     stream: Box<dyn protocol::Stream>,
@@ -191,8 +195,65 @@ async fn handle_connection(
     in_process: bool,
     conn_id: u64,
 ) {
-    let mut conn = Framed::new(stream, protocol::codec());
-    // a stranger gets a tiny frame allowance, and only so many at once
+    let conn = Framed::new(stream, protocol::codec());
+    let Some((mut conn, hello)) = opening(&shared, conn, door).await else {
+        return;
+    };
+    let task = match admit(&shared, &hello.token, &hello.task_id, hello.worker_id) {
+        Ok(task) => task,
+        Err(Some(message)) => {
+            let _ = send(&mut conn, &ServerMessage::Error { message }).await;
+            return;
+        }
+        Err(None) => return,
+    };
+    let worker_id = hello.worker_id;
+    // from here on, whatever this connection holds is reclaimed when it
+    // ends, however it ends (a panic in its handling included)
+    let _reclaim = ReclaimOnDrop {
+        shared: shared.clone(),
+        conn_id,
+        worker_id,
+    };
+    shared.state_mut().admission_mut().opened();
+    // a worker the server did not start ends its own late attempts
+    // (`block_deadline`), unless it is a thread of the driver itself, which
+    // nothing may end: its late attempts are refused as before
+    let ends_late_attempts = worker_id.is_none() && !in_process;
+    let Some(hang_up) = welcome(&shared, &mut conn, task, worker_id, ends_late_attempts).await
+    else {
+        return;
+    };
+    let peer = Peer {
+        task,
+        worker_id,
+        conn_id,
+        ends_late_attempts,
+    };
+    serve(&shared, &mut conn, &peer, hang_up).await;
+    let _ = SinkExt::<tokio_util::bytes::Bytes>::flush(&mut conn).await;
+}
+
+/// What a worker said in its hello.
+struct Hello {
+    token: String,
+    task_id: String,
+    worker_id: Option<u32>,
+}
+
+/// Who is at the other end of an admitted connection.
+struct Peer {
+    task: TaskIndex,
+    worker_id: Option<u32>,
+    conn_id: u64,
+    ends_late_attempts: bool,
+}
+
+/// A connection's opening, before anyone is admitted: a stranger gets a
+/// tiny frame allowance, and only so many at once (past that, "busy"); a
+/// job's node launcher is served here to its end. The connection and the
+/// worker's hello when a worker said one; None when the connection is done.
+async fn opening(shared: &Shared, mut conn: Conn, door: Door) -> Option<(Conn, Hello)> {
     conn.codec_mut()
         .set_max_frame_length(protocol::MAX_HELLO_BYTES);
     let full = !shared.state_mut().admission_mut().expect_hello(door);
@@ -208,18 +269,25 @@ async fn handle_connection(
             },
         )
         .await;
-        return;
+        return None;
     }
     let hello = tokio::time::timeout(HELLO_TIMEOUT, recv(&mut conn)).await;
     shared.state_mut().admission_mut().hello_heard(door);
     conn.codec_mut()
         .set_max_frame_length(protocol::MAX_FRAME_BYTES);
-    let (token, task_id, worker_id) = match hello {
+    match hello {
         Ok(Some(ClientMessage::Hello {
             token,
             task_id,
             worker_id,
-        })) => (token, task_id, worker_id),
+        })) => Some((
+            conn,
+            Hello {
+                token,
+                task_id,
+                worker_id,
+            },
+        )),
         Ok(Some(ClientMessage::LauncherHello {
             token,
             job,
@@ -229,23 +297,27 @@ async fn handle_connection(
             // connection, as JSON lines (`server::jobs`)
             if !protocol::tokens_match(&token, &shared.state().config.token) {
                 tracing::warn!("refused a launcher with a wrong token");
-                return;
+                return None;
             }
             let parts = conn.into_parts();
             let leftover = parts.read_buf.to_vec();
-            super::launcher::serve_job(shared, job, batch_job_id, parts.io, leftover).await;
-            return;
+            super::launcher::serve_job(shared.clone(), job, batch_job_id, parts.io, leftover).await;
+            None
         }
-        _ => return, // no hello: close without a word
-    };
-    let task = match admit(&shared, &token, &task_id, worker_id) {
-        Ok(task) => task,
-        Err(Some(message)) => {
-            let _ = send(&mut conn, &ServerMessage::Error { message }).await;
-            return;
-        }
-        Err(None) => return,
-    };
+        _ => None, // no hello: close without a word
+    }
+}
+
+/// Welcome an admitted worker with its task's settings. The signal that
+/// ends a managed worker's connection with its process (None inside: an
+/// unmanaged client's has none); None when the welcome could not be sent.
+async fn welcome(
+    shared: &Shared,
+    conn: &mut Conn,
+    task: TaskIndex,
+    worker_id: Option<u32>,
+    ends_late_attempts: bool,
+) -> Option<Option<tokio_util::sync::CancellationToken>> {
     let (resource_tracking, gpu_tracking, hang_up, timeout) = {
         let st = shared.state();
         let hang_up = worker_id
@@ -254,18 +326,6 @@ async fn handle_connection(
         let rt = &st.config.tasks[task];
         (rt.resource_tracking, rt.gpu_tracking, hang_up, rt.timeout)
     };
-    // from here on, whatever this connection holds is reclaimed when it
-    // ends, however it ends (a panic in its handling included)
-    let _reclaim = ReclaimOnDrop {
-        shared: shared.clone(),
-        conn_id,
-        worker_id,
-    };
-    shared.state_mut().admission_mut().opened();
-    // a worker the server did not start ends its own late attempts
-    // (`block_deadline`), unless it is a thread of the driver itself, which
-    // nothing may end: its late attempts are refused as before
-    let ends_late_attempts = worker_id.is_none() && !in_process;
     let welcome = ServerMessage::Welcome {
         resource_tracking,
         gpu_tracking,
@@ -274,51 +334,39 @@ async fn handle_connection(
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         server_pid: std::process::id(),
     };
-    if !send(&mut conn, &welcome).await {
-        return;
-    }
+    send(conn, &welcome).await.then_some(hang_up)
+}
+
+/// Answer an admitted worker's requests until it leaves, breaks the
+/// protocol, or (a managed worker) its process ends.
+async fn serve(
+    shared: &Shared,
+    conn: &mut Conn,
+    peer: &Peer,
+    hang_up: Option<tokio_util::sync::CancellationToken>,
+) {
     let activity = shared.state().activity();
     loop {
         // a managed worker's connection ends with its process
         let msg = match &hang_up {
             Some(hang_up) => tokio::select! {
-                msg = recv(&mut conn) => msg,
+                msg = recv(conn) => msg,
                 () = hang_up.cancelled() => None,
             },
-            None => recv(&mut conn).await,
+            None => recv(conn).await,
         };
         let Some(msg) = msg else {
             break;
         };
         activity.notify_one();
-        let reply = match msg {
-            ClientMessage::AcquireBlock => {
-                Ok(acquire(&shared, task, worker_id, conn_id, ends_late_attempts).await)
-            }
-            ClientMessage::ReleaseBlock { block } => {
-                release(&shared, task, worker_id, conn_id, block, None)
-            }
-            ClientMessage::BlockFailed { block, error } => {
-                release(&shared, task, worker_id, conn_id, block, Some(error))
-            }
-            ClientMessage::Note { text } => {
-                shared.state_mut().note(task, &text);
-                Ok(ServerMessage::ReleaseAck)
-            }
-            ClientMessage::Disconnect => break,
-            ClientMessage::Hello { .. } | ClientMessage::LauncherHello { .. } => {
-                Ok(ServerMessage::Error {
-                    message: "hello sent twice".into(),
-                })
-            }
-        };
-        let reply = match reply {
-            Ok(reply) => reply,
-            Err(why) => {
+        let reply = match answer(shared, peer, msg).await {
+            Some(Ok(reply)) => reply,
+            Some(Err(why)) => {
                 tracing::warn!("closing a worker connection that broke the protocol: {why}");
-                let _ = send(&mut conn, &ServerMessage::Error { message: why }).await;
+                let _ = send(conn, &ServerMessage::Error { message: why }).await;
                 break;
             }
+            None => break, // it said goodbye
         };
         // A reply waits for the next one when the client's next request is
         // already here (a worker sends its release and its next acquire
@@ -326,11 +374,46 @@ async fn handle_connection(
         // buffer is the start of a request the client has sent, so the
         // wait is never for the client.
         let next_request_buffered = !conn.read_buffer().is_empty();
-        if !write_reply(&mut conn, &reply, !next_request_buffered).await {
+        if !write_reply(conn, &reply, !next_request_buffered).await {
             break;
         }
     }
-    let _ = SinkExt::<tokio_util::bytes::Bytes>::flush(&mut conn).await;
+}
+
+/// The reply to one request: an error text for one that breaks the
+/// protocol; None for a goodbye.
+async fn answer(
+    shared: &Shared,
+    peer: &Peer,
+    msg: ClientMessage,
+) -> Option<Result<ServerMessage, String>> {
+    let Peer {
+        task,
+        worker_id,
+        conn_id,
+        ends_late_attempts,
+    } = *peer;
+    Some(match msg {
+        ClientMessage::AcquireBlock => {
+            Ok(acquire(shared, task, worker_id, conn_id, ends_late_attempts).await)
+        }
+        ClientMessage::ReleaseBlock { block } => {
+            release(shared, task, worker_id, conn_id, block, None)
+        }
+        ClientMessage::BlockFailed { block, error } => {
+            release(shared, task, worker_id, conn_id, block, Some(error))
+        }
+        ClientMessage::Note { text } => {
+            shared.state_mut().note(task, &text);
+            Ok(ServerMessage::ReleaseAck)
+        }
+        ClientMessage::Disconnect => return None,
+        ClientMessage::Hello { .. } | ClientMessage::LauncherHello { .. } => {
+            Ok(ServerMessage::Error {
+                message: "hello sent twice".into(),
+            })
+        }
+    })
 }
 
 /// Reclaims what a connection still holds when its handler ends (the

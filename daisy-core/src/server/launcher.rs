@@ -357,53 +357,11 @@ impl Session {
                     Ok(r) => r,
                     Err(e) => return Err((e, ledger)),
                 };
-                match reply {
-                    Reply::Ready => {
-                        ready = true;
-                        {
-                            let mut st = self.shared.state_mut();
-                            match self.host {
-                                Host::Task => {
-                                    st.tasks[self.task].launcher.startup =
-                                        Some(self.started.elapsed().as_secs_f64());
-                                }
-                                Host::Job(job) => super::jobs::on_ready(&mut st, job),
-                            }
-                        }
-                        for req in std::mem::take(&mut ledger.queued) {
-                            self.send(&mut write, LauncherRequest::Fork(req), &mut ledger)
-                                .await?;
-                        }
-                    }
-                    Reply::Cold { reason } => return Err((reason, ledger)),
-                    Reply::Forked {
-                        worker_id,
-                        pid,
-                        cold,
-                    } => {
-                        if ledger.sent.remove(&worker_id).is_some() {
-                            ledger.alive.insert(worker_id, pid);
-                            match self.host {
-                                Host::Task => {
-                                    self.on_forked(worker_id, pid);
-                                    watch_worker(worker_id, pid, died_tx.clone());
-                                }
-                                Host::Job(job) => super::jobs::on_started(
-                                    &mut self.shared.state_mut(),
-                                    job,
-                                    worker_id,
-                                    cold,
-                                ),
-                            }
-                        }
-                    }
-                    Reply::Exited { worker_id, status } => {
-                        ledger.unreported.remove(&worker_id);
-                        if ledger.alive.remove(&worker_id).is_some() {
-                            let status = ExitStatus::from_raw(status);
-                            let _ = self.exit_tx.send((worker_id, Some(status)));
-                        }
-                    }
+                if self
+                    .on_reply(reply, &mut write, &mut ledger, &died_tx)
+                    .await?
+                {
+                    ready = true;
                 }
             }
             if buf.len() > MAX_REPLY_LINE {
@@ -473,6 +431,66 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Take one reply of the launcher: it is ready (the requests queued
+    /// until then go out; Ok(true)), it went cold (an error), a worker
+    /// forked, a worker exited.
+    async fn on_reply(
+        &self,
+        reply: Reply,
+        write: &mut ControlWrite,
+        ledger: &mut Ledger,
+        died_tx: &mpsc::UnboundedSender<u32>,
+    ) -> Result<bool, (String, Ledger)> {
+        match reply {
+            Reply::Ready => {
+                {
+                    let mut st = self.shared.state_mut();
+                    match self.host {
+                        Host::Task => {
+                            st.tasks[self.task].launcher.startup =
+                                Some(self.started.elapsed().as_secs_f64());
+                        }
+                        Host::Job(job) => super::jobs::on_ready(&mut st, job),
+                    }
+                }
+                for req in std::mem::take(&mut ledger.queued) {
+                    self.send(write, LauncherRequest::Fork(req), ledger).await?;
+                }
+                return Ok(true);
+            }
+            Reply::Cold { reason } => return Err((reason, std::mem::take(ledger))),
+            Reply::Forked {
+                worker_id,
+                pid,
+                cold,
+            } => {
+                if ledger.sent.remove(&worker_id).is_some() {
+                    ledger.alive.insert(worker_id, pid);
+                    match self.host {
+                        Host::Task => {
+                            self.on_forked(worker_id, pid);
+                            watch_worker(worker_id, pid, died_tx.clone());
+                        }
+                        Host::Job(job) => super::jobs::on_started(
+                            &mut self.shared.state_mut(),
+                            job,
+                            worker_id,
+                            cold,
+                        ),
+                    }
+                }
+            }
+            Reply::Exited { worker_id, status } => {
+                ledger.unreported.remove(&worker_id);
+                if ledger.alive.remove(&worker_id).is_some() {
+                    let status = ExitStatus::from_raw(status);
+                    let _ = self.exit_tx.send((worker_id, Some(status)));
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// Send one request (a fork's descriptors go with it to a local

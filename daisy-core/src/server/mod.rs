@@ -787,53 +787,78 @@ async fn teardown(
     exits: &mut mpsc::UnboundedReceiver<ExitEvent>,
     interrupted: bool,
 ) {
-    {
-        let mut guard = shared.state_mut();
-        let st = &mut *guard;
-        st.begin_stopping(interrupted);
-        // no more warm starts: each launcher leaves once its workers have
-        for slot in st.tasks.iter_mut().map(|t| &mut t.launcher) {
-            if matches!(slot.phase, LauncherPhase::Active { .. }) {
-                slot.phase = LauncherPhase::Closed;
-            }
-        }
-        // workers whose warm start failed as the run ended never ran
-        for id in st.take_start_cold() {
-            if let Some(w) = st.workers.get_mut(&id) {
-                w.expect_exit(WorkerExit::Clean);
-            }
-            on_worker_exit(st, id, None);
-        }
-        let now = Instant::now();
-        let alive: Vec<u32> = st
-            .flags()
-            .filter(|(_, f)| f.alive)
-            .map(|(id, _)| id)
-            .collect();
-        for id in alive {
-            let connected = st.timeline(id).is_some_and(WorkerTimeline::connected);
-            if connected && !interrupted {
-                // teardown of the workers still alive counts from here
-                st.worker_dismissed_at(id, now);
-            }
-            let Some(w) = st.workers.get_mut(&id) else {
-                continue;
-            };
-            if interrupted {
-                w.expect_exit(WorkerExit::Interrupted);
-                w.kill();
-            } else if !connected {
-                // still starting when the work ran out: not needed, so
-                // stopped now (its listener is gone), and not a crash
-                w.expect_exit(WorkerExit::Clean);
-                w.kill();
-            }
-            w.retire();
-        }
-        // no job takes another worker; a job still queued is cancelled
-        jobs::close_all(st);
-    }
+    dismiss_workers(&mut shared.state_mut(), interrupted);
     shared.notify_changed();
+    wait_for_workers(shared, exits, interrupted).await;
+    wait_for_launchers(shared).await;
+    wait_for_jobs(shared).await;
+    if !interrupted {
+        // the jobs whose workers left end by themselves: wait for the batch
+        // system to list none of them rather than cancel them mid-exit
+        let wait_all = shared.state().config.wait_all.clone();
+        supervision::run_wait_command(&wait_all, TEARDOWN_GRACE).await;
+    }
+    // cancel whatever remote work of the run may still be queued
+    supervision::run_stop_command(&shared.state().config.stop_all);
+}
+
+/// The run's end, told to its workers: launchers close, workers still
+/// starting are stopped (not needed, not a crash), connected ones are
+/// dismissed (their teardown counts from now) or, on an interrupted run,
+/// killed; no job takes another worker.
+fn dismiss_workers(st: &mut State, interrupted: bool) {
+    st.begin_stopping(interrupted);
+    // no more warm starts: each launcher leaves once its workers have
+    for slot in st.tasks.iter_mut().map(|t| &mut t.launcher) {
+        if matches!(slot.phase, LauncherPhase::Active { .. }) {
+            slot.phase = LauncherPhase::Closed;
+        }
+    }
+    // workers whose warm start failed as the run ended never ran
+    for id in st.take_start_cold() {
+        if let Some(w) = st.workers.get_mut(&id) {
+            w.expect_exit(WorkerExit::Clean);
+        }
+        on_worker_exit(st, id, None);
+    }
+    let now = Instant::now();
+    let alive: Vec<u32> = st
+        .flags()
+        .filter(|(_, f)| f.alive)
+        .map(|(id, _)| id)
+        .collect();
+    for id in alive {
+        let connected = st.timeline(id).is_some_and(WorkerTimeline::connected);
+        if connected && !interrupted {
+            // teardown of the workers still alive counts from here
+            st.worker_dismissed_at(id, now);
+        }
+        let Some(w) = st.workers.get_mut(&id) else {
+            continue;
+        };
+        if interrupted {
+            w.expect_exit(WorkerExit::Interrupted);
+            w.kill();
+        } else if !connected {
+            // still starting when the work ran out: not needed, so
+            // stopped now (its listener is gone), and not a crash
+            w.expect_exit(WorkerExit::Clean);
+            w.kill();
+        }
+        w.retire();
+    }
+    // no job takes another worker; a job still queued is cancelled
+    jobs::close_all(st);
+}
+
+/// Wait for every worker to exit, for [`TEARDOWN_GRACE`] (an interrupted
+/// run: [`INTERRUPT_GRACE`]); then kill those still alive and give their
+/// monitors [`REAP_PAUSE`] to reap them.
+async fn wait_for_workers(
+    shared: &Shared,
+    exits: &mut mpsc::UnboundedReceiver<ExitEvent>,
+    interrupted: bool,
+) {
     let wake = shared.state().main_wake();
     let grace = if interrupted {
         INTERRUPT_GRACE
@@ -876,16 +901,6 @@ async fn teardown(
             }
         }
     }
-    wait_for_launchers(shared).await;
-    wait_for_jobs(shared).await;
-    if !interrupted {
-        // the jobs whose workers left end by themselves: wait for the batch
-        // system to list none of them rather than cancel them mid-exit
-        let wait_all = shared.state().config.wait_all.clone();
-        supervision::run_wait_command(&wait_all, TEARDOWN_GRACE).await;
-    }
-    // cancel whatever remote work of the run may still be queued
-    supervision::run_stop_command(&shared.state().config.stop_all);
 }
 
 /// Wait until every job's handle has exited (each job's launcher leaves
