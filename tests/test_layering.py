@@ -70,6 +70,28 @@ def python_modules() -> dict[str, Path]:
     return out
 
 
+def absolute_module(importer: str, path: Path, module: str | None, level: int) -> str:
+    """The module ``from <level dots><module> import ...`` names, in the
+    module ``importer`` (its file at ``path``): relative imports resolved
+    against the importer's package, as Python resolves them."""
+    if level == 0:
+        return module or ""
+    package = importer.split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    package = package[: len(package) - (level - 1)]
+    return ".".join(package + ([module] if module else []))
+
+
+def test_relative_imports_resolve_as_python_resolves_them() -> None:
+    here = PY / "tcp" / "tcp_stream.py"
+    assert absolute_module("daisy.tcp.tcp_stream", here, "exceptions", 1) == "daisy.tcp.exceptions"
+    assert absolute_module("daisy.tcp.tcp_stream", here, None, 1) == "daisy.tcp"
+    assert absolute_module("daisy.tcp.tcp_stream", here, "block", 2) == "daisy.block"
+    init = PY / "tcp" / "__init__.py"
+    assert absolute_module("daisy.tcp", init, "tcp_server", 1) == "daisy.tcp.tcp_server"
+
+
 def python_import_graph() -> dict[str, set[str]]:
     """Module -> modules it imports, anywhere in the file. Package
     ``__init__`` files are re-export hubs (they import every module) and
@@ -85,8 +107,9 @@ def python_import_graph() -> dict[str, set[str]]:
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            elif isinstance(node, ast.ImportFrom):
+                base = absolute_module(name, path, node.module, node.level)
+                targets = [f"{base}.{a.name}" for a in node.names] + [base]
             for t in targets:
                 while t and t not in modules:
                     t = t.rpartition(".")[0]

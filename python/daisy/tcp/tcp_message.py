@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .tcp_stream import TCPStream
+
+class MessageStream(Protocol):
+    """What a message knows of the stream it arrived on
+    (:class:`~daisy.tcp.TCPStream`, which imports this module): a reply
+    goes back through it."""
+
+    def send_message(self, message: TCPMessage) -> None:
+        """Send ``message`` back to the peer."""
+
+    def close(self) -> None:
+        """Close the stream."""
+
+    def closed(self) -> bool:
+        """Whether the stream is closed."""
 
 
 class TCPMessage:
@@ -22,4 +34,4 @@ class TCPMessage:
 
     def __init__(self, payload: Any = None) -> None:
         self.payload = payload
-        self.stream: TCPStream | None = None
+        self.stream: MessageStream | None = None
