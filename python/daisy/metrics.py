@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from daisy._daisy import TaskState
-from daisy.dashboard import (
+from daisy.dashboard.guarded_server import (
     LOOPBACK,
     PROMETHEUS_TEXT,
     Answer,

@@ -131,7 +131,7 @@ class _RunViews:
         views = cls()
         if metrics_port is None and dashboard_port is None:
             return views
-        from daisy.dashboard import view_host, view_token
+        from daisy.dashboard.guarded_server import view_host, view_token
 
         addr, secret = view_host(), view_token()
         shared = metrics_port is not None and metrics_port == dashboard_port
@@ -142,7 +142,7 @@ class _RunViews:
                 metrics_port, order, addr=addr, serve=not shared, token=secret
             )
         if dashboard_port is not None:
-            from daisy.dashboard import Dashboard
+            from daisy.dashboard.status import Dashboard
 
             try:
                 views.dashboard = Dashboard(
