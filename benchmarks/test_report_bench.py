@@ -2,7 +2,7 @@
 (this package only).
 
 A serial run of 10^5 one-voxel blocks with resource tracking; its report
-(``daisy.html_report.write_html_report``) is opened in headless Chromium
+(``daisy.report.html.write_html_report``) is opened in headless Chromium
 with the network off, and the time from ``driver.get`` until bokeh has
 rendered the page is measured, the browser already started. The report
 shows every block on its timeline (``MAX_BARS`` is 10^5), so this is the

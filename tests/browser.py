@@ -66,7 +66,7 @@ def report_of_blocks(base: Path, rows: int, cols: int, name: str = "big") -> Pat
     """Run ``rows * cols`` one-voxel blocks serially with resource tracking
     (stores under ``base/tracking``) and write their HTML report to
     ``base/<name>.html``."""
-    from daisy.html_report import write_html_report
+    from daisy.report.html import write_html_report
 
     daisy.set_tracking_basedir(base / "tracking")
     try:

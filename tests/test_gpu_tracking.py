@@ -25,7 +25,7 @@ from fake_nvml.build import build_fake_nvml
 
 import daisy
 from daisy.cli import main as cli_main
-from daisy.report_view import block_summary_html
+from daisy.report.notebook import block_summary_html
 from daisy.run_report import RUNS_FILE, read_runs
 from daisy.units import format_bytes
 

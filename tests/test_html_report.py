@@ -24,7 +24,7 @@ from browser import (
 from conftest import line_task
 
 import daisy
-from daisy.html_report import write_html_report
+from daisy.report.html import write_html_report
 
 ARTIFACTS = Path(os.environ.get("DAISY_TEST_ARTIFACTS", "test-artifacts"))
 
@@ -139,7 +139,7 @@ def _fail_block_3(block):
 def test_the_histograms_count_only_the_blocks_that_completed(tmp_path):
     # a failed block has no measurements (its wall and CPU are NaN, its peak
     # RSS 0 in the store): it must not show as a block of 0 B
-    from daisy.html_report import _bokeh, _task_section, find_runs_files, read_runs, store_of
+    from daisy.report.html import _bokeh, _task_section, find_runs_files, read_runs, store_of
 
     daisy.set_tracking_basedir(tmp_path / "tracking")
     task = line_task("t", 10, process_function=_fail_block_3, resource_tracking=True, max_retries=0)
@@ -204,7 +204,7 @@ def test_the_tasks_of_a_run_share_one_time_axis_from_its_start(tmp_path):
     """Task b starts when a's blocks are done: on one axis from the run's
     start, b's bars begin after a's (each timeline used to start at its
     own first block, at 0), and both figures pan together."""
-    from daisy.html_report import report_layout
+    from daisy.report.html import report_layout
 
     layout = report_layout(pipeline(tmp_path))
     figs = {f.title.text.split(":")[0]: f for f in layout.select({"name": "timeline"})}
@@ -222,7 +222,7 @@ def test_failed_attempts_are_on_the_timeline(tmp_path):
     """Every failed attempt is a red bar where and when it ran (from the
     run's report: the store times a block's successful attempt only); a
     block done after a failed attempt is orange; with a legend."""
-    from daisy.html_report import report_layout
+    from daisy.report.html import report_layout
 
     daisy.set_tracking_basedir(tmp_path / "tracking")
     marks = tmp_path / "marks"
@@ -247,21 +247,21 @@ def test_failed_attempts_are_on_the_timeline(tmp_path):
     assert (5, "failed attempt") in bars and (5, "done after a failed attempt") in bars
     assert (3, "done") not in bars, "block 3 never completed"
     assert all(r >= left for left, r in zip(source.data["left"], source.data["right"], strict=True))
-    notes = " ".join(d.text for d in layout.select({"type": daisy.html_report._bokeh().models.Div}))
+    notes = " ".join(d.text for d in layout.select({"type": daisy.report.html._bokeh().models.Div}))
     assert "(1 of them after failed attempts), and 3 failed attempts" in notes, notes
 
 
 def test_a_fully_resumed_rerun_says_there_was_nothing_to_do(tmp_path):
     """A rerun that finds every block done processed nothing: the page says
     so (not "a serial run") and draws no empty timeline."""
-    from daisy.html_report import report_layout
+    from daisy.report.html import report_layout
 
     daisy.set_tracking_basedir(tmp_path / "tracking")
     task = line_task("t", 6, process_function=lambda b: None, resource_tracking=True)
     assert daisy.run_blockwise([task], progress=False, summary=False)
     assert daisy.run_blockwise([task], progress=False, summary=False)
     layout = report_layout(tmp_path / "tracking")
-    text = " ".join(d.text for d in layout.select({"type": daisy.html_report._bokeh().models.Div}))
+    text = " ".join(d.text for d in layout.select({"type": daisy.report.html._bokeh().models.Div}))
     assert "Nothing to do" in text and "6 skipped" in text, text
     assert "a serial run" not in text
     assert not list(layout.select({"name": "timeline"})), "no empty timeline"
@@ -366,7 +366,7 @@ def test_a_rerun_right_after_a_run_shows_only_its_own_blocks(tmp_path):
     the blocks stamped up to a second before the run's start. The stamps of
     one run are read off one clock from its start (``RunLedger::new``), so
     a block of this run is stamped at or after it."""
-    from daisy.html_report import report_layout
+    from daisy.report.html import report_layout
 
     daisy.set_tracking_basedir(tmp_path / "tracking")
     mark = tmp_path / "fixed"

@@ -194,7 +194,7 @@ def test_status_report_and_compare_find_nested_stores_and_not_inside_user_arrays
 
 def test_the_html_report_and_prometheus_name_a_nested_id_as_any_other(tmp_path: Path) -> None:
     pytest.importorskip("bokeh")
-    from daisy.html_report import write_html_report
+    from daisy.report.html import write_html_report
 
     base = tmp_path / "tracking"
     daisy.set_tracking_basedir(base)

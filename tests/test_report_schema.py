@@ -20,7 +20,7 @@ from conftest import line_task, run_tasks
 
 import daisy
 from daisy._daisy import read_history, read_tracking_array
-from daisy.run_history import stat_array
+from daisy.report.stores import stat_array
 from daisy.run_report import TaskReport, read_runs, report_schema
 
 

@@ -95,7 +95,7 @@ def test_failures_and_failed_blocks_are_records_read_by_name():
     )
     assert first == (tid, spatial_id, worker_id, reason) and first[-1] == reason
     assert len(first) == 4 and "Failure(task_id='records'" in repr(first)
-    (block,) = server._failed_blocks
+    (block,) = server._last_failures.failed_blocks
     assert isinstance(block, FailedBlock)
     assert (block.task_id, block.spatial_id, block.attempts, block.failed) == (
         "records",

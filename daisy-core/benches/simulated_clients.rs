@@ -106,6 +106,7 @@ fn run(n: usize) -> Figures {
         tick: daisy_core::server::TICK,
         liveness_timeout: daisy_core::liveness::DEFAULT_TIMEOUT,
         idle_timeout: None,
+        memory: Default::default(),
     };
     let rss_before = resident_kib();
     let (tx, rx) = mpsc::channel();

@@ -18,6 +18,7 @@ pub mod geometry;
 pub mod gpu_profile;
 pub mod hang_up;
 pub mod liveness;
+pub mod memory_budget;
 pub mod pipeline;
 pub mod pipeline_coverage;
 pub mod private_files;

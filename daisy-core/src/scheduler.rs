@@ -37,7 +37,7 @@ use crate::block::{Block, BlockKey, BlockStatus, PerTask, TaskIndex};
 use crate::dependency_graph::{DependencyGraph, RootCursor};
 use crate::error::DaisyError;
 use crate::pipeline::Pipeline;
-use crate::task_state::TaskState;
+use crate::task_state::{Abandonment, TaskState};
 use crate::tracking_store::TrackingStore;
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -49,6 +49,10 @@ struct TaskRun {
     ready: VecDeque<u64>,
     /// Blocks handed back unserved (their check raised): served first.
     put_back: VecDeque<u64>,
+    /// Blocks the memory guard held back ([`Scheduler::hold_back`]): ready,
+    /// handed out only by [`Scheduler::take_held`], when the memory gate
+    /// says they fit.
+    held: VecDeque<u64>,
     /// Blocks out for a check ([`Scheduler::take_for_check`]): still
     /// ready, never handed out before their check comes back.
     checking: HashSet<u64>,
@@ -74,6 +78,15 @@ pub enum ReleaseOutcome {
     Retrying,
     /// Failed for good; downstream blocks were orphaned.
     Failed,
+}
+
+/// A failed attempt the scheduler took back ([`Scheduler::fail_attempt`]).
+#[derive(Clone, Debug)]
+pub struct FailedAttempt {
+    /// The block.
+    pub block: Block,
+    /// Whether it was the block's last attempt (it failed for good).
+    pub last_attempt: bool,
 }
 
 /// Decides which block of which task may run next.
@@ -109,6 +122,7 @@ impl Scheduler {
                     roots: graph.root_cursor(t),
                     ready: VecDeque::new(),
                     put_back: VecDeque::new(),
+                    held: VecDeque::new(),
                     checking: HashSet::new(),
                     checked: VecDeque::new(),
                     attempts: HashMap::new(),
@@ -266,10 +280,132 @@ impl Scheduler {
         self.tasks[task].abandoned
     }
 
-    /// Counts and texts of one task the runner keeps beside the block
-    /// counts (workers started, errors, timeouts): see [`TaskState`].
-    pub fn task_state_mut(&mut self, task: TaskIndex) -> &mut TaskState {
-        &mut self.tasks[task].state
+    /// A block came back done: its figures, where it was measured, go to
+    /// its task's tracking store with who ran it and when (`sent_at`,
+    /// `returned_at`: wall-clock seconds), and it is marked completed
+    /// ([`Self::release_block`]).
+    pub fn complete_block(
+        &mut self,
+        block: &Block,
+        worker: Option<u32>,
+        sent_at: f64,
+        returned_at: f64,
+    ) -> Result<(), DaisyError> {
+        if let (Some(stats), Some(tracking)) = (
+            block.stats.as_ref(),
+            self.tasks
+                .get_mut(block.key.task as usize)
+                .and_then(|r| r.tracking.as_mut()),
+        ) {
+            tracking.record_stats(block, stats, worker, sent_at, returned_at);
+        }
+        self.release_block(block.key, BlockStatus::Success)
+            .map(|_| ())
+    }
+
+    /// A failed attempt at block `key`, `reason` its text: the block is
+    /// retried or failed for good ([`Self::release_block`]), and the
+    /// attempt counted in its task's state (as a timeout reclaim when
+    /// `timed_out`, as daisy 2.0.0 counts it, else as a worker error).
+    /// None, and nothing counted, for a block of a task already abandoned
+    /// (or one not out).
+    pub fn fail_attempt(
+        &mut self,
+        key: BlockKey,
+        reason: &str,
+        timed_out: bool,
+    ) -> Option<FailedAttempt> {
+        if self.is_abandoned(key.task) {
+            return None;
+        }
+        let last_attempt = match self.release_block(key, BlockStatus::Failed) {
+            Ok(outcome) => outcome == ReleaseOutcome::Failed,
+            Err(e) => {
+                tracing::warn!("could not record a failure: {e}");
+                return None;
+            }
+        };
+        let state = &mut self.tasks[key.task].state;
+        if timed_out {
+            state.timeout_reclaim_count += 1;
+        } else {
+            state.worker_failure_count += 1;
+        }
+        state.note_worker_error(reason);
+        Some(FailedAttempt {
+            block: self.graph.block(key),
+            last_attempt,
+        })
+    }
+
+    /// Task `task`'s first and last worker errors that read `from` read
+    /// `to` now (an attempt that failed as its connection closed, once
+    /// the worker's end is known).
+    pub fn restate_worker_error(&mut self, task: TaskIndex, from: &str, to: &str) {
+        let state = &mut self.tasks[task].state;
+        for text in [&mut state.first_worker_error, &mut state.last_worker_error] {
+            if text.as_deref() == Some(from) {
+                *text = Some(to.to_string());
+            }
+        }
+    }
+
+    /// Give up `task` ([`Self::abandon_task`]) because of `why`, and every
+    /// task downstream because it was: each task abandoned now keeps its
+    /// reason and what to change (the first given). The tasks abandoned
+    /// now, with their reasons, `task` first.
+    pub fn abandon_task_because(
+        &mut self,
+        task: TaskIndex,
+        why: Abandonment,
+    ) -> Vec<(TaskIndex, String)> {
+        let Abandonment { reason, next } = why;
+        let before: Vec<bool> = self.tasks.iter().map(|r| r.abandoned).collect();
+        self.abandon_task(task);
+        let state = &mut self.tasks[task].state;
+        if state.abandon_reason.is_none() {
+            state.abandon_reason = Some(reason.clone());
+            state.abandon_next = Some(next);
+        }
+        let mut now = vec![(task, reason)];
+        let up = self.graph.pipeline().spec(task).task_id.clone();
+        for (t, was) in before.iter().enumerate() {
+            let t = t as TaskIndex;
+            if !was && t != task && self.is_abandoned(t) {
+                let why = format!("upstream task {up:?} was abandoned");
+                let state = &mut self.tasks[t].state;
+                if state.abandon_reason.is_none() {
+                    state.abandon_reason = Some(why.clone());
+                    state.abandon_next = Some(format!("fix task {up:?} (above)"));
+                    state.abandoned_by = Some(up.clone());
+                }
+                now.push((t, why));
+            }
+        }
+        now
+    }
+
+    /// A worker of `task` started.
+    pub fn count_worker_start(&mut self, task: TaskIndex) {
+        self.tasks[task].state.worker_start_count += 1;
+    }
+
+    /// A worker of `task` stopped unexpectedly: a worker failure unless it
+    /// lost a block (that block's failed attempt counted it already), and
+    /// a restart when it is `replaced`.
+    pub fn count_worker_stop(&mut self, task: TaskIndex, lost_block: bool, replaced: bool) {
+        let state = &mut self.tasks[task].state;
+        if !lost_block {
+            state.worker_failure_count += 1;
+        }
+        if replaced {
+            state.worker_restart_count += 1;
+        }
+    }
+
+    /// Task `task`'s block timeout, as its state reports it.
+    pub fn set_task_timeout(&mut self, task: TaskIndex, timeout: Option<std::time::Duration>) {
+        self.tasks[task].state.timeout = timeout;
     }
 
     /// Give up on a task: every block of it not yet finished (those out
@@ -301,6 +437,7 @@ impl Scheduler {
             run.processing.clear();
             run.ready.clear();
             run.put_back.clear();
+            run.held.clear();
             run.checking.clear();
             run.checked.clear();
             run.attempts.clear();
@@ -367,6 +504,7 @@ impl Scheduler {
                 && run.state.processing_count == 0
                 && run.ready.is_empty()
                 && run.put_back.is_empty()
+                && run.held.is_empty()
                 && !run.abandoned;
             let all_marked = run
                 .tracking
@@ -531,6 +669,43 @@ impl Scheduler {
             self.tasks[task].put_back.push_front(block.key.index);
         }
         self.tasks[task].state.skipped_count - before
+    }
+
+    /// Block `key`, out with a worker the memory guard stopped, is held
+    /// back: ready again, but handed out only by [`Self::take_held`]. Not
+    /// an attempt: nothing is counted against its retries, it is not
+    /// marked, and it runs again in this run. False (nothing changed) for
+    /// a block not out, or of a task abandoned meanwhile.
+    pub fn hold_back(&mut self, key: BlockKey) -> bool {
+        let Some(run) = self.tasks.get_mut(key.task as usize) else {
+            return false;
+        };
+        if run.abandoned || !run.processing.remove(&key.index) {
+            return false;
+        }
+        run.state.processing_count -= 1;
+        run.state.ready_count += 1;
+        run.held.push_back(key.index);
+        true
+    }
+
+    /// The held-back block of `task` next in line, if any.
+    pub fn next_held(&self, task: TaskIndex) -> Option<BlockKey> {
+        let run = &self.tasks[task];
+        (!run.abandoned)
+            .then(|| run.held.front())
+            .flatten()
+            .map(|&index| BlockKey { task, index })
+    }
+
+    /// Hand out the held-back block of `task` next in line.
+    pub fn take_held(&mut self, task: TaskIndex) -> Option<Block> {
+        if self.tasks[task].abandoned {
+            return None;
+        }
+        let index = self.tasks[task].held.pop_front()?;
+        let block = self.graph.grid(task).block(index);
+        Some(self.hand_out(block))
     }
 
     /// Take back a block handed out by [`Scheduler::acquire_block`], with

@@ -174,12 +174,20 @@ fn sweep(
                     let span = (sent_at, wall_clock());
                     ledger.failed_span(block.key, block.spatial_id, None, span, false);
                 }
+                let mut fail = |reason: String| {
+                    if let Some(attempt) = scheduler.fail_attempt(block.key, &reason, false) {
+                        ledger.failed(&attempt, None, reason);
+                    }
+                };
                 match checked {
-                    Ok(None) => ledger.complete(scheduler, &block, None, None, sent_at)?,
-                    Ok(Some(reason)) => ledger.fail(scheduler, block.key, None, reason.into()),
+                    Ok(None) => {
+                        ledger.complete(&block, None, None);
+                        scheduler.complete_block(&block, None, sent_at, wall_clock())?;
+                    }
+                    Ok(Some(reason)) => fail(reason.into()),
                     Err(e) => {
                         // the block is not lost: count it as a failed attempt
-                        ledger.fail(scheduler, block.key, None, e.to_string());
+                        fail(e.to_string());
                         return Err(e);
                     }
                 }

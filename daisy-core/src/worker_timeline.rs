@@ -40,6 +40,10 @@ pub enum WorkerExit {
     /// dismissed and left (the server starts another when blocks are
     /// ready again).
     Idle,
+    /// The memory guard stopped it: its memory group neared the run's
+    /// budget and its block grew fastest (the block was held back, to run
+    /// again when it fits; no failure, no restart counted).
+    Memory,
     /// It left on its own, exiting normally after it took blocks, while
     /// its task still had work (a worker function that returns after some
     /// blocks, to cap its memory say): not a death and no restart; it is

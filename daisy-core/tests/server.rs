@@ -94,6 +94,7 @@ fn config(token: &str) -> ServerConfig {
         tick: daisy_core::server::TICK,
         liveness_timeout: daisy_core::liveness::DEFAULT_TIMEOUT,
         idle_timeout: None,
+        memory: Default::default(),
     }
 }
 

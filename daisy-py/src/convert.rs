@@ -13,7 +13,6 @@
 
 use crate::errors::to_pyerr;
 use daisy_core::{Coord, DaisyError, Roi};
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyAny, PyTuple};
@@ -33,7 +32,7 @@ fn roi_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 pub fn coord_from_py(obj: &Bound<'_, PyAny>, param: &str, what: &str) -> PyResult<Coord> {
     let mut values = Vec::new();
     let iter = obj.try_iter().map_err(|_| {
-        PyTypeError::new_err(format!(
+        crate::errors::wrong_type(format!(
             "{param}: {what} must be a sequence of integers, got {}",
             type_name(obj)
         ))
@@ -41,20 +40,20 @@ pub fn coord_from_py(obj: &Bound<'_, PyAny>, param: &str, what: &str) -> PyResul
     for item in iter {
         let item = item?;
         if item.is_none() {
-            return Err(PyValueError::new_err(format!(
+            return Err(crate::errors::bad_value(format!(
                 "{param}: {what} {} is unbounded (None) on some axis; daisy needs a bounded \
                  ROI here: give every axis a finite offset and shape",
                 repr(obj)
             )));
         }
         if item.is_instance_of::<pyo3::types::PyBool>() {
-            return Err(PyTypeError::new_err(format!(
+            return Err(crate::errors::wrong_type(format!(
                 "{param}: {what} {} contains a bool; use integers",
                 repr(obj)
             )));
         }
         let v: i64 = item.extract().map_err(|_| {
-            PyTypeError::new_err(format!(
+            crate::errors::wrong_type(format!(
                 "{param}: {what} {} contains {} of type {}; use integers (world units)",
                 repr(obj),
                 repr(&item),
@@ -63,7 +62,7 @@ pub fn coord_from_py(obj: &Bound<'_, PyAny>, param: &str, what: &str) -> PyResul
         })?;
         values.push(v);
     }
-    Coord::new(&values).map_err(|e| PyValueError::new_err(format!("{param}: {what} {e}")))
+    Coord::new(&values).map_err(|e| crate::errors::bad_value(format!("{param}: {what} {e}")))
 }
 
 /// A core ROI from a funlib `Roi` (anything with `offset` and `shape`) or an
@@ -74,14 +73,14 @@ pub fn roi_from_py(obj: &Bound<'_, PyAny>, param: &str) -> PyResult<Roi> {
     } else if let Some(pair) = pair_of(obj) {
         pair
     } else {
-        return Err(PyTypeError::new_err(format!(
+        return Err(crate::errors::wrong_type(format!(
             "{param}: expected a daisy.Roi (funlib.geometry.Roi) or an (offset, shape) pair, \
              got {}",
             type_name(obj)
         )));
     };
     if offset.is_none() || shape.is_none() {
-        return Err(PyValueError::new_err(format!(
+        return Err(crate::errors::bad_value(format!(
             "{param}: {} is unbounded; daisy needs a bounded ROI here: give it a finite offset \
              and shape",
             repr(obj)
@@ -93,7 +92,7 @@ pub fn roi_from_py(obj: &Bound<'_, PyAny>, param: &str) -> PyResult<Roi> {
     // core's Roi's; whether it may be empty is the caller's rule
     Roi::new(offset, shape).map_err(|e| match e {
         DaisyError::InvalidArgument { message, .. } => {
-            PyValueError::new_err(format!("{param}: {message}"))
+            crate::errors::bad_value(format!("{param}: {message}"))
         }
         other => to_pyerr(other),
     })

@@ -7,7 +7,7 @@
 use daisy_core::DaisyError;
 use pyo3::exceptions::{
     PyConnectionError, PyConnectionRefusedError, PyException, PyKeyError, PyOSError,
-    PyPermissionError, PyRuntimeError, PyValueError,
+    PyPermissionError, PyRuntimeError, PyTypeError, PyValueError,
 };
 use pyo3::prelude::*;
 
@@ -41,6 +41,24 @@ pub fn to_pyerr(e: DaisyError) -> PyErr {
         | DaisyError::UserCode(_)
         | DaisyError::StoreInUse(_) => PyRuntimeError::new_err(e.to_string()),
     }
+}
+
+/// A Python value of a type the bindings cannot convert (the conversion's
+/// own word, naming the parameter): a `TypeError`.
+pub fn wrong_type(message: impl Into<String>) -> PyErr {
+    PyTypeError::new_err(message.into())
+}
+
+/// A Python value of the right type that the bindings cannot convert (a
+/// corrupt pickle, a negative coordinate, a block without its task): a
+/// `ValueError`. A value the core refuses goes through [`to_pyerr`].
+pub fn bad_value(message: impl Into<String>) -> PyErr {
+    PyValueError::new_err(message.into())
+}
+
+/// The interpreter is exiting: a `RuntimeError` (see `interpreter`).
+pub fn interpreter_exiting(message: &str) -> PyErr {
+    PyRuntimeError::new_err(message.to_string())
 }
 
 /// `?`-friendly conversion: `result.map_err(to_pyerr)`.

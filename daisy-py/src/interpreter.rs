@@ -24,7 +24,6 @@
 //! reached by a block function that does not return, and interpreter exit
 //! must not hang on one forever.
 
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -51,7 +50,7 @@ pub fn exiting() -> bool {
 
 /// The error a hook stops its run with when it cannot enter Python.
 pub fn exiting_error() -> PyErr {
-    PyRuntimeError::new_err(EXITING_MESSAGE)
+    crate::errors::interpreter_exiting(EXITING_MESSAGE)
 }
 
 /// Run `f` attached to the interpreter, or `None` when the interpreter is

@@ -31,7 +31,7 @@ mod py_tracking;
 #[pyfunction]
 fn cantor_number(position: Vec<i64>) -> PyResult<u64> {
     if position.iter().any(|&c| c < 0) {
-        return Err(pyo3::exceptions::PyValueError::new_err(
+        return Err(crate::errors::bad_value(
             "position: grid coordinates must be non-negative",
         ));
     }

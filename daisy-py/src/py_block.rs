@@ -16,7 +16,6 @@ use crate::py_block_stats::PyBlockStats;
 use daisy_core::block_id::cantor_number_signed;
 use daisy_core::block_profile::BlockStats;
 use daisy_core::{Block, BlockKey, BlockStatus, Coord, Roi};
-use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyAny, PyTuple};
@@ -48,7 +47,7 @@ pub fn status_from_py(obj: &Bound<'_, PyAny>) -> PyResult<BlockStatus> {
     };
     match value.extract::<i64>().ok().and_then(BlockStatus::from_code) {
         Some(status) => Ok(status),
-        None => Err(PyTypeError::new_err(format!(
+        None => Err(crate::errors::wrong_type(format!(
             "status: expected a daisy.BlockStatus (CREATED, PROCESSING, SUCCESS or FAILED), got {}",
             obj.repr().map(|r| r.to_string()).unwrap_or_default()
         ))),
@@ -92,7 +91,7 @@ impl PyBlock {
     /// The core block this was made from (a block handed out by daisy).
     pub fn to_core(&self) -> PyResult<Block> {
         let (Some(key), Some(position)) = (self.key, self.position) else {
-            return Err(PyValueError::new_err(
+            return Err(crate::errors::bad_value(
                 "block: this block was not handed out by daisy; release the block you acquired",
             ));
         };
@@ -153,15 +152,15 @@ impl PyBlock {
         let write = roi_from_py(write_roi, "write_roi")?;
         Block::check_rois(&total, &read, &write).py()?;
         let spatial_id = match block_id {
-            Some(b) if !b.is_none() => b
-                .extract::<i64>()
-                .map_err(|_| PyTypeError::new_err("block_id: expected an integer spatial id"))?,
+            Some(b) if !b.is_none() => b.extract::<i64>().map_err(|_| {
+                crate::errors::wrong_type("block_id: expected an integer spatial id")
+            })?,
             _ => {
                 // daisy 1.x divides with truncation towards zero
                 let rel = write.offset().sub(&total.offset());
                 let index: Vec<i64> = (0..rel.dims()).map(|d| rel[d] / write.shape()[d]).collect();
                 cantor_number_signed(&index).ok_or_else(|| {
-                    PyValueError::new_err(format!(
+                    crate::errors::bad_value(format!(
                         "write_roi: the block's grid position {index:?} is too far from \
                          total_roi's offset for a 64-bit block id"
                     ))
@@ -327,7 +326,7 @@ impl PyBlock {
         // a Python subclass's instances keep their own attributes free
         let exact = slf.get_type().is(py.get_type::<PyBlock>());
         if exact && !slf.borrow().thawed && !slf.as_any().hasattr(name)? {
-            return Err(PyTypeError::new_err(format!(
+            return Err(crate::errors::wrong_type(format!(
                 "{} is frozen, you can't add attributes to it (call block.thaw() first)",
                 slf.borrow().__repr__()
             )));
@@ -339,7 +338,7 @@ impl PyBlock {
         };
         if rc < 0 {
             return Err(PyErr::take(py).unwrap_or_else(|| {
-                PyTypeError::new_err(format!("could not set {name} on a block"))
+                crate::errors::wrong_type(format!("could not set {name} on a block"))
             }));
         }
         Ok(())
@@ -423,7 +422,7 @@ impl PyBlock {
         let status = i64::try_from(status)
             .ok()
             .and_then(BlockStatus::from_code)
-            .ok_or_else(|| PyValueError::new_err("corrupt pickled daisy.Block: bad status"))?;
+            .ok_or_else(|| crate::errors::bad_value("corrupt pickled daisy.Block: bad status"))?;
         Ok(Self {
             task_id,
             spatial_id,
@@ -437,7 +436,7 @@ impl PyBlock {
             position: position
                 .map(|p| Coord::new(&p))
                 .transpose()
-                .map_err(|e| PyValueError::new_err(e.to_string()))?,
+                .map_err(|e| crate::errors::bad_value(e.to_string()))?,
             stats: None,
             read_py: None,
             write_py: None,

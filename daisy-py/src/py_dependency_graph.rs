@@ -10,7 +10,6 @@ use crate::py_scheduler::{key_of, pipeline_from};
 use crate::py_task_spec::PyTaskSpec;
 use daisy_core::BlockKey;
 use daisy_core::dependency_graph::{DependencyGraph, LevelWalk};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use std::sync::{Arc, Mutex};
@@ -163,7 +162,7 @@ impl PyDependencyGraph {
         stride: Vec<i64>,
     ) -> PyResult<Vec<Vec<i64>>> {
         let coord = |name: &str, c: &[i64]| {
-            daisy_core::Coord::new(c).map_err(|e| PyValueError::new_err(format!("{name}: {e}")))
+            daisy_core::Coord::new(c).map_err(|e| crate::errors::bad_value(format!("{name}: {e}")))
         };
         let (level, prev, stride) = (
             coord("level_offset", &level)?,
@@ -171,7 +170,7 @@ impl PyDependencyGraph {
             coord("level_stride", &stride)?,
         );
         if level.dims() != prev.dims() || level.dims() != stride.dims() {
-            return Err(PyValueError::new_err(
+            return Err(crate::errors::bad_value(
                 "level_offset, prev_level_offset, level_stride: give them the same number of dimensions",
             ));
         }
@@ -194,7 +193,7 @@ impl PyDependencyGraph {
         roi.check_covers("roi", "the region blocks are looked up in")
             .py()?;
         if roi.dims() != self.graph.grid(t).grid_shape().dims() {
-            return Err(PyValueError::new_err(format!(
+            return Err(crate::errors::bad_value(format!(
                 "roi: has {} dimensions, the task's blocks have {}",
                 roi.dims(),
                 self.graph.grid(t).grid_shape().dims()
@@ -227,7 +226,7 @@ impl PyLevelWalk {
             let mut walk = self
                 .walk
                 .lock()
-                .map_err(|_| PyValueError::new_err("walk: used from two threads at once"))?;
+                .map_err(|_| crate::errors::bad_value("walk: used from two threads at once"))?;
             self.graph.next_in_walk(&mut walk)
         };
         let Some(block) = next else {

@@ -152,6 +152,7 @@ pub struct PyRunResult {
     failures: Vec<Py<PyFailure>>,
     failures_unnoted: u64,
     failed_blocks: Vec<Py<PyFailedBlock>>,
+    failing_alike: Vec<String>,
     abandoned: Vec<(String, String)>,
     unmanaged_clients: u32,
     workers_started: Py<PyDict>,
@@ -215,6 +216,7 @@ impl PyRunResult {
                     Py::new(py, record)
                 })
                 .collect::<PyResult<_>>()?,
+            failing_alike: outcome.failing_alike().into_iter().map(name).collect(),
             abandoned: outcome
                 .abandoned
                 .iter()
@@ -256,6 +258,14 @@ impl PyRunResult {
     #[getter]
     fn failed_blocks(&self, py: Python<'_>) -> Vec<Py<PyFailedBlock>> {
         self.failed_blocks.iter().map(|b| b.clone_ref(py)).collect()
+    }
+
+    /// The tasks whose blocks that failed for good after retries failed
+    /// the same way on every attempt (a rerun would fail again), in
+    /// pipeline order.
+    #[getter]
+    fn failing_alike(&self) -> Vec<String> {
+        self.failing_alike.clone()
     }
 
     /// Abandoned tasks: `(task id, reason)`.

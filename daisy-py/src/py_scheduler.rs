@@ -20,7 +20,6 @@ use daisy_core::serial::{Measure, SerialHooks};
 use daisy_core::server::LogMode;
 use daisy_core::task_outputs::DeclaredOutput;
 use daisy_core::{Block, BlockKey, BlockStatus, Coord, DaisyError, Pipeline, Scheduler, TaskIndex};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyDict};
 
@@ -105,7 +104,9 @@ pub(crate) fn key_of(
     block: &PyBlock,
 ) -> PyResult<BlockKey> {
     let task_id = block.task_id.as_deref().ok_or_else(|| {
-        PyValueError::new_err("block: this block has no task_id; pass a block handed out by daisy")
+        crate::errors::bad_value(
+            "block: this block has no task_id; pass a block handed out by daisy",
+        )
     })?;
     let task = pipeline.index_of(task_id).py()?;
     if let Some(key) = block.key
@@ -114,7 +115,7 @@ pub(crate) fn key_of(
         return Ok(key);
     }
     graph.locate(task, &block.write.offset()).ok_or_else(|| {
-        PyValueError::new_err(format!(
+        crate::errors::bad_value(format!(
             "block: no block of task {task_id:?} writes at offset {}; pass a block handed out \
                  by daisy",
             block.write.offset()
@@ -360,7 +361,7 @@ impl PyScheduler {
         let posts = callables_by_task(self.inner.pipeline(), post_checks)?;
         for (t, f) in funcs.iter().enumerate() {
             if f.is_none() {
-                return Err(PyValueError::new_err(format!(
+                return Err(crate::errors::bad_value(format!(
                     "process_function: task {:?} has none; give it a function that takes a block",
                     self.task_ids[t]
                 )));

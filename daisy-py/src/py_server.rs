@@ -165,6 +165,7 @@ pub struct PyRunConfig {
     block_tracking: bool,
     idle_timeout: Option<std::time::Duration>,
     strict: bool,
+    memory: daisy_core::server::MemorySettings,
 }
 
 #[pymethods]
@@ -180,9 +181,12 @@ impl PyRunConfig {
     /// `idle_timeout` the seconds a worker of a task that sets none of its
     /// own may wait for a block before it is handed back (None: each
     /// task's spawner's); `strict=True` refuses a pipeline whose
-    /// downstream blocks read where no upstream block writes.
+    /// downstream blocks read where no upstream block writes;
+    /// `memory_budget` the bytes the run's local workers may use (None:
+    /// found, see `daisy_core::memory_budget`) and `memory_guard=False`
+    /// turns the memory gate and guard off.
     #[new]
-    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), wait_all=Vec::new(), liveness_timeout=None, block_tracking=true, idle_timeout=None, strict=false))]
+    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), wait_all=Vec::new(), liveness_timeout=None, block_tracking=true, idle_timeout=None, strict=false, memory_budget=None, memory_guard=true))]
     #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         host: String,
@@ -197,7 +201,20 @@ impl PyRunConfig {
         block_tracking: bool,
         idle_timeout: Option<f64>,
         strict: bool,
+        memory_budget: Option<i128>,
+        memory_guard: bool,
     ) -> PyResult<Self> {
+        let memory_budget = memory_budget
+            .map(|b| {
+                u64::try_from(b).map_err(|_| {
+                    DaisyError::invalid(
+                        "memory_budget",
+                        format!("{b}: give the bytes the run's workers may use, e.g. 3 * 2**30"),
+                    )
+                })
+            })
+            .transpose()
+            .py()?;
         let resources: Vec<(String, i128)> = resources.into_iter().collect();
         Ok(Self {
             host,
@@ -218,6 +235,10 @@ impl PyRunConfig {
                 .transpose()
                 .py()?,
             strict,
+            memory: daisy_core::server::MemorySettings {
+                budget: memory_budget,
+                guard: memory_guard,
+            },
         })
     }
 }
@@ -430,6 +451,7 @@ pub fn run_distributed(
         tick: daisy_core::server::TICK,
         liveness_timeout: run.liveness_timeout,
         idle_timeout: run.idle_timeout,
+        memory: run.memory.clone(),
     };
     config.check_resources(&task_ids).py()?;
     let stop = StopCause::default();

@@ -10,7 +10,6 @@ use crate::py_block_stats::PyBlockStats;
 use crate::py_task_spec::PyTaskSpec;
 use daisy_core::block_grid::BlockGrid;
 use daisy_core::tracking_store::{TrackingRecord, TrackingStore};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyAny, PyDict, PyList};
 use std::path::PathBuf;
@@ -41,7 +40,7 @@ impl PyTrackingStore {
     #[new]
     fn new(spec: PyRef<'_, PyTaskSpec>, path: PathBuf) -> PyResult<Self> {
         if !TrackingStore::exists(&path) {
-            return Err(PyValueError::new_err(format!(
+            return Err(crate::errors::bad_value(format!(
                 "tracking_path: no tracking store at {}",
                 path.display()
             )));

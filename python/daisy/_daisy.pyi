@@ -359,6 +359,8 @@ class RunConfig:
         block_tracking: bool = True,
         idle_timeout: float | None = None,
         strict: bool = False,
+        memory_budget: int | None = None,
+        memory_guard: bool = True,
     ) -> RunConfig: ...
 
 @final
@@ -491,6 +493,8 @@ class RunResult:
     def failures_unnoted(self) -> int: ...
     @property
     def failed_blocks(self) -> list[FailedBlock]: ...
+    @property
+    def failing_alike(self) -> list[str]: ...
     @property
     def abandoned(self) -> list[tuple[str, str]]: ...
     @property

@@ -37,11 +37,4 @@ from daisy._daisy import Block  # noqa: E402  (Block's status getter imports Blo
 __all__ = ["Block", "BlockStatus"]
 
 
-# names daisy 1.x exported from this module, imported on first use
-__getattr__ = _v1_names.lazy_names(
-    __name__,
-    {
-        "cantor_number": "funlib.math:cantor_number",
-        "Freezable": "daisy.freezable:Freezable",
-    },
-)
+__getattr__ = _v1_names.lazy_names(__name__)

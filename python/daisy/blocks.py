@@ -36,5 +36,4 @@ def expand_request_roi_to_grid(req_roi: Roi, total_roi: Roi, read_roi: Roi, writ
 __all__ = ["expand_request_roi_to_grid", "expand_roi_to_grid", "expand_write_roi_to_grid"]
 
 
-# names daisy 1.x exported from this module, imported on first use
-__getattr__ = _v1_names.lazy_names(__name__, {"Block": "daisy.block:Block"})
+__getattr__ = _v1_names.lazy_names(__name__)

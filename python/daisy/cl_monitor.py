@@ -13,8 +13,8 @@ import logging
 from typing import Any
 
 from daisy import _v1_names
-from daisy.execution_summary import print_execution_summary
 from daisy.progress import TqdmProgress
+from daisy.report.execution_summary import print_execution_summary
 from daisy.server_observer import ServerObservee, ServerObserver
 
 
@@ -115,12 +115,4 @@ class CLMonitor(ServerObserver):
         print_execution_summary({t: s.state for t, s in self.summaries.items()}, notes)
 
 
-# names daisy 1.x exported from this module, imported on first use
-__getattr__ = _v1_names.lazy_names(
-    __name__,
-    {
-        "tqdm": "tqdm",
-        "tqdm_auto": "tqdm.auto:tqdm",
-        "daisy_logging": "daisy.logging",
-    },
-)
+__getattr__ = _v1_names.lazy_names(__name__)

@@ -5,7 +5,7 @@
 tracking base directory (every store in it), or a ``runs.jsonl``.
 ``--format json|csv`` prints the per-task summary table instead, for
 scripts and spreadsheets; ``--html out.html`` writes a self-contained HTML
-performance report (see `daisy.html_report`).
+performance report (see `daisy.report.html`).
 
 ``daisy compare PATH`` sets each task's last run against the median of the
 runs before it and flags every figure that got worse by more than a
@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from daisy._daisy import __version__, compare_to_baseline, store_status, store_wall_percentiles
-from daisy.run_history import find_runs_files, find_stores, store_of
-from daisy.run_report import RUNS_FILE, TaskReport, read_runs
+from daisy.report.history import RUNS_FILE, read_runs
+from daisy.report.stores import find_runs_files, find_stores, store_of
+from daisy.report.task_report import TaskReport
 
 #: per-task summary columns of ``daisy report --format json|csv``
 SUMMARY_COLUMNS = [
@@ -149,15 +150,24 @@ def _processed_blocks(report: TaskReport) -> bool:
     return report.blocks.count > report.blocks.skipped
 
 
+def _check_option(ok: bool, option: str, value: object, give: str) -> None:
+    """Refuse `option`'s `value` unless `ok`, in one line that says what to
+    give instead."""
+    if not ok:
+        raise CliError(f"{option} {value}: give {give}")
+
+
 def report_command(args: argparse.Namespace) -> int:
     """``daisy report``."""
     if args.html and not _has_bokeh():
         print(NEEDS_BOKEH, file=sys.stderr)
         return 2
-    if args.max_workers < 0:
-        raise CliError(
-            f"--max-workers {args.max_workers}: give the number of worker rows to show, 0 or more"
-        )
+    _check_option(
+        args.max_workers >= 0,
+        "--max-workers",
+        args.max_workers,
+        "the worker rows to show, 0 or more",
+    )
     files = _runs_files(args.path)
     rows, sections = [], []
     for f in files:
@@ -182,7 +192,7 @@ def report_command(args: argparse.Namespace) -> int:
             section += f"\n    first failure:\n{body}"
         sections.append(section)
     if args.html:
-        from daisy.html_report import write_html_report
+        from daisy.report.html import write_html_report
 
         try:
             written = write_html_report([Path(args.path)], Path(args.html), run=args.run)
@@ -378,14 +388,15 @@ def not_comparable(runs: Sequence[TaskReport], history: int) -> str | None:
 
 def compare_command(args: argparse.Namespace) -> int:
     """``daisy compare``."""
-    if args.history < 1:
-        raise CliError(
-            f"--history {args.history}: give how many earlier runs to compare with (1 or more)"
-        )
-    if not args.factor > 0:
-        raise CliError(
-            f"--factor {args.factor}: give the growth to flag, a number above 0 (e.g. 2)"
-        )
+    _check_option(
+        args.history >= 1,
+        "--history",
+        args.history,
+        "how many earlier runs to compare with (1 or more)",
+    )
+    _check_option(
+        args.factor > 0, "--factor", args.factor, "the growth to flag, a number above 0 (e.g. 2)"
+    )
     files = _runs_files(args.path)
     rows, notes = [], []
     for f in files:
@@ -454,7 +465,8 @@ _RUN_HELP = (
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The ``daisy`` command's parser: one subcommand per job."""
+    """The ``daisy`` command's parser: one subcommand per job, each with its
+    one positional PATH."""
     parser = argparse.ArgumentParser(
         prog="daisy",
         description=_DESCRIPTION,
@@ -463,27 +475,54 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"daisy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_report_command(sub)
-    _add_compare_command(sub)
-    _add_status_command(sub)
+    commands: list[tuple[str, str, str, str, Callable[[Any], None]]] = [
+        (
+            "report",
+            "print the Resource Utilization panel of a run",
+            _REPORT_DESCRIPTION,
+            _PATH_HELP,
+            _report_options,
+        ),
+        (
+            "compare",
+            "flag figures of the last run that got worse; exit status 1 if any",
+            _COMPARE_DESCRIPTION,
+            _PATH_HELP,
+            _compare_options,
+        ),
+        (
+            "status",
+            "where each tracking store stands: done of total, left, last run, held now",
+            _STATUS_DESCRIPTION,
+            "a tracking store or a tracking base directory",
+            _status_options,
+        ),
+    ]
+    for name, help, description, path_help, add_options in commands:
+        cmd = sub.add_parser(name, help=help, description=description)
+        cmd.add_argument("path", help=path_help)
+        add_options(cmd)
     return parser
 
 
-def _add_report_command(sub: Any) -> None:
-    """``daisy report``: the panel, a table or the HTML report of a run."""
-    rep = sub.add_parser(
-        "report",
-        help="print the Resource Utilization panel of a run",
-        description=_REPORT_DESCRIPTION,
-    )
-    rep.add_argument("path", help=_PATH_HELP)
-    rep.add_argument("--run", type=int, default=None, help=_RUN_HELP)
-    rep.add_argument(
+def _add_format_option(cmd: Any, choices: list[str], help: str = "output format") -> None:
+    """Add ``--format``, one of `choices`, the first the default."""
+    cmd.add_argument(
         "--format",
-        choices=["panel", "json", "csv"],
-        default="panel",
-        help="output format: the panel, or the per-task summary table as json or csv "
-        "(default: %(default)s)",
+        choices=choices,
+        default=choices[0],
+        help=f"{help} (default: %(default)s)",
+    )
+
+
+def _report_options(rep: Any) -> None:
+    """``daisy report``'s options: the panel, a table or the HTML report of
+    a run."""
+    rep.add_argument("--run", type=int, default=None, help=_RUN_HELP)
+    _add_format_option(
+        rep,
+        ["panel", "json", "csv"],
+        "output format: the panel, or the per-task summary table as json or csv",
     )
     rep.add_argument(
         "--max-workers",
@@ -500,14 +539,9 @@ def _add_report_command(sub: Any) -> None:
     rep.set_defaults(func=report_command)
 
 
-def _add_compare_command(sub: Any) -> None:
-    """``daisy compare``: the last run against the runs before it."""
-    cmp_ = sub.add_parser(
-        "compare",
-        help="flag figures of the last run that got worse; exit status 1 if any",
-        description=_COMPARE_DESCRIPTION,
-    )
-    cmp_.add_argument("path", help=_PATH_HELP)
+def _compare_options(cmp_: Any) -> None:
+    """``daisy compare``'s options: the last run against the runs before
+    it."""
     cmp_.add_argument(
         "--history",
         type=int,
@@ -521,29 +555,13 @@ def _add_compare_command(sub: Any) -> None:
         help="flag a figure that grew by more than this factor over the median "
         "(default: %(default)s)",
     )
-    cmp_.add_argument(
-        "--format",
-        choices=["table", "json"],
-        default="table",
-        help="output format (default: %(default)s)",
-    )
+    _add_format_option(cmp_, ["table", "json"])
     cmp_.set_defaults(func=compare_command)
 
 
-def _add_status_command(sub: Any) -> None:
-    """``daisy status``: where each tracking store stands."""
-    st = sub.add_parser(
-        "status",
-        help="where each tracking store stands: done of total, left, last run, held now",
-        description=_STATUS_DESCRIPTION,
-    )
-    st.add_argument("path", help="a tracking store or a tracking base directory")
-    st.add_argument(
-        "--format",
-        choices=["text", "json"],
-        default="text",
-        help="output format (default: %(default)s)",
-    )
+def _status_options(st: Any) -> None:
+    """``daisy status``'s options: where each tracking store stands."""
+    _add_format_option(st, ["text", "json"])
     st.set_defaults(func=status_command)
 
 

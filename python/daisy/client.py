@@ -193,18 +193,4 @@ class Client:
             native.disconnect()
 
 
-# names daisy 1.x exported from this module, imported on first use
-__getattr__ = _v1_names.lazy_names(
-    __name__,
-    {
-        "AcquireBlock": "daisy.messages:AcquireBlock",
-        "BlockFailed": "daisy.messages:BlockFailed",
-        "ReleaseBlock": "daisy.messages:ReleaseBlock",
-        "RequestShutdown": "daisy.messages:RequestShutdown",
-        "SendBlock": "daisy.messages:SendBlock",
-        "UnexpectedMessage": "daisy.messages:UnexpectedMessage",
-        "StreamClosedError": "daisy.tcp:StreamClosedError",
-        "TCPClient": "daisy.tcp:TCPClient",
-        "set_log_basedir": "daisy.logging:set_log_basedir",
-    },
-)
+__getattr__ = _v1_names.lazy_names(__name__)

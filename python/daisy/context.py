@@ -143,10 +143,4 @@ def _unescape(text: str) -> str:
     return _ESCAPE.sub(lambda m: _ESCAPES[m.group(0).upper()], text)
 
 
-# names daisy 1.x exported from this module, imported on first use
-__getattr__ = _v1_names.lazy_names(
-    __name__,
-    {
-        "get_log_basedir": "daisy.logging:get_log_basedir",
-    },
-)
+__getattr__ = _v1_names.lazy_names(__name__)

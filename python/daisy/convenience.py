@@ -13,10 +13,10 @@ from typing import Any
 
 from daisy import _v1_names
 from daisy._daisy import Failure, uncovered_reads
-from daisy.execution_summary import format_interrupted, print_execution_summary
 from daisy.pipeline import Pipeline
 from daisy.progress import check_interval
-from daisy.run_report import RunReport
+from daisy.report.execution_summary import format_interrupted, print_execution_summary
+from daisy.report.task_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.serial_server import SerialServer
 from daisy.server import Server, Terminated
@@ -125,6 +125,8 @@ def run_blockwise(
     liveness_timeout: float | None = None,
     idle_timeout: float | None = None,
     strict: bool = False,
+    memory_budget: int | None = None,
+    memory_guard: bool = True,
 ) -> Any:
     """Run every block of ``tasks`` (a Task, a list of tasks or a
     Pipeline; upstream tasks are included) in dependency order.
@@ -154,6 +156,14 @@ def run_blockwise(
             no ``Task(idle_timeout=...)``. None: each task's spawner's
             (off for local workers; 300 s for `SlurmSpawner` and
             `DaskSpawner`, whose idle workers hold a node).
+        memory_budget: bytes the local workers may use together (None:
+            the memory cgroup's limit, a SLURM job's allocation, or the
+            machine's available memory; the report says which).
+        memory_guard: let blocks of local tasks in by their measured
+            memory, and stop a worker before the kernel's OOM killer would,
+            holding its block back to run again when it fits (no failed
+            attempt, no worker restart). On by default; see "Memory and
+            workers" in the docs.
         resources: caps on what all workers hold at once, e.g.
             ``{"gpu": 2}`` with ``Task(requires={"gpu": 1})``.
         progress: True (a bar per task in a Jupyter notebook or on a
@@ -176,7 +186,7 @@ def run_blockwise(
             loopback whatever ``host`` is (``DAISY_DASHBOARD_HOST`` names
             another address) and answer only with the run's token.
         report_html: write the run's self-contained HTML performance
-            report to this file (see `daisy.html_report`; tasks with a
+            report to this file (see `daisy.report.html`; tasks with a
             tracking store or file logging).
         block_tracking: False runs without the tasks' tracking stores:
             no block is skipped for a done marker and none is marked
@@ -218,7 +228,12 @@ def run_blockwise(
     runner: Server | SerialServer
     if multiprocessing:
         runner = Server(
-            host=host, port=port, liveness_timeout=liveness_timeout, idle_timeout=idle_timeout
+            host=host,
+            port=port,
+            liveness_timeout=liveness_timeout,
+            idle_timeout=idle_timeout,
+            memory_budget=memory_budget,
+            memory_guard=memory_guard,
         )
         runner._summary_follows = summary
         with _says_where_an_interrupted_run_stands(runner, tasks, block_tracking, summary):
@@ -333,21 +348,12 @@ def _print_summary(
 
 def _write_html_report(tasks: Any, report_html: str | os.PathLike[str]) -> None:
     """The run's HTML report, from the run histories of its tasks."""
-    from daisy.html_report import write_html_report
-    from daisy.run_report import runs_file_for
+    from daisy.report.history import runs_file_for
+    from daisy.report.html import write_html_report
 
     files = [f for f in (runs_file_for(t) for t in Pipeline.of(tasks).tasks) if f is not None]
     written = write_html_report(files, Path(report_html))
     print(f"daisy: the HTML report is at {written.absolute()}", flush=True)
 
 
-# names daisy 1.x exported from this module, imported on first use
-__getattr__ = _v1_names.lazy_names(
-    __name__,
-    {
-        "CLMonitor": "daisy.cl_monitor:CLMonitor",
-        "Event": "multiprocessing:Event",
-        "IOLooper": "daisy.tcp:IOLooper",
-        "ThreadPool": "multiprocessing.pool:ThreadPool",
-    },
-)
+__getattr__ = _v1_names.lazy_names(__name__)

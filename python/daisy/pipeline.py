@@ -175,18 +175,24 @@ class Pipeline:
             task = stack.pop()
             if not isinstance(task, Composable):
                 raise TypeError(f"tasks: expected daisy.Task objects, got {type(task).__name__}")
-            seen = self._tasks.get(task.task_id)
-            if seen is task:
+            if self._tasks.get(task.task_id) is task:
                 continue
-            if seen is not None:
-                raise ValueError(
-                    f"task_id: two different tasks are both called {task.task_id!r}; give "
-                    "every task of a pipeline its own task_id"
-                )
-            self._tasks[task.task_id] = task
+            self._put(task.task_id, task)
             for up in task.upstream:
                 self._edges.add((up.task_id, task.task_id))
             stack.extend(reversed(task.upstream))
+
+    def _put(self, tid: str, task: Composable) -> None:
+        """Keep `task` under its id: the one place two different task
+        objects with one id are refused (Python objects, which the core's
+        own check, on the specs, never sees: one would replace the other
+        here first)."""
+        if self._tasks.get(tid, task) is not task:
+            raise ValueError(
+                f"task_id: two different tasks are both called {tid!r}; give every "
+                "task of a pipeline its own task_id"
+            )
+        self._tasks[tid] = task
 
     def _validate(self) -> None:
         if self._tasks:
@@ -232,12 +238,7 @@ class Pipeline:
         """Take ``other``'s tasks and edges into this pipeline, unchecked
         (the caller checks the whole once)."""
         for tid, t in other._tasks.items():
-            if tid in self._tasks and self._tasks[tid] is not t:
-                raise ValueError(
-                    f"task_id: two different tasks are both called {tid!r}; give every "
-                    "task of a pipeline its own task_id"
-                )
-            self._tasks[tid] = t
+            self._put(tid, t)
         self._edges |= other._edges
         self._explicit |= other._explicit
 

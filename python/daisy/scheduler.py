@@ -106,12 +106,4 @@ class Scheduler:
         return self._native.is_done()
 
 
-# names daisy 1.x exported from this module, imported on first use
-__getattr__ = _v1_names.lazy_names(
-    __name__,
-    {
-        "BlockStatus": "daisy.block:BlockStatus",
-        "DependencyGraph": "daisy.dependency_graph:DependencyGraph",
-        "Task": "daisy.task:Task",
-    },
-)
+__getattr__ = _v1_names.lazy_names(__name__)

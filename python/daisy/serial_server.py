@@ -9,9 +9,10 @@ from typing import Any
 
 from daisy import _v1_names
 from daisy._daisy import TaskState
-from daisy.run_report import RunReport
+from daisy.report.task_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.server_observer import ServerObservee, StateEvents
+from daisy.task_arguments import check_runnable
 from daisy.tracking_store import log_skips
 
 
@@ -41,17 +42,7 @@ class SerialServer(ServerObservee):
         if scheduler is None:
             scheduler = Scheduler(tasks, block_tracking=block_tracking)
         for task in scheduler.tasks:
-            if task.process_function is None:
-                raise ValueError(
-                    f"process_function: task {task.task_id!r} has none; give it a function "
-                    "that takes a block"
-                )
-            if task.spawn_worker_function is not None:
-                raise ValueError(
-                    f"process_function: task {task.task_id!r} has a worker function (no "
-                    "arguments), which needs worker processes; run it with "
-                    "multiprocessing=True or give it a function that takes a block"
-                )
+            check_runnable(task, in_process=True)
         result = scheduler._native.run_serial(
             {
                 t.task_id: t.process_function
@@ -78,11 +69,4 @@ class SerialServer(ServerObservee):
         return states
 
 
-# names daisy 1.x exported from this module, imported on first use
-__getattr__ = _v1_names.lazy_names(
-    __name__,
-    {
-        "BlockStatus": "daisy.block:BlockStatus",
-        "Task": "daisy.task:Task",
-    },
-)
+__getattr__ = _v1_names.lazy_names(__name__)

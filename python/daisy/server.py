@@ -26,7 +26,6 @@ from typing import Any
 from daisy import _v1_names
 from daisy import logging as daisy_logging
 from daisy._daisy import (
-    FailedBlock,
     Failure,
     RunConfig,
     RunResult,
@@ -44,18 +43,16 @@ from daisy.function_payload import UnpicklableFunction as UnpicklableFunction
 from daisy.function_payload import worker_payload
 from daisy.pipeline import Pipeline
 from daisy.progress import ProgressObserver, default_observers
-from daisy.run_report import RunReport
+from daisy.report.failure_notes import RunFailures
+from daisy.report.task_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.server_observer import ServerObservee, StateEvents
 from daisy.spawners import advertised_host, warm_starts_enabled
-from daisy.task_arguments import parse_seconds
+from daisy.task_arguments import check_runnable, parse_flag, parse_seconds
 from daisy.task_outputs import describe_outputs
 from daisy.tracking_store import check_block_tracking, log_skips, tracking_paths
 
 logger = logging.getLogger(__name__)
-
-#: the most failed attempts listed per task in the Execution Summary
-MAX_LISTED_FAILURES = 10
 
 
 def _payload_base(log_dir: Any) -> Path:
@@ -73,11 +70,7 @@ def _task_configs(task_map: dict[str, Any], run_tag: str, payload_base: Path) ->
     warm = warm_starts_enabled()
     configs: list[TaskConfig] = []
     for tid, t in task_map.items():
-        if t.process_function is None:
-            raise ValueError(
-                f"process_function: task {tid!r} has none; give it a function that takes a "
-                "block (or a worker function that takes nothing)"
-            )
+        check_runnable(t, in_process=False)
         payload = worker_payload(t.process_function, t._post_check, tid)
         payload_file = payload_base / tid / "payload.pkl"
         payload_sha256 = None
@@ -294,6 +287,16 @@ class Server(ServerObservee):
         idle_timeout: seconds a worker may wait for a block before it is
             handed back, for tasks that set no ``Task(idle_timeout=...)``
             of their own (None: each task's spawner's; see `Task`).
+        memory_budget: bytes the local workers of a run may use together;
+            None (the default) finds it: the memory cgroup's limit (a SLURM
+            job's ``--mem`` where SLURM enforces it, a container's), else a
+            SLURM job's ``SLURM_MEM_PER_NODE`` / ``SLURM_MEM_PER_CPU``, else
+            the machine's available memory. The report says which.
+        memory_guard: let blocks of local tasks in by their measured memory
+            and stop a worker before the kernel's OOM killer would, holding
+            its block back to run again when it fits (not a failed
+            attempt, not a worker restart). On by default; ``False`` turns
+            it off. See "Memory and workers" in the docs.
     """
 
     def __init__(
@@ -304,6 +307,8 @@ class Server(ServerObservee):
         *,
         liveness_timeout: float | None = None,
         idle_timeout: float | None = None,
+        memory_budget: int | None = None,
+        memory_guard: bool = True,
     ) -> None:
         super().__init__()
         if stop_event is not None and not callable(getattr(stop_event, "is_set", None)):
@@ -321,6 +326,10 @@ class Server(ServerObservee):
         idle_timeout = parse_seconds(idle_timeout, "idle_timeout")
         #: the run's idle timeout (its value's rule is the core's)
         self.idle_timeout = None if idle_timeout is None else float(idle_timeout)
+        #: the local workers' memory budget in bytes (None: found), and
+        #: whether the memory gate and guard run (their rules are the core's)
+        self.memory_budget = memory_budget
+        self.memory_guard = parse_flag(memory_guard, "memory_guard")
         #: the last run's failed attempts, `Failure` records (each unpacks
         #: as ``(task_id, spatial_id, worker_id, reason)``): the first
         #: 10,000 (the core's ``MAX_FAILURE_NOTES``)
@@ -338,12 +347,7 @@ class Server(ServerObservee):
         # (`daisy.run_blockwise`); a Server used alone says where to look
         self._summary_follows = False
         # what failure_notes() explains, from the last run
-        self._failed_blocks: list[FailedBlock] = []
-        self._states: dict[str, TaskState] = {}
-        self._task_map: dict[str, Any] = {}
-        self._block_tracking = True
-        self._log_dir: Path | None = None
-        self._stores: dict[str, str] = {}
+        self._last_failures = RunFailures()
 
     def run_blockwise(
         self,
@@ -449,6 +453,8 @@ class Server(ServerObservee):
             block_tracking=block_tracking,
             idle_timeout=self.idle_timeout,
             strict=strict,
+            memory_budget=self.memory_budget,
+            memory_guard=self.memory_guard,
         )
 
     def _on_listening(self, plan: _RunPlan) -> Callable[[str, int, str], None]:
@@ -531,11 +537,6 @@ class Server(ServerObservee):
         tell the observers, and return the task states."""
         self.failures = list(result.failures)
         self.failures_unnoted = result.failures_unnoted
-        self._failed_blocks = list(result.failed_blocks)
-        self._task_map = plan.task_map
-        self._block_tracking = plan.block_tracking
-        self._log_dir = plan.log_dir
-        self._stores = plan.stores
         self.abandoned = list(result.abandoned)
         self.unmanaged_clients = result.unmanaged_clients
         for tid, reason in self.abandoned:
@@ -554,7 +555,18 @@ class Server(ServerObservee):
                         st.failed_count,
                         st.orphaned_count,
                     )
-        self._states = states
+        self._last_failures = RunFailures(
+            states=states,
+            task_map=plan.task_map,
+            failures=self.failures,
+            failures_unnoted=self.failures_unnoted,
+            failed_blocks=list(result.failed_blocks),
+            failing_alike=list(result.failing_alike),
+            abandoned=self.abandoned,
+            stores=plan.stores,
+            block_tracking=plan.block_tracking,
+            log_dir=plan.log_dir,
+        )
         for tid, state in states.items():
             plan.events.update(tid, state)
         for f in self.failures:
@@ -568,180 +580,10 @@ class Server(ServerObservee):
         plan.views.finish(states, self.last_report, "completed" if ok else "failed")
         return states
 
-    def _failed_alike(self, blocks: list[FailedBlock]) -> bool:
-        """Whether every block of `blocks` that failed for good, after more
-        than one attempt, failed with the same error on every attempt the
-        run noted (a rerun would fail again). False where none was retried,
-        or where the noted attempts do not cover them."""
-        failed = {(b.task_id, b.spatial_id): b.attempts for b in blocks if b.failed}
-        failed = {key: n for key, n in failed.items() if n > 1}
-        if not failed:
-            return False
-        # each noted attempt's last line, by block, in one pass (a worker
-        # sends a traceback whole only the first time it sees it)
-        reasons: dict[tuple[str, int], list[str]] = {key: [] for key in failed}
-        for f in self.failures:
-            if (f.task_id, f.spatial_id) in reasons:
-                reasons[f.task_id, f.spatial_id].append((f.reason.strip().splitlines() or [""])[-1])
-        return all(
-            len(reasons[key]) == n and len(set(reasons[key])) == 1 for key, n in failed.items()
-        )
-
-    def _rerun_note(self, task: Any) -> str:
-        """What a rerun of ``task`` skips: how its done blocks are known (the
-        store this run marked them in, though the base directory changed)."""
-        store = None if task is None else self._stores.get(task.task_id)
-        if store is not None and self._block_tracking:
-            return f"done blocks are skipped: tracking store at {store}"
-        if task is not None and task._pre_check is not None:
-            return "done blocks are skipped: the task's check_function finds them"
-        return (
-            "without a tracking store every block runs again; give the task a tracking_path "
-            "to skip the done ones"
-        )
-
     def failure_notes(self) -> dict[str, list[str]]:
-        """Per task, the lines the Execution Summary shows under it: each
-        failed block once with its write ROI and attempts (at most
-        `MAX_LISTED_FAILURES`), why blocks were orphaned, why a task was
-        abandoned, the run's first traceback (once, under its task), and
-        what to do next: rerun, and which worker logs to read."""
-        notes: dict[str, list[str]] = {}
-        for tid, reason in self.abandoned:
-            notes.setdefault(tid, []).append(f"abandoned: {reason}")
-        blocks: dict[str, list[FailedBlock]] = {}
-        for b in self._failed_blocks:
-            blocks.setdefault(b.task_id, []).append(b)
-        for tid, state in self._states.items():
-            rows = sorted(blocks.get(tid, []), key=lambda b: not b.failed)  # failed ones first
-            task = self._task_map.get(tid)
-            lines = [
-                *self._failed_block_lines(state, rows, task),
-                *_orphan_lines(state),
-                *self._first_failure_lines(tid),
-                *self._next_step_lines(state, rows, task),
-                *self._worker_log_lines(tid),
-            ]
-            if lines:
-                notes.setdefault(tid, []).extend(lines)
-        return notes
-
-    def _failed_block_lines(
-        self, state: TaskState, rows: list[FailedBlock], task: Any
-    ) -> list[str]:
-        """A task's failed blocks (or failed attempts), each with its write
-        ROI, its attempts and its message; failed ones first."""
-        lines: list[str] = []
-        allowed = None if task is None else int(task.max_retries) + 1
-        if rows:
-            if any(b.failed for b in rows):
-                lines.append("Failed Blocks:")
-            elif state.abandoned:
-                lines.append(
-                    "Failed attempts (their blocks were orphaned when the task was abandoned):"
-                )
-            else:
-                lines.append("Failed attempts (each block was retried):")
-        for b in rows[:MAX_LISTED_FAILURES]:
-            if b.failed and allowed is not None and b.attempts <= allowed:
-                what = f"failed {b.attempts} of {allowed} attempts"
-            else:
-                plural = "s" if b.attempts != 1 else ""
-                retried = "" if b.failed else ", retried"
-                what = f"failed {b.attempts} attempt{plural}{retried}"
-            lines.append(f"  block {b.spatial_id} {b.write_roi}: {what}: {b.message}")
-        if len(rows) > MAX_LISTED_FAILURES:
-            lines.append(f"  ... and {len(rows) - MAX_LISTED_FAILURES} more blocks")
-        if (rows or state.failed_count) and self.failures_unnoted:
-            lines.append(
-                f"  (the run noted its first {len(self.failures)} failed attempts one by one; "
-                f"{self.failures_unnoted} more, in all tasks, were counted in the figures "
-                "above but not listed)"
-            )
-        return lines
-
-    def _first_failure_lines(self, tid: str) -> list[str]:
-        """The run's first failure, with its traceback, under its task."""
-        first = self.failures[0] if self.failures else None
-        if first is None or first.task_id != tid:
-            return []
-        where = "" if first.worker_id is None else f", worker {first.worker_id}"
-        return [
-            f"First failure (block {first.spatial_id}{where}):",
-            *(f"  {line}" for line in first.reason.rstrip().splitlines()),
-        ]
-
-    def _next_step_lines(self, state: TaskState, rows: list[FailedBlock], task: Any) -> list[str]:
-        """What to do next: the core's advice for an abandoned task, or a
-        rerun for a task with blocks left; nothing when every failed
-        attempt was retried and succeeded."""
-        if state.abandoned and state.abandon_next:
-            return [f"Next: {state.abandon_next}, then rerun ({self._rerun_note(task)})"]
-        unfinished = any(b.failed for b in rows) or state.failed_count or state.orphaned_count
-        if not unfinished:
-            return []
-        same = (
-            "its failed blocks failed the same way on every attempt, which points at the "
-            "code or the block's ROI, not chance: fix that, then "
-            if self._failed_alike(rows)
-            else ""
-        )
-        return [f"Next: {same}rerun to retry the failed blocks ({self._rerun_note(task)})"]
-
-    def _worker_log_lines(self, tid: str) -> list[str]:
-        """Where the logs of the task's workers that failed a block are (in
-        the log base directory of the run, not today's)."""
-        log_dir = self._log_dir
-        workers = sorted(
-            {f.worker_id for f in self.failures if f.task_id == tid and f.worker_id is not None}
-        )
-        if log_dir is None or not workers:
-            return []
-        logs = [str(Path(log_dir) / tid / f"worker_{w}.err") for w in workers]
-        shown = ", ".join(logs[:MAX_LISTED_FAILURES])
-        more = len(logs) - MAX_LISTED_FAILURES
-        return [f"worker logs: {shown}" + (f" and {more} more" if more > 0 else "")]
+        """Per task, the lines the Execution Summary shows under it (see
+        `daisy.report.failure_notes.RunFailures.notes`) for the last run."""
+        return self._last_failures.notes()
 
 
-def _orphan_lines(state: TaskState) -> list[str]:
-    """Why a task's blocks were orphaned, by cause (the core's counts)."""
-    lines: list[str] = []
-    if state.orphaned_by_neighbour_count:
-        lines.append(
-            f"{state.orphaned_by_neighbour_count} orphaned: a conflicting block of this "
-            "task failed, and they may not run before it"
-        )
-    own = (
-        state.orphaned_count - state.orphaned_by_neighbour_count - state.orphaned_by_upstream_count
-    )
-    if state.abandoned and own:
-        lines.append(f"{own} orphaned: the task was abandoned before they were done")
-    if state.orphaned_by_upstream_count and state.abandoned_by is not None:
-        lines.append(
-            f"{state.orphaned_by_upstream_count} orphaned: upstream task "
-            f'"{state.abandoned_by}" was abandoned'
-        )
-    elif state.orphaned_by_upstream_count:
-        lines.append(
-            f"{state.orphaned_by_upstream_count} orphaned: a block of an upstream task "
-            "failed, and they read its output"
-        )
-    return lines
-
-
-# names daisy 1.x exported from this module, imported on first use
-__getattr__ = _v1_names.lazy_names(
-    __name__,
-    {
-        "AcquireBlock": "daisy.messages:AcquireBlock",
-        "BlockFailed": "daisy.messages:BlockFailed",
-        "ClientException": "daisy.messages:ClientException",
-        "ReleaseBlock": "daisy.messages:ReleaseBlock",
-        "RequestShutdown": "daisy.messages:RequestShutdown",
-        "SendBlock": "daisy.messages:SendBlock",
-        "UnexpectedMessage": "daisy.messages:UnexpectedMessage",
-        "BlockStatus": "daisy.block:BlockStatus",
-        "StreamClosedError": "daisy.tcp:StreamClosedError",
-        "TCPServer": "daisy.tcp:TCPServer",
-    },
-)
+__getattr__ = _v1_names.lazy_names(__name__)

@@ -29,7 +29,9 @@ from daisy._daisy import (
 )
 from daisy.convenience import run_blockwise
 from daisy.pipeline import Composable
-from daisy.run_report import BlockRecord, TaskReport, read_last_run, runs_file_for
+from daisy.report.figures import BlockRecord
+from daisy.report.history import read_last_run, runs_file_for
+from daisy.report.task_report import TaskReport
 from daisy.task_arguments import (
     parse_check_function,
     parse_count,
@@ -456,10 +458,4 @@ class Task(Composable):
         )
 
 
-# names daisy 1.x exported from this module, imported on first use
-__getattr__ = _v1_names.lazy_names(
-    __name__,
-    {
-        "Client": "daisy.client:Client",
-    },
-)
+__getattr__ = _v1_names.lazy_names(__name__)

@@ -77,6 +77,25 @@ def parse_process_function(
     return function, function if n_args == 0 else None
 
 
+def check_runnable(task: Any, in_process: bool) -> None:
+    """Refuse to run `task` without a function (the one place this rule
+    lives): a run needs a block function, and a run in this process
+    (``multiprocessing=False``) a function that takes a block, not a worker
+    function (that one asks a ``daisy.Client`` for blocks, which needs
+    worker processes)."""
+    if task.process_function is None:
+        raise ValueError(
+            f"process_function: task {task.task_id!r} has none; give it a function that takes "
+            "a block" + ("" if in_process else " (or a worker function that takes nothing)")
+        )
+    if in_process and task.spawn_worker_function is not None:
+        raise ValueError(
+            f"process_function: task {task.task_id!r} has a worker function (no "
+            "arguments), which needs worker processes; run it with "
+            "multiprocessing=True or give it a function that takes a block"
+        )
+
+
 def parse_check_function(
     check: Any,
 ) -> tuple[Callable[[Any], bool] | None, Callable[[Any], bool] | None]:

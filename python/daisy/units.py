@@ -1,5 +1,5 @@
 """Number formats of daisy's reports, shared by the text panel
-(`daisy.run_report`) and the notebook view (`daisy.report_view`): seconds
+(`daisy.run_report`) and the notebook view (`daisy.report.notebook`): seconds
 scaled to their size (``50.5 ms``), bytes in powers of 1024 (``1.1 KB``).
 """
 

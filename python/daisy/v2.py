@@ -44,11 +44,11 @@ from daisy.block import BlockStatus
 from daisy.client import Client
 from daisy.context import Context
 from daisy.dependency_graph import BlockwiseDependencyGraph, DependencyGraph
-from daisy.execution_summary import print_execution_summary as _print_execution_summary
 from daisy.pipeline import Composable as _Composable
 from daisy.pipeline import Pipeline
 from daisy.progress import JsonProgressObserver
-from daisy.run_report import RunReport as _RunReport
+from daisy.report.execution_summary import print_execution_summary as _print_execution_summary
+from daisy.report.task_report import RunReport as _RunReport
 from daisy.task_state import TaskState
 from daisy.tracking_store import (
     get_done_marker_basedir,

@@ -141,11 +141,4 @@ class Worker:
         return f"worker {self.worker_id}"
 
 
-# names daisy 1.x exported from this module, imported on first use
-__getattr__ = _v1_names.lazy_names(
-    __name__,
-    {
-        "dill": "dill",
-        "daisy_logging": "daisy.logging",
-    },
-)
+__getattr__ = _v1_names.lazy_names(__name__)

@@ -4,13 +4,12 @@
 //! failing blocks from growing the driver without bound.
 
 use super::*;
-use crate::block::{Block, BlockKey, BlockStatus, PerTask, TaskIndex};
+use crate::block::{Block, BlockKey, PerTask, TaskIndex};
 use crate::block_profile::BlockStats;
 use crate::clock::wall_clock;
-use crate::error::DaisyError;
 use crate::run_stats::{Trend, Welford};
-use crate::scheduler::{ReleaseOutcome, Scheduler};
-use crate::task_state::{Abandonment, TaskState};
+use crate::scheduler::{FailedAttempt, Scheduler};
+use crate::task_state::TaskState;
 use crate::worker_timeline::WorkerSummary;
 
 /// Per-block aggregates of one task over one run.
@@ -277,18 +276,10 @@ impl RunLedger {
         }
     }
 
-    /// A block came back done: its figures join the aggregates and the
-    /// tracking store, and the scheduler marks it completed. `round_trip`
-    /// is the server's dispatch-to-return time (None in a serial run);
-    /// `sent_at` the wall-clock dispatch time.
-    pub fn complete(
-        &mut self,
-        scheduler: &mut Scheduler,
-        block: &Block,
-        round_trip: Option<f64>,
-        worker: Option<u32>,
-        sent_at: f64,
-    ) -> Result<(), DaisyError> {
+    /// A block came back done: its figures join the aggregates (the
+    /// scheduler marks it, [`Scheduler::complete_block`]). `round_trip`
+    /// is the server's dispatch-to-return time (None in a serial run).
+    pub fn complete(&mut self, block: &Block, round_trip: Option<f64>, worker: Option<u32>) {
         let task = block.key.task;
         self.returned(task);
         let first_on_worker = self.workers_seen.insert((task, worker));
@@ -298,83 +289,27 @@ impl RunLedger {
             first_on_worker,
             block.spatial_id,
         );
-        if let (Some(stats), Some(tracking)) = (block.stats.as_ref(), scheduler.tracking_mut(task))
-        {
-            tracking.record_stats(block, stats, worker, sent_at, wall_clock());
-        }
-        scheduler
-            .release_block(block.key, BlockStatus::Success)
-            .map(|_| ())
     }
 
-    /// A failed attempt: counted in the scheduler (which retries or fails
-    /// the block) and noted for the summary, its text bounded (see
-    /// [`FAILURE_TEXT_BUDGET`]), and counted as a worker error. Nothing is
-    /// counted for a task already abandoned.
-    pub fn fail(
-        &mut self,
-        scheduler: &mut Scheduler,
-        key: BlockKey,
-        worker: Option<u32>,
-        reason: String,
-    ) {
-        self.fail_as(scheduler, key, worker, reason, false);
-    }
-
-    /// A block the timeout reclaimed: a failed attempt like any other, but
-    /// counted in `timeout_reclaim_count` instead of as a worker error (as
-    /// daisy 2.0.0 counts it). True when the block will be retried.
-    pub fn time_out(
-        &mut self,
-        scheduler: &mut Scheduler,
-        key: BlockKey,
-        worker: Option<u32>,
-        reason: String,
-    ) -> bool {
-        self.fail_as(scheduler, key, worker, reason, true)
-    }
-
-    /// Count a failed attempt; true when the scheduler will retry the block.
-    fn fail_as(
-        &mut self,
-        scheduler: &mut Scheduler,
-        key: BlockKey,
-        worker: Option<u32>,
-        reason: String,
-        timed_out: bool,
-    ) -> bool {
-        if scheduler.is_abandoned(key.task) {
-            return false;
-        }
-        let block = scheduler.graph().block(key);
-        let last_attempt = match scheduler.release_block(key, BlockStatus::Failed) {
-            Ok(outcome) => outcome == ReleaseOutcome::Failed,
-            Err(e) => {
-                tracing::warn!("could not record a failure: {e}");
-                return false;
-            }
-        };
-        self.returned(key.task);
-        if let Some(causes) = self.causes.get_mut(key.task as usize) {
+    /// A failed attempt the scheduler took back
+    /// ([`Scheduler::fail_attempt`]): noted for the summary, its text
+    /// bounded (see [`FAILURE_TEXT_BUDGET`]), and its cause counted.
+    pub fn failed(&mut self, attempt: &FailedAttempt, worker: Option<u32>, reason: String) {
+        let block = &attempt.block;
+        self.returned(block.key.task);
+        if let Some(causes) = self.causes.get_mut(block.key.task as usize) {
             causes.note(&reason);
         }
-        let state = scheduler.task_state_mut(key.task);
-        if timed_out {
-            state.timeout_reclaim_count += 1;
-        } else {
-            state.worker_failure_count += 1;
-        }
-        state.note_worker_error(&reason);
         let noted = self.failures.len() < MAX_FAILURE_NOTES;
         let whole = noted
             && self.failure_text + reason.len() <= FAILURE_TEXT_BUDGET
-            && self.described.insert(key);
+            && self.described.insert(block.key);
         let reason = if whole { reason } else { last_line(&reason) };
         let note = FailureNote {
-            task: key.task,
+            task: block.key.task,
             spatial_id: block.spatial_id,
             write_roi: block.write_roi,
-            last_attempt,
+            last_attempt: attempt.last_attempt,
             worker_id: worker,
             reason,
         };
@@ -393,7 +328,6 @@ impl RunLedger {
             self.failures_unnoted += 1;
             self.recent.push_back((note, false));
         }
-        !last_attempt
     }
 
     /// Failed attempts so far, noted or not.
@@ -409,9 +343,10 @@ impl RunLedger {
 
     /// Worker `worker` has ended, `why` (its exit status): the attempts
     /// that failed as its connection closed, before its end was known
-    /// ([`CONNECTION_CLOSED`]), say `why` instead, in the report, the
-    /// summary and their tasks' first and last worker errors.
-    pub fn explain_lost(&mut self, scheduler: &mut Scheduler, worker: u32, why: &str) {
+    /// ([`CONNECTION_CLOSED`]), say `why` instead, in the report and the
+    /// summary. The tasks whose notes were restated, for their first and
+    /// last worker errors ([`Scheduler::restate_worker_error`]).
+    pub fn explain_lost(&mut self, worker: u32, why: &str) -> Vec<TaskIndex> {
         let lost = |n: &FailureNote| n.worker_id == Some(worker) && n.reason == CONNECTION_CLOSED;
         // each attempt restated once: from `failures` if noted, else from
         // `recent` (an unnoted one that left `recent` stays as it was)
@@ -433,43 +368,13 @@ impl RunLedger {
         }
         restated.sort_unstable();
         restated.dedup();
-        for task in restated {
-            let state = scheduler.task_state_mut(task);
-            for text in [&mut state.first_worker_error, &mut state.last_worker_error] {
-                if text.as_deref() == Some(CONNECTION_CLOSED) {
-                    *text = Some(why.to_string());
-                }
-            }
-        }
+        restated
     }
 
-    /// Give up `task` (and orphan what depends on it), with the reason and
-    /// what to change; every task abandoned through it is noted too.
-    pub fn abandon(&mut self, scheduler: &mut Scheduler, task: TaskIndex, why: Abandonment) {
-        let Abandonment { reason, next } = why;
-        let before: Vec<bool> = (0..scheduler.pipeline().len() as TaskIndex)
-            .map(|t| scheduler.is_abandoned(t))
-            .collect();
-        scheduler.abandon_task(task);
-        let state = scheduler.task_state_mut(task);
-        if state.abandon_reason.is_none() {
-            state.abandon_reason = Some(reason.clone());
-            state.abandon_next = Some(next);
-        }
-        self.abandoned.push((task, reason));
-        let up = scheduler.pipeline().spec(task).task_id.clone();
-        for (t, was) in before.iter().enumerate() {
-            if !was && t as TaskIndex != task && scheduler.is_abandoned(t as TaskIndex) {
-                let why = format!("upstream task {up:?} was abandoned");
-                let state = scheduler.task_state_mut(t as TaskIndex);
-                if state.abandon_reason.is_none() {
-                    state.abandon_reason = Some(why.clone());
-                    state.abandon_next = Some(format!("fix task {up:?} (above)"));
-                    state.abandoned_by = Some(up.clone());
-                }
-                self.abandoned.push((t as TaskIndex, why));
-            }
-        }
+    /// Tasks abandoned now, with their reasons
+    /// ([`Scheduler::abandon_task_because`]), for the summary.
+    pub fn abandoned(&mut self, now: Vec<(TaskIndex, String)>) {
+        self.abandoned.extend(now);
     }
 
     /// The run's outcome now: every task's report (its workers folded by
@@ -508,6 +413,7 @@ impl RunLedger {
                     failure_causes: self.causes[t].clone(),
                     notices,
                     failed_attempts: self.attempt_spans[t].clone(),
+                    memory: None,
                 }
             })
             .collect();

@@ -211,6 +211,32 @@ impl RunOutcome {
         out
     }
 
+    /// The tasks, in pipeline order, whose blocks that failed for good
+    /// after more than one attempt failed the same way (the same last line)
+    /// on every attempt the run noted: a rerun would fail again, which
+    /// points at the code or the block's ROI rather than chance. A task
+    /// with no such block is not one of them.
+    pub fn failing_alike(&self) -> Vec<TaskIndex> {
+        let mut alike: std::collections::BTreeMap<TaskIndex, bool> = Default::default();
+        for block in self.failed_blocks() {
+            if !block.failed || block.attempts < 2 {
+                continue;
+            }
+            let mut lines = self
+                .failures
+                .iter()
+                .filter(|n| (n.task, n.spatial_id) == (block.task, block.spatial_id))
+                .map(|n| last_line(&n.reason));
+            let first = lines.next();
+            let same = lines.all(|l| Some(&l) == first.as_ref());
+            *alike.entry(block.task).or_insert(true) &= same;
+        }
+        alike
+            .into_iter()
+            .filter_map(|(t, same)| same.then_some(t))
+            .collect()
+    }
+
     /// The whole run's report as one JSON object, `{task_id: report}`, in
     /// pipeline order: what Python parses into `daisy.RunReport`.
     pub fn report_json(&self) -> Result<String, DaisyError> {

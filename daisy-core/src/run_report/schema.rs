@@ -130,6 +130,25 @@ pub struct TaskReport {
     /// Absent from lines written before daisy 2.1.
     #[serde(default)]
     pub failed_attempts: Vec<AttemptSpan>,
+    /// The memory budget its blocks were let in by, and what the memory
+    /// guard did (see `server::memory_gate`); None where no gate ran (a
+    /// remote spawner, a serial run, `memory_guard=False`). Absent from
+    /// lines written before daisy 2.1.
+    #[serde(default)]
+    pub memory: Option<MemoryReport>,
+}
+
+/// The memory budget of a task's local workers in a run, and what the
+/// memory guard did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MemoryReport {
+    /// The budget, bytes.
+    pub budget_bytes: u64,
+    /// Where it came from, in words ("the memory cgroup limit (...)").
+    pub budget_source: String,
+    /// Blocks the guard held back (stopped their worker before the kernel's
+    /// OOM killer would, and ran them again when they fit).
+    pub held_back: u64,
 }
 
 /// The failed attempts whose times a report keeps: enough to see where in a

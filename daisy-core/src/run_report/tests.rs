@@ -2,6 +2,7 @@
 //! and the published schema.
 
 use super::*;
+use crate::block::TaskIndex;
 
 use crate::block_profile::BlockStats;
 use crate::error::DaisyError;
@@ -229,12 +230,9 @@ fn failure_texts_are_bounded_but_every_failure_is_counted() {
         .acquire_block(0, |_| Ok::<_, DaisyError>(false))
         .unwrap()
     {
-        ledger.fail(
-            &mut scheduler,
-            b.key,
-            None,
-            traceback(b.spatial_id as usize),
-        );
+        let reason = traceback(b.spatial_id as usize);
+        let attempt = scheduler.fail_attempt(b.key, &reason, false).unwrap();
+        ledger.failed(&attempt, None, reason);
         failed += 1;
     }
     assert_eq!(failed, 3 * 2000, "three attempts of every block");
@@ -493,4 +491,39 @@ fn worker_deaths_group_without_the_workers_ids() {
             .unwrap()
             .starts_with("worker 3 died")
     );
+}
+
+#[test]
+fn tasks_whose_retried_blocks_failed_alike_are_named() {
+    let note = |task: TaskIndex, spatial_id: u64, last_attempt: bool, reason: &str| FailureNote {
+        task,
+        spatial_id,
+        write_roi: Roi::from_slices(&[spatial_id as i64 * 10], &[10]).unwrap(),
+        last_attempt,
+        worker_id: Some(1),
+        reason: reason.into(),
+    };
+    let outcome = |failures| RunOutcome {
+        states: vec![],
+        failures,
+        failures_unnoted: 0,
+        abandoned: vec![],
+        unmanaged_clients: 0,
+        workers_started: vec![],
+        reports: vec![],
+        stopped: None,
+    };
+    // task 0: the same error twice (tracebacks differ above the last line);
+    // task 1: two different errors; task 2: retried and then done
+    let run = outcome(vec![
+        note(0, 7, false, "Traceback (a)\nValueError: bad roi"),
+        note(1, 3, false, "KeyError: 'x'"),
+        note(2, 5, false, "OSError: flaky"),
+        note(0, 7, true, "Traceback (b)\nValueError: bad roi\n"),
+        note(1, 3, true, "KeyError: 'y'"),
+    ]);
+    assert_eq!(run.failing_alike(), vec![0]);
+    // one attempt only says nothing about a rerun
+    let once = outcome(vec![note(0, 1, true, "ValueError: bad roi")]);
+    assert!(once.failing_alike().is_empty());
 }

@@ -14,7 +14,7 @@ pub const MAX_PENDING_HELLOS: usize = 256;
 /// Which listener a connection came through: each has its own allowance
 /// of connections waiting to say hello ([`MAX_PENDING_HELLOS`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Door {
+pub(super) enum Door {
     /// The TCP port: workers on other machines, and anyone on the network.
     Tcp = 0,
     /// The Unix-domain socket: this machine's workers of this user.
@@ -36,7 +36,7 @@ impl std::fmt::Display for Door {
 /// the clients that came without a worker id. The run's state holds it;
 /// `connection` changes it.
 #[derive(Debug, Default)]
-pub struct Admission {
+pub(super) struct Admission {
     next_conn: u64,
     pub(super) pending_hellos: [usize; 2],
     pub(super) door_was_full: [bool; 2],
@@ -47,24 +47,24 @@ pub struct Admission {
 impl Admission {
     /// Admitted connections whose handler still runs (the run's end waits
     /// for them to hear "no more blocks").
-    pub fn open_connections(&self) -> usize {
+    pub(super) fn open_connections(&self) -> usize {
         self.open_connections
     }
 
     /// Clients that connected without a worker id, in all.
-    pub fn unmanaged_clients(&self) -> u32 {
+    pub(super) fn unmanaged_clients(&self) -> u32 {
         self.unmanaged_clients
     }
 
     /// A fresh connection id.
-    pub fn new_conn_id(&mut self) -> u64 {
+    pub(super) fn new_conn_id(&mut self) -> u64 {
         self.next_conn += 1;
         self.next_conn
     }
 
     /// One more stranger through `door` to wait for, unless the door is
     /// full (then false, and the first time it says so).
-    pub fn expect_hello(&mut self, door: Door) -> bool {
+    pub(super) fn expect_hello(&mut self, door: Door) -> bool {
         let waiting = &mut self.pending_hellos[door as usize];
         if *waiting < MAX_PENDING_HELLOS {
             *waiting += 1;
@@ -86,22 +86,22 @@ impl Admission {
     }
 
     /// A stranger through `door` said hello (or gave up).
-    pub fn hello_heard(&mut self, door: Door) {
+    pub(super) fn hello_heard(&mut self, door: Door) {
         self.pending_hellos[door as usize] -= 1;
     }
 
     /// A connection was admitted: its handler runs.
-    pub fn opened(&mut self) {
+    pub(super) fn opened(&mut self) {
         self.open_connections += 1;
     }
 
     /// An admitted connection's handler ended.
-    pub fn closed(&mut self) {
+    pub(super) fn closed(&mut self) {
         self.open_connections = self.open_connections.saturating_sub(1);
     }
 
     /// A client connected without a worker id.
-    pub fn unmanaged_joined(&mut self) {
+    pub(super) fn unmanaged_joined(&mut self) {
         self.unmanaged_clients += 1;
     }
 }

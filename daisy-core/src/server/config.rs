@@ -146,6 +146,26 @@ pub struct ServerConfig {
     /// The run's idle timeout (`run_blockwise(idle_timeout=...)`), for the
     /// tasks that set none of their own; None: each task's spawner's.
     pub idle_timeout: Option<Duration>,
+    /// The memory budget and guard.
+    pub memory: MemorySettings,
+}
+
+impl TaskRuntime {
+    /// Its workers run on this machine (the local spawner's), where the
+    /// memory gate can see them.
+    pub fn is_local(&self) -> bool {
+        self.spawner == "local" && self.job.is_none()
+    }
+}
+
+/// The run's memory settings (see `server::memory_gate`).
+#[derive(Clone, Debug, Default)]
+pub struct MemorySettings {
+    /// The budget in bytes, declared (`memory_budget=`); None: found.
+    pub budget: Option<u64>,
+    /// Let blocks in by measured memory and stop a worker before the
+    /// kernel's OOM killer would (`memory_guard=`).
+    pub guard: bool,
 }
 
 impl ServerConfig {
@@ -255,6 +275,7 @@ mod tests {
             tick: crate::server::TICK,
             liveness_timeout: crate::liveness::DEFAULT_TIMEOUT,
             idle_timeout: None,
+            memory: Default::default(),
         };
         let e = config.check_resources(&["seg".into()]).unwrap_err();
         assert!(

@@ -76,7 +76,7 @@ async fn recv(conn: &mut Conn) -> Option<ClientMessage> {
 
 /// Where workers connect: the run's TCP port or, from this machine, its
 /// Unix-domain socket.
-pub enum Listener {
+pub(super) enum Listener {
     /// The run's TCP port, and the liveness timeout of its connections.
     Tcp(TcpListener, Duration),
     /// The run's Unix-domain socket.
@@ -126,7 +126,10 @@ impl Listener {
 
 /// Hands every connection `listener` accepts to [`handle_connection`] under a
 /// fresh connection id, until the returned task is aborted.
-pub fn spawn_accept_loop(shared: &Shared, listener: Listener) -> tokio::task::JoinHandle<()> {
+pub(super) fn spawn_accept_loop(
+    shared: &Shared,
+    listener: Listener,
+) -> tokio::task::JoinHandle<()> {
     let shared = shared.clone();
     tokio::task::spawn_local(async move {
         loop {
@@ -525,7 +528,11 @@ async fn acquire(
                 w.waits();
             }
         }
-        match idle_deadline {
+        // kept back by the memory gate: look again soon, as memory frees
+        // without a block returning (a stopped worker's process leaving)
+        let gated = shared.state_mut().take_gate_wait();
+        let recheck = gated.then(|| tokio::time::Instant::now() + super::memory_gate::GATE_RECHECK);
+        match idle_deadline.into_iter().chain(recheck).min() {
             // woken by a block, the end of the task, or the deadline
             Some(d) => drop(tokio::time::timeout_at(d, notified).await),
             None => notified.await,
@@ -643,8 +650,8 @@ fn release(
 mod tests {
     use super::*;
     use crate::server::admission::MAX_PENDING_HELLOS;
-    use crate::server::state::WorkerSlot;
     use crate::server::state::test_support::{hand_out, state};
+    use crate::server::worker_slot::WorkerSlot;
     use tokio::io::{AsyncReadExt, DuplexStream};
 
     fn shared_state(token: &str) -> Shared {

@@ -29,16 +29,17 @@
 //!
 //! The report keeps each job: its batch id, its workers, its queue wait
 //! (submission to the launcher's hello) and its launcher's load time
-//! (`State::job_records`).
+//! (`job_slot::records`).
 
 use super::config::JobCommand;
-use super::state::{ExitEvent, JobSlot, LauncherRequest, Shared, State, WorkerSlot};
+use super::job_slot::JobSlot;
+use super::launch_request::{ForkRequest, LauncherRequest};
+use super::state::{Shared, State};
 use super::supervision;
+use super::worker_slot::{ExitEvent, WorkerSlot};
 use crate::block::TaskIndex;
 use crate::error::DaisyError;
 use crate::worker_timeline::StartKind;
-use std::collections::BTreeSet;
-use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -63,7 +64,7 @@ pub fn check_workers_per_job(n: i64) -> Result<u32, DaisyError> {
 
 /// Start worker `id` of `task` (its slot and timeline exist) in a job: one
 /// of the task's open jobs with a free slot, or a new one.
-pub fn start_in_job(
+pub(super) fn start_in_job(
     st: &mut State,
     task: TaskIndex,
     id: u32,
@@ -82,17 +83,11 @@ pub fn start_in_job(
         Some(n) => n,
         None => submit(st, task, &jc, exit_tx)?,
     };
-    let Some(slot) = st.jobs.get_mut(&job) else {
+    let Some((requests, label)) = st.jobs.get_mut(&job).and_then(|slot| slot.host(job, id)) else {
         return Ok(());
     };
-    let Some(requests) = slot.requests.clone() else {
-        return Ok(());
-    };
-    slot.workers.insert(id);
-    slot.hosted.push(id);
-    let label = slot.batch_job_id.as_ref().map(|_| slot.label(job));
     let weak = requests.downgrade();
-    let _ = requests.send(LauncherRequest::Fork(super::state::ForkRequest {
+    let _ = requests.send(LauncherRequest::Fork(ForkRequest {
         worker_id: id,
         context,
         outputs: None,
@@ -138,24 +133,16 @@ fn submit(
     let ended = CancellationToken::new();
     st.jobs.insert(
         job,
-        JobSlot {
+        JobSlot::submitted(
             task,
-            requests: Some(tx),
-            to_start: Some(rx),
-            workers: BTreeSet::new(),
-            hosted: Vec::new(),
-            submitted: Instant::now(),
-            connected: None,
-            ready: None,
-            starts: Vec::new(),
-            batch_job_id: None,
-            handle_pid: spawned.pid,
-            stop: std::mem::take(&mut spawned.stop),
-            ended: ended.clone(),
-            running: true,
-            polls: jc.command.polls,
-            exit_tx: exit_tx.clone(),
-        },
+            tx,
+            rx,
+            spawned.pid,
+            std::mem::take(&mut spawned.stop),
+            ended.clone(),
+            jc.command.polls,
+            exit_tx.clone(),
+        ),
     );
     // the handle's end is seen by the main loop (`sweep`), woken here
     let wake = st.main_wake();
@@ -172,22 +159,11 @@ fn submit(
 /// workers with it, see `launcher::serve_job`); a job that never connected
 /// (cancelled or failed in the queue) takes its workers, none of which
 /// ever ran, with it.
-pub fn sweep(st: &mut State) {
+pub(super) fn sweep(st: &mut State) {
     let mut never_connected = Vec::new();
     for (&job, slot) in st.jobs.iter_mut() {
-        if !slot.running || !slot.ended.is_cancelled() {
-            continue;
-        }
-        slot.running = false;
-        slot.requests = None;
-        if let Some(mut queue) = slot.to_start.take() {
-            queue.close();
-            while let Ok(req) = queue.try_recv() {
-                if let LauncherRequest::Fork(req) = req {
-                    let _ = slot.exit_tx.send((req.worker_id, None));
-                }
-            }
-            never_connected.push((slot.label(job), slot.task));
+        if slot.handle_ended() == Some(true) {
+            never_connected.push((slot.label(job), slot.task()));
         }
     }
     if st.is_stopping() {
@@ -205,7 +181,7 @@ pub fn sweep(st: &mut State) {
 /// A launcher said hello for job `job`: its queue, its task and where its
 /// workers' exits go, or None where the job is unknown, already served or
 /// over (the connection is then closed).
-pub fn attach(
+pub(super) fn attach(
     shared: &Shared,
     job: u32,
     batch_job_id: Option<String>,
@@ -221,17 +197,12 @@ pub fn attach(
         tracing::warn!("refused a launcher claiming unknown job {job}");
         return None;
     };
-    let Some(queue) = slot.to_start.take() else {
+    let Some((queue, exit_tx, ended)) = slot.attach(batch_job_id) else {
         tracing::warn!("refused a second launcher for job {job}");
         return None;
     };
-    slot.connected = Some(Instant::now());
-    slot.batch_job_id = batch_job_id.filter(|id| !id.is_empty() && id.len() <= 64);
     let label = slot.label(job);
-    let (hosted, started) = (
-        slot.hosted.clone(),
-        (slot.task, queue, slot.exit_tx.clone(), slot.ended.clone()),
-    );
+    let (hosted, started) = (slot.hosted().to_vec(), (slot.task(), queue, exit_tx, ended));
     for id in hosted {
         st.worker_in_job(id, &label);
     }
@@ -239,18 +210,18 @@ pub fn attach(
 }
 
 /// Job `job`'s launcher has loaded the function.
-pub fn on_ready(st: &mut State, job: u32) {
+pub(super) fn on_ready(st: &mut State, job: u32) {
     if let Some(slot) = st.jobs.get_mut(&job) {
-        slot.ready = Some(Instant::now());
+        slot.launcher_ready();
     }
 }
 
 /// Job `job`'s launcher started worker `id` (forked, or `cold`: a fresh
 /// interpreter); one stopped meanwhile is killed now. Its startup keeps
 /// counting from its request: the job's queue wait is part of it.
-pub fn on_started(st: &mut State, job: u32, id: u32, cold: bool) {
+pub(super) fn on_started(st: &mut State, job: u32, id: u32, cold: bool) {
     if let Some(slot) = st.jobs.get_mut(&job) {
-        slot.starts.push(Instant::now());
+        slot.worker_started();
     }
     st.worker_started_as(
         id,
@@ -269,13 +240,13 @@ pub fn on_started(st: &mut State, job: u32, id: u32, cold: bool) {
 
 /// Job `job`'s launcher is lost (its connection failed, it misbehaved, its
 /// job ended): the job is closed and cancelled.
-pub fn on_lost(st: &mut State, job: u32, reason: &str) {
-    let task_id = st.jobs.get(&job).map(|s| st.task_id(s.task));
+pub(super) fn on_lost(st: &mut State, job: u32, reason: &str) {
+    let task_id = st.jobs.get(&job).map(|s| st.task_id(s.task()));
     let stopping = st.is_stopping();
     let Some(slot) = st.jobs.get_mut(&job) else {
         return;
     };
-    slot.requests = None;
+    slot.close();
     if !stopping {
         tracing::warn!(
             "job {} of task {:?} lost its launcher ({reason}); its workers count as dead",
@@ -292,55 +263,51 @@ pub fn on_lost(st: &mut State, job: u32, reason: &str) {
 /// --wait`, 2 to 32 s late) is ended now, quietly (no stop command), so
 /// the run's end does not wait for that poll nor cancel a job that
 /// completed.
-pub fn on_finished(st: &mut State, job: u32) {
-    if let Some(slot) = st.jobs.get(&job).filter(|s| s.running && s.polls) {
-        supervision::kill(slot.handle_pid, &[]);
+pub(super) fn on_finished(st: &mut State, job: u32) {
+    if let Some(slot) = st.jobs.get(&job) {
+        slot.end_polling_handle();
     }
 }
 
 /// Worker `id` ended: it no longer holds a slot in its job.
-pub fn on_worker_exit(
+pub(super) fn on_worker_exit(
     jobs: &mut std::collections::BTreeMap<u32, JobSlot>,
     w: &WorkerSlot,
     id: u32,
 ) {
     if let Some(slot) = w.job().and_then(|j| jobs.get_mut(&j)) {
-        slot.workers.remove(&id);
+        slot.worker_ended(id);
     }
 }
 
 /// Close every open job with no worker left (called after staffing, which
 /// has placed the replacements it wanted): its launcher leaves, and its
 /// job with it.
-pub fn close_empty(st: &mut State) {
+pub(super) fn close_empty(st: &mut State) {
     for slot in st.jobs.values_mut() {
-        if slot.requests.is_some() && slot.workers.is_empty() {
-            slot.requests = None;
-        }
+        slot.close_if_empty();
     }
 }
 
 /// The run is ending: no job takes another worker, and those whose
 /// launcher never connected (still queued) are cancelled.
-pub fn close_all(st: &mut State) {
+pub(super) fn close_all(st: &mut State) {
     for slot in st.jobs.values_mut() {
-        slot.requests = None;
-        if slot.connected.is_none() && slot.running {
+        slot.close();
+        if slot.still_queued() {
             slot.cancel();
         }
     }
 }
 
 /// Whether some job's handle is still running.
-pub fn any_running(st: &State) -> bool {
-    st.jobs
-        .values()
-        .any(|j| j.running && !j.ended.is_cancelled())
+pub(super) fn any_running(st: &State) -> bool {
+    st.jobs.values().any(JobSlot::handle_alive)
 }
 
 /// Cancel every job still running (the run's end did not wait longer).
-pub fn cancel_running(st: &State) {
-    for slot in st.jobs.values().filter(|j| j.running) {
+pub(super) fn cancel_running(st: &State) {
+    for slot in st.jobs.values().filter(|j| j.running()) {
         slot.cancel();
     }
 }
@@ -373,33 +340,25 @@ mod tests {
                     w.hosted_by(0, (id, tx.downgrade()));
                     st.workers.insert(id, w);
                     st.timeline_begins(id, StartKind::Cold);
-                    let _ = tx.send(LauncherRequest::Fork(super::super::state::ForkRequest {
+                    let _ = tx.send(LauncherRequest::Fork(super::ForkRequest {
                         worker_id: id,
                         context: format!("{{\"worker_id\":{id}}}"),
                         outputs: None,
                     }));
                 }
-                st.jobs.insert(
+                let mut slot = JobSlot::submitted(
                     0,
-                    JobSlot {
-                        task: 0,
-                        requests: Some(tx),
-                        to_start: Some(rx),
-                        workers: [1, 2].into(),
-                        hosted: vec![1, 2],
-                        submitted: Instant::now(),
-                        connected: None,
-                        ready: None,
-                        starts: Vec::new(),
-                        batch_job_id: None,
-                        handle_pid: None,
-                        stop: Vec::new(),
-                        ended: CancellationToken::new(),
-                        running: true,
-                        polls: false,
-                        exit_tx,
-                    },
+                    tx,
+                    rx,
+                    None,
+                    Vec::new(),
+                    CancellationToken::new(),
+                    false,
+                    exit_tx,
                 );
+                slot.host(0, 1);
+                slot.host(0, 2);
+                st.jobs.insert(0, slot);
             }
             let (ours, theirs) = tokio::io::duplex(1 << 16);
             // it says ready right behind its hello
@@ -430,12 +389,12 @@ mod tests {
                 let st = shared.state();
                 let job = &st.jobs[&0];
                 assert_eq!(job.label(0), "4711");
-                assert_eq!(job.starts.len(), 2);
                 let tl = st.timeline(1).unwrap();
                 assert_eq!(tl.record().job_id.as_deref(), Some("4711"));
                 assert_eq!(tl.record().start, StartKind::Warm);
-                let rec = &st.job_records(0)[0];
+                let rec = &super::super::job_slot::records(st.jobs.iter(), 0)[0];
                 assert_eq!(rec.workers, vec![1, 2]);
+                assert_eq!(rec.starts.len(), 2);
                 assert!(rec.queue_wait.is_some() && rec.launcher_startup.is_some());
             }
             // the launcher is lost: both its workers are dead
@@ -450,7 +409,7 @@ mod tests {
             dead.sort_by_key(|(id, _)| *id);
             assert_eq!(dead, vec![(1, None), (2, None)]);
             assert!(
-                shared.state().jobs[&0].requests.is_none(),
+                !shared.state().jobs[&0].open_with_room(0, 8),
                 "the job is closed"
             );
         });

@@ -28,8 +28,10 @@
 //! The server only asks; the launcher's replies are untrusted bytes (a
 //! line that does not parse turns warm starts off, nothing panics).
 
-use super::state::{ExitEvent, ForkRequest, LauncherPhase, LauncherRequest, Shared, State};
+use super::launch_request::{ForkRequest, LauncherRequest};
+use super::state::{Shared, State};
 use super::supervision;
+use super::worker_slot::ExitEvent;
 use crate::block::TaskIndex;
 use crate::worker_timeline::StartKind;
 use serde::{Deserialize, Serialize};
@@ -51,7 +53,7 @@ const MAX_REPLY_LINE: usize = 64 << 10;
 
 /// How long a launcher gets to leave once its socket is closed at the end
 /// of a run (it only has to notice): then it is killed.
-pub const LAUNCHER_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+pub(super) const LAUNCHER_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long the launcher may leave a fork request unanswered, or a forked
 /// worker's end unreported (the server watches each warm worker through a
@@ -64,7 +66,7 @@ pub const LAUNCHER_GRACE: std::time::Duration = std::time::Duration::from_secs(2
 /// one by one never runs out. Giving up a launcher costs what its death
 /// costs: its warm workers die with it (their blocks are retried) and the
 /// task's next workers start cold.
-pub const FORK_REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub(super) const FORK_REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What the server writes for a [`ForkRequest`], one JSON line (to a
 /// local launcher the descriptors travel beside it).
@@ -84,7 +86,7 @@ struct KillLine {
 /// What a launcher says, one JSON line each.
 #[derive(Debug, PartialEq, Deserialize)]
 #[serde(tag = "event", rename_all = "lowercase")]
-pub enum Reply {
+pub(super) enum Reply {
     /// The function is loaded; forks may be asked.
     Ready,
     /// It cannot (or can no longer) fork; it leaves.
@@ -113,7 +115,7 @@ pub enum Reply {
 }
 
 /// Parse one line of a launcher's; an error says what was wrong.
-pub fn parse_reply(line: &[u8]) -> Result<Reply, String> {
+pub(super) fn parse_reply(line: &[u8]) -> Result<Reply, String> {
     serde_json::from_slice(line).map_err(|e| {
         format!(
             "it sent a line that is not a reply ({e}): {:?}",
@@ -125,13 +127,9 @@ pub fn parse_reply(line: &[u8]) -> Result<Reply, String> {
 /// Ask task `task`'s launcher for a warm start, creating the request queue
 /// (and so the launcher, at the next [`start_wanted`]) where there is
 /// none. The caller has checked [`State::warm_wanted`].
-pub fn request(st: &mut State, task: TaskIndex, req: ForkRequest) {
-    want(st, task);
-    if let LauncherPhase::Active { requests, .. } = &st.tasks[task].launcher.phase {
-        // a closed queue: the launcher's task already ended, and with it
-        // warm starts; the next tick starts this worker cold
-        let _ = requests.send(LauncherRequest::Fork(req));
-    }
+pub(super) fn request(st: &mut State, task: TaskIndex, req: ForkRequest) {
+    st.tasks[task].launcher_mut().want();
+    st.tasks[task].launcher().ask(req);
 }
 
 /// The run begins: start the launcher of every task that asks for warm
@@ -144,37 +142,22 @@ pub fn request(st: &mut State, task: TaskIndex, req: ForkRequest) {
 /// downstream task's first block then waited for its own import (its
 /// launcher ready 4.8 s into the run, the upstream one's 2.2 s), and the
 /// imports overlap with work anyway: see benchmarks/RESULTS.md.
-pub fn want_all(st: &mut State) {
+pub(super) fn want_all(st: &mut State) {
     for t in 0..st.scheduler.pipeline().len() as TaskIndex {
         if st.warm_wanted(t) && !st.scheduler.is_task_finished(t) {
-            want(st, t);
+            st.tasks[t].launcher_mut().want();
         }
-    }
-}
-
-fn want(st: &mut State, task: TaskIndex) {
-    let slot = &mut st.tasks[task].launcher;
-    if matches!(slot.phase, LauncherPhase::Unused) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        slot.phase = LauncherPhase::Active {
-            requests: tx,
-            to_start: Some(rx),
-            pid: None,
-        };
     }
 }
 
 /// Start the launchers wanted since the last call. A launcher that cannot
 /// be started turns its task's warm starts off (its requests start cold).
-pub fn start_wanted(shared: &Shared, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
+pub(super) fn start_wanted(shared: &Shared, exit_tx: &mpsc::UnboundedSender<ExitEvent>) {
     let n = shared.state().tasks.len();
     for t in 0..n as TaskIndex {
         let (rx, cmd, task_id, log_dir) = {
             let mut st = shared.state_mut();
-            let rx = match &mut st.tasks[t].launcher.phase {
-                LauncherPhase::Active { to_start, .. } => to_start.take(),
-                _ => None,
-            };
+            let rx = st.tasks[t].launcher_mut().take_to_start();
             let Some(rx) = rx else { continue };
             let Some(cmd) = st.config.tasks[t].launcher.clone() else {
                 continue;
@@ -185,10 +168,9 @@ pub fn start_wanted(shared: &Shared, exit_tx: &mpsc::UnboundedSender<ExitEvent>)
         match supervision::spawn_launcher(&cmd, &task_id, &log_dir) {
             Ok(spawned) => {
                 let pid = spawned.child.id();
-                let slot = &mut shared.state_mut().tasks[t].launcher;
-                slot.running = true;
-                if let LauncherPhase::Active { pid: p, .. } = &mut slot.phase {
-                    *p = pid;
+                {
+                    let mut st = shared.state_mut();
+                    st.tasks[t].launcher_mut().spawned(pid);
                 }
                 let session = Session {
                     shared: shared.clone(),
@@ -223,12 +205,7 @@ pub fn start_wanted(shared: &Shared, exit_tx: &mpsc::UnboundedSender<ExitEvent>)
 /// once, and have the main loop start the workers of `unserved` requests
 /// cold.
 fn go_cold(st: &mut State, task: TaskIndex, reason: &str, unserved: Vec<u32>) {
-    let slot = &mut st.tasks[task].launcher;
-    if !matches!(slot.phase, LauncherPhase::Off) {
-        slot.phase = LauncherPhase::Off;
-        if slot.cold_reason.is_none() {
-            slot.cold_reason = Some(reason.to_string());
-        }
+    if st.tasks[task].launcher_mut().turn_off(reason) {
         tracing::warn!(
             "task {:?}: starting its workers cold from now on: {reason}",
             st.task_id(task)
@@ -321,7 +298,9 @@ impl Session {
 
     /// The launcher process is gone and reaped.
     fn reaped(&self) {
-        self.shared.state_mut().tasks[self.task].launcher.running = false;
+        self.shared.state_mut().tasks[self.task]
+            .launcher_mut()
+            .reaped();
         self.shared.notify_changed();
     }
 
@@ -449,8 +428,9 @@ impl Session {
                     let mut st = self.shared.state_mut();
                     match self.host {
                         Host::Task => {
-                            st.tasks[self.task].launcher.startup =
-                                Some(self.started.elapsed().as_secs_f64());
+                            st.tasks[self.task]
+                                .launcher_mut()
+                                .ready_after(self.started.elapsed().as_secs_f64());
                         }
                         Host::Job(job) => super::jobs::on_ready(&mut st, job),
                     }
@@ -647,7 +627,7 @@ async fn send_line_with_fds(stream: &UnixStream, line: &[u8], fds: [RawFd; 2]) -
 /// Serve the launcher of job `job` over the connection it opened with its
 /// hello (`leftover`: what it sent behind the hello), until the job's
 /// queue closes and its workers have ended, or the launcher is lost.
-pub async fn serve_job(
+pub(super) async fn serve_job(
     shared: Shared,
     job: u32,
     batch_job_id: Option<String>,

@@ -1,7 +1,6 @@
 //! What the server can know of a worker the kernel killed for memory:
-//! whether the OOM killer did it, and what the block it died on held; and
-//! where this process's memory cgroup keeps its files
-//! ([`cgroup_memory_file`], which `supervision` reads the limit from).
+//! whether the OOM killer did it, and what the block it died on held
+//! (this process's memory cgroup is found by `crate::memory_budget`).
 //!
 //! A SIGKILL daisy did not send is most often the OOM killer's, and the
 //! worker's log says nothing then. The kernel counts its kills per cgroup
@@ -22,14 +21,14 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// The least time between two samples of the busy workers' memory.
-pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+pub(super) const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
 /// The most workers sampled in one pass.
-pub const MAX_SAMPLED: usize = 512;
+pub(super) const MAX_SAMPLED: usize = 512;
 
 /// What the server knows of a worker killed by a SIGKILL it did not send.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KillFacts {
+pub(super) struct KillFacts {
     /// Some(true): the cgroup counts an OOM kill since the last one looked
     /// at; Some(false): it counts none; None: the count cannot be read.
     pub oom: Option<bool>,
@@ -40,7 +39,7 @@ pub struct KillFacts {
 
 /// The OOM-kill count last looked at and the busy workers' samples.
 #[derive(Debug, Default)]
-pub struct MemoryWatch {
+pub(super) struct MemoryWatch {
     oom_kills: Option<u64>,
     /// Per worker: the block it runs and the most memory sampled in it.
     held: HashMap<u32, (BlockKey, u64)>,
@@ -49,7 +48,7 @@ pub struct MemoryWatch {
 
 impl MemoryWatch {
     /// A watch from now: the kills counted so far are not this run's.
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             oom_kills: oom_kill_count(),
             ..Self::default()
@@ -58,7 +57,11 @@ impl MemoryWatch {
 
     /// Sample the memory of `busy` (worker id, local pid, the block it
     /// runs), unless the last pass was under [`SAMPLE_EVERY`] ago.
-    pub fn sample(&mut self, now: Instant, busy: impl Iterator<Item = (u32, u32, BlockKey)>) {
+    pub(super) fn sample(
+        &mut self,
+        now: Instant,
+        busy: impl Iterator<Item = (u32, u32, BlockKey)>,
+    ) {
         if self
             .sampled_at
             .is_some_and(|at| now.duration_since(at) < SAMPLE_EVERY)
@@ -88,7 +91,7 @@ impl MemoryWatch {
     /// having closed first; the last block sampled is then the one): what
     /// is known. Takes the kill off the count, so a second death is judged
     /// by its own.
-    pub fn killed(&mut self, worker: u32, key: Option<BlockKey>) -> KillFacts {
+    pub(super) fn killed(&mut self, worker: u32, key: Option<BlockKey>) -> KillFacts {
         let held = self
             .held
             .remove(&worker)
@@ -110,48 +113,12 @@ impl MemoryWatch {
 
 /// How many processes of this process's cgroup the kernel's OOM killer
 /// has killed; None where the cgroup does not say.
-pub fn oom_kill_count() -> Option<u64> {
-    let text = cgroup_memory_file("memory.events", "memory.oom_control")?.1;
-    parse_oom_kill(&text)
-}
-
-/// The name and text of a file of this process's memory cgroup: `v2` in
-/// the unified hierarchy, else `v1` in the memory controller's; None where
-/// neither is found. Inside a container the cgroup path `/proc/self/cgroup`
-/// names starts above the mounted hierarchy, so its leading parts are
-/// dropped until the file is found.
-pub fn cgroup_memory_file(v2: &'static str, v1: &'static str) -> Option<(&'static str, String)> {
-    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let mut places = Vec::new();
-    for line in cgroup.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        if controllers.is_empty() {
-            places.push(("/sys/fs/cgroup", v2, path.to_string()));
-        } else if controllers.split(',').any(|c| c == "memory") {
-            places.push(("/sys/fs/cgroup/memory", v1, path.to_string()));
-        }
-    }
-    for (root, file, path) in places {
-        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-        for skip in 0..=parts.len() {
-            let dir = parts[skip..].join("/");
-            if let Ok(text) = std::fs::read_to_string(format!("{root}/{dir}/{file}")) {
-                return Some((file, text));
-            }
-        }
-    }
-    None
-}
-
-/// The `oom_kill N` line of a `memory.events` or `memory.oom_control`.
-fn parse_oom_kill(text: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+pub(super) fn oom_kill_count() -> Option<u64> {
+    crate::memory_budget::MemoryCgroup::of_this_process()?.oom_kills()
 }
 
 /// The resident memory of process `pid` in bytes (`/proc/<pid>/statm`).
-fn resident_bytes(pid: u32) -> Option<u64> {
+pub(crate) fn resident_bytes(pid: u32) -> Option<u64> {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     // SAFETY: sysconf reads a constant of the system
@@ -162,15 +129,6 @@ fn resident_bytes(pid: u32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_oom_kill_count_is_read_from_either_cgroup_version() {
-        let v2 = "low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n";
-        assert_eq!(parse_oom_kill(v2), Some(2));
-        let v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 7\n";
-        assert_eq!(parse_oom_kill(v1), Some(7));
-        assert_eq!(parse_oom_kill("oom_kill_disable 0\n"), None);
-    }
 
     #[test]
     fn a_block_is_judged_by_what_was_sampled_while_it_ran() {

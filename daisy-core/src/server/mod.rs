@@ -49,23 +49,34 @@
 //! stops the run (Ctrl-C in the driver), every worker's process group is
 //! killed at once, and the run ends after at most [`INTERRUPT_GRACE`].
 
-pub mod admission;
+// What the bindings and the tests outside the crate reach: the settings,
+// the one rule on `workers_per_job`, the live detail and the check's word.
+// The rest (the state and its owners, the connections, the launchers, the
+// supervision) is the server's own, `pub(crate)` where the serial run or
+// the ledger read it.
+mod admission;
 pub mod checks;
 pub mod config;
-pub mod connection;
-pub mod hooks;
+mod connection;
+mod hooks;
+mod job_slot;
 pub mod jobs;
-pub mod launcher;
+mod launch_request;
+mod launcher;
+mod launcher_slot;
 pub mod live;
-pub mod memory_watch;
-pub mod output;
-pub mod policy;
-pub mod state;
-pub mod supervision;
+mod memory_gate;
+mod memory_watch;
+mod output;
+pub(crate) mod policy;
+mod state;
+mod supervision;
+mod task_slot;
+mod worker_slot;
 
 pub use self::admission::MAX_PENDING_HELLOS;
 pub use self::checks::BlockCheck;
-pub use self::config::{LogMode, ServerConfig, TaskRuntime, WorkerCommand};
+pub use self::config::{LogMode, MemorySettings, ServerConfig, TaskRuntime, WorkerCommand};
 pub use self::connection::HELLO_TIMEOUT;
 pub use self::hooks::RunHooks;
 pub use self::live::{BarOutcome, BlockBar, LiveDetail, RecentFailure, TaskPace, WorkerNow};
@@ -74,9 +85,11 @@ pub use crate::run_report::{FailureNote, RunOutcome};
 
 use self::checks::{CheckStage, Checked};
 use self::connection::Listener;
+use self::launch_request::ForkRequest;
 use self::output::{OutputQueue, OutputWriter};
 use self::policy::{Staffing, WorkerFlags};
-use self::state::{ExitEvent, ForkRequest, LauncherPhase, Shared, State, WorkerSlot};
+use self::state::{Shared, State};
+use self::worker_slot::{ExitEvent, WorkerSlot};
 use crate::block::TaskIndex;
 use crate::error::DaisyError;
 use crate::protocol;
@@ -185,6 +198,19 @@ async fn serve<H: RunHooks + 'static>(
     output: OutputQueue,
 ) -> Result<RunOutcome, DaisyError> {
     let io = |e: std::io::Error| DaisyError::Io(format!("daisy server: {e}"));
+    // the memory budget first: a budget that cannot be right refuses the
+    // run before anything starts
+    let gate = if config.memory.guard && config.tasks.iter().any(|t| t.is_local()) {
+        let budget = crate::memory_budget::MemoryBudget::find(config.memory.budget)?;
+        tracing::info!("memory budget: {}", budget.describe());
+        Some(memory_gate::MemoryGate::new(
+            budget,
+            config.tasks.len(),
+            true,
+        ))
+    } else {
+        None
+    };
     let listener = TcpListener::bind((config.host.as_str(), config.port))
         .await
         .map_err(io)?;
@@ -192,7 +218,11 @@ async fn serve<H: RunHooks + 'static>(
     let (exit_tx, exits) = mpsc::unbounded_channel::<ExitEvent>();
     let (answers_tx, answers) = mpsc::unbounded_channel::<Vec<Checked>>();
     let checks = CheckStage::new(hooks.block_check(), scheduler.pipeline().len(), answers_tx);
-    let shared = Shared::new(State::new(scheduler, config, checks, output, addr));
+    let mut state = State::new(scheduler, config, checks, output, addr);
+    if let Some(gate) = gate {
+        state.use_memory_gate(gate);
+    }
+    let shared = Shared::new(state);
     let mut inbox = Inbox { exits, answers };
     // workers on this machine connect through the run's Unix-domain
     // socket: bound before anyone is told where the run listens, so a
@@ -566,7 +596,7 @@ fn start_worker(
         return Err(e);
     }
     st.worker_id_taken();
-    st.scheduler.task_state_mut(task).worker_start_count += 1;
+    st.scheduler.count_worker_start(task);
     Ok(())
 }
 
@@ -662,6 +692,11 @@ fn on_worker_exit(st: &mut State, id: u32, status: Option<ExitStatus>) {
     }
     jobs::on_worker_exit(&mut st.jobs, w, id);
     w.hang_up_now();
+    if st.stopped_for_memory(id)
+        && let Some(w) = st.workers.get_mut(&id)
+    {
+        w.expect_exit(WorkerExit::Memory);
+    }
     let status_text = exit_text(st, id, status);
     // first, so that a block it still held marks it (`lost_block`) whether
     // its connection's end or its exit is seen first
@@ -739,13 +774,8 @@ fn count_unexpected_exit(
     let task = flags.task;
     let max = st.config.tasks[task].max_worker_restarts;
     let replaced = st.tasks[task].worker_stopped(took_nothing, killed, max);
-    let state = st.scheduler.task_state_mut(task);
-    if !flags.lost_block {
-        state.worker_failure_count += 1;
-    }
-    if replaced {
-        state.worker_restart_count += 1;
-    }
+    st.scheduler
+        .count_worker_stop(task, flags.lost_block, replaced);
     tracing::warn!(
         "worker {id} of task {:?} {why}; {}",
         st.task_id(task),
@@ -809,10 +839,8 @@ async fn teardown(
 fn dismiss_workers(st: &mut State, interrupted: bool) {
     st.begin_stopping(interrupted);
     // no more warm starts: each launcher leaves once its workers have
-    for slot in st.tasks.iter_mut().map(|t| &mut t.launcher) {
-        if matches!(slot.phase, LauncherPhase::Active { .. }) {
-            slot.phase = LauncherPhase::Closed;
-        }
+    for t in st.tasks.iter_mut() {
+        t.launcher_mut().close();
     }
     // workers whose warm start failed as the run ended never ran
     for id in st.take_start_cold() {
@@ -924,7 +952,13 @@ async fn wait_for_jobs(shared: &Shared) {
 /// its socket closes and its workers are gone; its session kills it after
 /// [`launcher::LAUNCHER_GRACE`]), so a run leaves no process behind.
 async fn wait_for_launchers(shared: &Shared) {
-    let running = |shared: &Shared| shared.state().tasks.iter().any(|t| t.launcher.running);
+    let running = |shared: &Shared| {
+        shared
+            .state()
+            .tasks
+            .iter()
+            .any(|t| t.launcher().is_running())
+    };
     let deadline = tokio::time::Instant::now() + launcher::LAUNCHER_GRACE * 2;
     loop {
         // register before looking, so a launcher reaped in between is seen

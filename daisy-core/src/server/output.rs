@@ -27,15 +27,15 @@ use tokio::sync::mpsc;
 
 /// Size of the buffer [`tee`] copies a worker's output through: one pipe's
 /// worth (64 KiB on Linux), so a burst is copied in one read.
-pub const TEE_BUFFER: usize = 64 * 1024;
+pub(super) const TEE_BUFFER: usize = 64 * 1024;
 
 /// How many reads the writer's queue holds before a tee waits: 4 MiB at
 /// most, enough to absorb any burst a console keeps up with.
-pub const QUEUE_CHUNKS: usize = 64;
+pub(super) const QUEUE_CHUNKS: usize = 64;
 
 /// Which of the driver's streams a worker's stream is copied to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Console {
+pub(super) enum Console {
     /// The driver's stdout (a worker's stdout).
     Stdout,
     /// The driver's stderr (a worker's stderr).
@@ -54,7 +54,7 @@ struct Chunk {
 
 /// Where a tee sends what it read (cloned into each tee).
 #[derive(Clone)]
-pub struct OutputQueue(mpsc::Sender<Chunk>);
+pub(super) struct OutputQueue(mpsc::Sender<Chunk>);
 
 impl OutputQueue {
     /// A queue nothing reads (for tests whose workers write to files).
@@ -65,14 +65,14 @@ impl OutputQueue {
 }
 
 /// The run's writer thread and its queue.
-pub struct OutputWriter {
+pub(super) struct OutputWriter {
     queue: OutputQueue,
     thread: std::thread::JoinHandle<()>,
 }
 
 impl OutputWriter {
     /// Start the writer thread.
-    pub fn start() -> std::io::Result<Self> {
+    pub(super) fn start() -> std::io::Result<Self> {
         let (tx, mut rx) = mpsc::channel::<Chunk>(QUEUE_CHUNKS);
         let thread = std::thread::Builder::new()
             .name("daisy-output".into())
@@ -88,14 +88,14 @@ impl OutputWriter {
     }
 
     /// The queue tees send to.
-    pub fn queue(&self) -> OutputQueue {
+    pub(super) fn queue(&self) -> OutputQueue {
         self.queue.clone()
     }
 
     /// Wait until everything queued is written: call once every tee has
     /// ended (the runtime that ran them is gone), so the queue's last
     /// sender goes with this one.
-    pub fn finish(self) {
+    pub(super) fn finish(self) {
         drop(self.queue);
         if self.thread.join().is_err() {
             tracing::warn!("the thread writing workers' output panicked");
@@ -118,7 +118,7 @@ fn write(chunk: &Chunk) {
 
 /// Copy a worker's output pipe into its log file and the driver's stdout
 /// (or stderr), through the writer thread: reads here, never writes.
-pub async fn tee(
+pub(super) async fn tee(
     mut pipe: impl tokio::io::AsyncRead + Unpin,
     file: File,
     console: Console,

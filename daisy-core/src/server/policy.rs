@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// What policy needs to know of one worker.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WorkerFlags {
+pub(crate) struct WorkerFlags {
     /// The task it serves.
     pub task: TaskIndex,
     /// Its process is running.
@@ -41,7 +41,7 @@ pub struct WorkerFlags {
 }
 
 /// Resources held by the live workers: each holds its task's `requires`.
-pub fn resources_in_use<'a>(
+pub(crate) fn resources_in_use<'a>(
     workers: impl Iterator<Item = &'a WorkerFlags>,
     requires: impl Fn(TaskIndex) -> &'a BTreeMap<String, u64>,
 ) -> BTreeMap<String, u64> {
@@ -56,7 +56,7 @@ pub fn resources_in_use<'a>(
 
 /// Whether one more worker needing `req` fits in `budget` next to `used`.
 /// A resource the budget does not name is unlimited.
-pub fn fits(
+pub(crate) fn fits(
     budget: &BTreeMap<String, u64>,
     used: &BTreeMap<String, u64>,
     req: &BTreeMap<String, u64>,
@@ -69,7 +69,7 @@ pub fn fits(
 
 /// What a task's workforce needs now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Staffing {
+pub(crate) enum Staffing {
     /// Its idle workers cover its ready blocks, or it has `max_workers`.
     Enough,
     /// Start one more worker.
@@ -81,7 +81,7 @@ pub enum Staffing {
 
 /// Whether task `task` needs another worker: more ready blocks than idle
 /// workers, fewer than `max_workers` alive, within the budget.
-pub fn staffing<'a>(
+pub(crate) fn staffing<'a>(
     task: TaskIndex,
     ready: u64,
     max_workers: u32,
@@ -108,7 +108,7 @@ pub fn staffing<'a>(
 /// up to `max_workers` (where 1.2.2 hung). Leaving after some blocks is a
 /// worker's choice, so a worker function that leaves after each block is
 /// served one pool at a time, never faster than its own pace.
-pub fn worker_cap(max_workers: u32, left: u32, alive: u32) -> u32 {
+pub(crate) fn worker_cap(max_workers: u32, left: u32, alive: u32) -> u32 {
     if alive == 0 {
         max_workers
     } else {
@@ -123,7 +123,7 @@ pub fn worker_cap(max_workers: u32, left: u32, alive: u32) -> u32 {
 /// waiting worker whenever a task wanted one more churned workers on a
 /// busy node (a recolor task of 4 workers started 8 to 12, each dismissed
 /// a moment after it started, while its upstream tasks took turns).
-pub fn retiree<'a>(
+pub(crate) fn retiree<'a>(
     workers: impl Iterator<Item = (u32, &'a WorkerFlags)> + Clone,
     needy: TaskIndex,
 ) -> Option<u32> {
@@ -140,7 +140,7 @@ pub fn retiree<'a>(
 /// task's own `idle_timeout`, else the run's, else its spawner's default
 /// (remote spawners have one: an idle node is a node someone else could
 /// use); None: it waits as long as its task has blocks to come.
-pub fn idle_timeout(
+pub(crate) fn idle_timeout(
     task: Option<Duration>,
     run: Option<Duration>,
     spawner: Option<Duration>,
@@ -149,7 +149,7 @@ pub fn idle_timeout(
 }
 
 /// Blocks whose deadline has passed at `now`.
-pub fn expired(
+pub(crate) fn expired(
     deadlines: impl Iterator<Item = (BlockKey, Option<Instant>)>,
     now: Instant,
 ) -> Vec<BlockKey> {
@@ -163,7 +163,7 @@ pub fn expired(
 /// file descriptors, processes or memory for the moment): such a start is
 /// retried later and is not the task's fault. Anything else (the program
 /// is missing, not executable) will not pass, and abandons the task.
-pub fn spawn_error_is_transient(e: &std::io::Error) -> bool {
+pub(crate) fn spawn_error_is_transient(e: &std::io::Error) -> bool {
     matches!(
         e.raw_os_error(),
         Some(libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM)
@@ -173,7 +173,7 @@ pub fn spawn_error_is_transient(e: &std::io::Error) -> bool {
 /// Whether the `restarts`-th unexpected stop of a task's workers is
 /// replaced: while it is within `max_worker_restarts`. The one home of the
 /// cap: past it, [`restart_limit`] abandons the task.
-pub fn replaced(restarts: u32, max_worker_restarts: u32) -> bool {
+pub(crate) fn replaced(restarts: u32, max_worker_restarts: u32) -> bool {
     restarts <= max_worker_restarts
 }
 
@@ -188,7 +188,7 @@ pub fn replaced(restarts: u32, max_worker_restarts: u32) -> bool {
 /// daisy did not send: when all were, their logs hold nothing either (the
 /// kernel's OOM killer sends it), so the reason says so and the change is
 /// memory.
-pub fn restart_limit(
+pub(crate) fn restart_limit(
     restarts: u32,
     max_worker_restarts: u32,
     empty_exits: u32,
@@ -238,7 +238,7 @@ pub fn restart_limit(
 
 /// What a worker's exit means.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExitVerdict {
+pub(crate) struct ExitVerdict {
     /// How the worker ended, for its timeline.
     pub exit: WorkerExit,
     /// Why the exit was unexpected (it counts as a restart), or None.
@@ -258,7 +258,7 @@ pub struct ExitVerdict {
 /// be replaced forever. One that did some work and left (to cap its memory,
 /// say) made progress: it [`WorkerExit::Left`], no death and no restart,
 /// and [`worker_cap`] replaces it only once no worker of its task is left.
-pub fn classify_exit(
+pub(crate) fn classify_exit(
     expected: Option<WorkerExit>,
     success: Option<bool>,
     status_text: &str,
@@ -298,7 +298,7 @@ pub fn classify_exit(
 
 /// What a block a worker sent back counts as.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Returned {
+pub(crate) enum Returned {
     /// Completed.
     Done,
     /// A failed attempt, with the reason.
@@ -313,7 +313,7 @@ pub enum Returned {
 /// `status_failed` whether the block's status says FAILED; `resource_tracking`
 /// whether the task has resource tracking; `has_stats` whether the block
 /// carries figures.
-pub fn returned(
+pub(crate) fn returned(
     error: Option<String>,
     status_failed: bool,
     resource_tracking: bool,
@@ -328,7 +328,7 @@ pub fn returned(
 }
 
 /// The message that stops a run whose block came back unmeasured.
-pub fn unmeasured_message(spatial_id: u64, task_id: &str) -> String {
+pub(crate) fn unmeasured_message(spatial_id: u64, task_id: &str) -> String {
     format!(
         "block {spatial_id} of task {task_id:?} came back without measurements, but the task has \
          resource_tracking=True; a hand-written client must measure each block (wrap it in \
@@ -343,7 +343,7 @@ pub fn unmeasured_message(spatial_id: u64, task_id: &str) -> String {
 /// ([`DaisyError::Stopped`]: Ctrl-C, `SystemExit`) stops the run. A
 /// serial run's user code runs in the caller's own thread and any error
 /// of it stops the run (see `serial`).
-pub fn after_check_error(e: DaisyError, block: Option<u64>) -> Result<bool, DaisyError> {
+pub(crate) fn after_check_error(e: DaisyError, block: Option<u64>) -> Result<bool, DaisyError> {
     match e {
         DaisyError::Stopped => Err(e),
         e => {

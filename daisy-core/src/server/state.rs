@@ -14,14 +14,17 @@
 use super::admission::Admission;
 use super::checks::{CheckStage, Checked};
 use super::config::ServerConfig;
+use super::job_slot::{self, JobSlot};
 use super::live::{
     BarOutcome, BlockBar, LiveDetail, LiveWindow, MAX_RECENT_FAILURES, RecentFailure, TaskPace,
     WorkerNow,
 };
+use super::memory_gate::MemoryGate;
 use super::memory_watch::{KillFacts, MemoryWatch};
 use super::output::OutputQueue;
 use super::policy::{self, WorkerFlags};
-use super::supervision;
+use super::task_slot::TaskSlot;
+use super::worker_slot::WorkerSlot;
 use crate::block::{Block, BlockKey, BlockStatus, PerTask, TaskIndex};
 use crate::clock::wall_clock;
 use crate::error::DaisyError;
@@ -29,14 +32,13 @@ use crate::run_report::{RunLedger, RunOutcome, last_line};
 use crate::scheduler::Scheduler;
 use crate::task_state::Abandonment;
 use crate::task_state::TaskState;
-use crate::worker_timeline::{JobRecord, StartKind, WorkerExit, WorkerSummary, WorkerTimeline};
+use crate::worker_timeline::{StartKind, WorkerExit, WorkerSummary, WorkerTimeline};
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
-use tokio::sync::{Notify, mpsc};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::Notify;
 
 /// Where a run stands, for the tick hook (progress display).
 #[derive(Clone, Debug)]
@@ -55,406 +57,9 @@ pub struct RunSnapshot {
     pub live: LiveDetail,
 }
 
-/// One managed worker.
-#[derive(Debug)]
-pub struct WorkerSlot {
-    /// What policy knows of it.
-    flags: WorkerFlags,
-    /// Its process id.
-    pid: Option<u32>,
-    /// Set when the server killed or retired it on purpose.
-    expected_exit: Option<WorkerExit>,
-    /// Its command's stop command, expanded (cancels remote work).
-    stop: Vec<String>,
-    /// Signalled when the worker's process is gone: its connection is then
-    /// closed, so a remote half still running (a Dask task behind a local
-    /// handle) learns it was dropped and stops (see `client`).
-    hang_up: CancellationToken,
-    /// The job hosting it (`server::jobs`), if it runs in one.
-    job: Option<u32>,
-    /// How to kill it when it runs in a job: a request to its job's
-    /// launcher (its pid is on another machine; nothing local is
-    /// signalled). Weak, so that closing the job's queue is not held up by
-    /// the workers it hosted.
-    remote_kill: Option<(u32, mpsc::WeakUnboundedSender<LauncherRequest>)>,
-    /// Its process is a local handle that learns of the remote worker's
-    /// end only by polling (`WorkerCommand::polls`).
-    polls: bool,
-}
-
-impl WorkerSlot {
-    /// A worker of `task` being started: alive, no process id yet.
-    pub fn starting(task: TaskIndex) -> Self {
-        Self {
-            flags: WorkerFlags {
-                task,
-                alive: true,
-                ..WorkerFlags::default()
-            },
-            pid: None,
-            expected_exit: None,
-            stop: Vec::new(),
-            hang_up: CancellationToken::new(),
-            job: None,
-            remote_kill: None,
-            polls: false,
-        }
-    }
-
-    /// What policy knows of it.
-    pub fn flags(&self) -> &WorkerFlags {
-        &self.flags
-    }
-
-    /// Its process id (None before it started, or where it runs in a job).
-    pub fn pid(&self) -> Option<u32> {
-        self.pid
-    }
-
-    /// The job hosting it, if it runs in one.
-    pub fn job(&self) -> Option<u32> {
-        self.job
-    }
-
-    /// How the server expects it to end, when it killed, dismissed or
-    /// retired it on purpose.
-    pub fn expected_exit(&self) -> Option<WorkerExit> {
-        self.expected_exit
-    }
-
-    /// The server ends it on purpose, this way (a later reason wins).
-    pub fn expect_exit(&mut self, exit: WorkerExit) {
-        self.expected_exit = Some(exit);
-    }
-
-    /// The server ends it on purpose, this way, unless a reason is known.
-    pub fn expect_exit_unless_known(&mut self, exit: WorkerExit) {
-        self.expected_exit.get_or_insert(exit);
-    }
-
-    /// What its connection waits on to close when its process is gone.
-    pub fn hang_up(&self) -> CancellationToken {
-        self.hang_up.clone()
-    }
-
-    /// Its process is gone: its connection closes.
-    pub fn hang_up_now(&self) {
-        self.hang_up.cancel();
-    }
-
-    /// It runs in job `job`, killed by request `kill` to the job's launcher.
-    pub fn hosted_by(&mut self, job: u32, kill: (u32, mpsc::WeakUnboundedSender<LauncherRequest>)) {
-        self.job = Some(job);
-        self.remote_kill = Some(kill);
-    }
-
-    /// Its launcher forked it as process `pid`.
-    pub fn forked(&mut self, pid: u32) {
-        self.pid = Some(pid);
-    }
-
-    /// It was started again as a fresh interpreter here (its warm start
-    /// failed): process `pid`, its stop command `stop`, and whether the
-    /// process is a handle that polls for the worker's end.
-    pub fn started_cold(&mut self, pid: Option<u32>, stop: Vec<String>, polls: bool) {
-        self.job = None;
-        self.remote_kill = None;
-        self.pid = pid;
-        self.stop = stop;
-        self.polls = polls;
-    }
-
-    /// Ask it to leave at its next request (the budget is spent, or the
-    /// run ends).
-    pub fn retire(&mut self) {
-        self.flags.retire = true;
-    }
-
-    /// It waits for a block.
-    pub fn waits(&mut self) {
-        self.flags.waiting = true;
-    }
-
-    /// It was told there is no block for it: its exit, when it comes, is
-    /// no surprise.
-    pub fn dismissed(&mut self) {
-        self.flags.waiting = false;
-        self.flags.dismissed = true;
-    }
-
-    /// Its connection is gone: it holds and waits for nothing.
-    pub fn disconnected(&mut self) {
-        self.flags.busy = false;
-        self.flags.waiting = false;
-    }
-
-    /// Its process exited: returns false when that was known already (a
-    /// job's worker is reported on two paths).
-    pub fn exited(&mut self) -> bool {
-        let was_alive = self.flags.alive;
-        self.flags.alive = false;
-        self.flags.busy = false;
-        was_alive
-    }
-
-    /// The worker's connection ended. A worker that was dismissed (told
-    /// there is no block for it) and then closed its connection has left.
-    /// Where its process here is only a local handle that polls for its
-    /// job's end (`sbatch --wait`, 2 to 32 s late), the handle is ended
-    /// now, quietly (no stop command: the job ends by itself), so that the
-    /// worker's exit, its teardown figure and its slot do not wait for
-    /// that poll.
-    pub fn on_connection_end(&self) {
-        let left = self.flags.alive && self.flags.dismissed && !self.flags.busy;
-        if left && self.polls && self.remote_kill.is_none() {
-            supervision::kill(self.pid, &[]);
-        }
-    }
-
-    /// Kill the worker's process group and cancel its remote part; a
-    /// worker in a job is killed by its job's launcher.
-    pub fn kill(&self) {
-        if let Some((id, requests)) = &self.remote_kill {
-            if let Some(requests) = requests.upgrade() {
-                let _ = requests.send(LauncherRequest::Kill(*id));
-            }
-            return;
-        }
-        supervision::kill(self.pid, &self.stop);
-    }
-}
-
-/// A worker process ended: its id and exit status (None: unknown).
-pub type ExitEvent = (u32, Option<std::process::ExitStatus>);
-
-/// One warm start asked of a launcher (see `server::launcher`).
-#[derive(Debug)]
-pub struct ForkRequest {
-    /// The worker's id.
-    pub worker_id: u32,
-    /// Its `DAISY_CONTEXT`.
-    pub context: String,
-    /// Its stdout and stderr, passed to a local launcher; None for a job's
-    /// launcher on another machine, which opens the worker's log files
-    /// itself.
-    pub outputs: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
-}
-
-/// What the server asks of a launcher.
-#[derive(Debug)]
-pub enum LauncherRequest {
-    /// Start a worker.
-    Fork(ForkRequest),
-    /// Kill a worker it started (a job's worker: the server cannot signal
-    /// a process on another machine).
-    Kill(u32),
-}
-
-impl LauncherRequest {
-    /// The worker it is about.
-    pub fn worker_id(&self) -> u32 {
-        match self {
-            Self::Fork(r) => r.worker_id,
-            Self::Kill(id) => *id,
-        }
-    }
-}
-
-/// One job of the run that hosts several workers, as the server knows it
-/// (see `server::jobs`).
-#[derive(Debug)]
-pub struct JobSlot {
-    /// The task whose workers it hosts.
-    pub task: TaskIndex,
-    /// New workers for its launcher; None once the job is closed (no more
-    /// workers go into it).
-    pub requests: Option<mpsc::UnboundedSender<LauncherRequest>>,
-    /// The queue's other end, until the launcher's hello takes it.
-    pub to_start: Option<mpsc::UnboundedReceiver<LauncherRequest>>,
-    /// Its workers still alive.
-    pub workers: BTreeSet<u32>,
-    /// Every worker it hosted, in order.
-    pub hosted: Vec<u32>,
-    /// When it was submitted.
-    pub submitted: Instant,
-    /// When its launcher said hello.
-    pub connected: Option<Instant>,
-    /// When its launcher had loaded the function.
-    pub ready: Option<Instant>,
-    /// When each of its workers started.
-    pub starts: Vec<Instant>,
-    /// The batch system's id of the job.
-    pub batch_job_id: Option<String>,
-    /// Its local handle's pid.
-    pub handle_pid: Option<u32>,
-    /// Its stop command, expanded (`scancel` of the job).
-    pub stop: Vec<String>,
-    /// Cancelled when its handle exited: the job is over, whatever its
-    /// launcher's connection says.
-    pub ended: CancellationToken,
-    /// Its handle has not been reaped yet.
-    pub running: bool,
-    /// Its handle learns of the job's end only by polling
-    /// (`WorkerCommand::polls`).
-    pub polls: bool,
-    /// Where its workers' exits are reported.
-    pub(super) exit_tx: mpsc::UnboundedSender<ExitEvent>,
-}
-
-impl JobSlot {
-    /// What the report and the worker timelines call it.
-    pub fn label(&self, job: u32) -> String {
-        self.batch_job_id
-            .clone()
-            .unwrap_or_else(|| format!("job {job}"))
-    }
-
-    pub(super) fn open_with_room(&self, task: TaskIndex, per_job: u32) -> bool {
-        self.task == task
-            && self.requests.is_some()
-            && !self.ended.is_cancelled()
-            && self.workers.len() < per_job as usize
-    }
-
-    /// Kill its handle and cancel the job (`scancel`).
-    pub(super) fn cancel(&self) {
-        supervision::kill(self.handle_pid, &self.stop);
-    }
-}
-
-/// Where a task's launcher (warm starts) stands.
-#[derive(Debug, Default)]
-pub enum LauncherPhase {
-    /// None asked for yet.
-    #[default]
-    Unused,
-    /// Asked for: requests go into `requests`; `to_start` is the queue's
-    /// other end until the launcher is started (the next tick).
-    Active {
-        /// Warm starts asked of it.
-        requests: mpsc::UnboundedSender<LauncherRequest>,
-        /// The queue's receiving end, until its session takes it.
-        to_start: Option<mpsc::UnboundedReceiver<LauncherRequest>>,
-        /// The launcher's pid once started.
-        pid: Option<u32>,
-    },
-    /// The run is ending: no more requests.
-    Closed,
-    /// Warm starts are off for this task for the rest of the run.
-    Off,
-}
-
-/// One task's launcher, as the run knows it.
-#[derive(Debug, Default)]
-pub struct LauncherSlot {
-    /// Where it stands.
-    pub phase: LauncherPhase,
-    /// Seconds from its start to it being ready (for the report).
-    pub startup: Option<f64>,
-    /// Why warm starts were turned off (for the report).
-    pub cold_reason: Option<String>,
-    /// Its process runs (or its session has not yet reaped it): the run
-    /// waits for this to clear before it ends, leaving no zombie.
-    pub running: bool,
-}
-
-/// What the run keeps of one task beside its scheduler state (the
-/// scheduler's) and its settings (`config.tasks`): its workers' stops and
-/// starts, its unmanaged clients and its launcher.
-#[derive(Debug, Default)]
-pub struct TaskSlot {
-    /// No worker start before this moment (a start failed for want of
-    /// descriptors, processes or memory).
-    start_after: Option<Instant>,
-    /// Since when its worker starts have been failing.
-    failing_since: Option<Instant>,
-    /// Its workers that stopped unexpectedly, what `max_worker_restarts`
-    /// caps (the task's `worker_restart_count` counts only those that were
-    /// replaced, as daisy 2.0.0's does).
-    deaths: u32,
-    /// Of those, the workers that exited cleanly without taking a block
-    /// (see [`policy::restart_limit`]).
-    empty_exits: u32,
-    /// Of those, the workers killed by a SIGKILL daisy did not send.
-    killed: u32,
-    /// Its workers that left on their own since it last had none alive
-    /// (see [`policy::worker_cap`]).
-    left: u32,
-    /// Clients that connected to it without a worker id.
-    pub unmanaged_clients: u64,
-    /// Its launcher (warm starts).
-    pub launcher: LauncherSlot,
-}
-
-impl TaskSlot {
-    /// Whether a worker may be started now (no start failure asks to
-    /// wait).
-    pub fn may_start(&self, now: Instant) -> bool {
-        self.start_after.is_none_or(|after| now >= after)
-    }
-
-    /// A worker started: failures before it are forgotten.
-    pub fn started(&mut self) {
-        self.start_after = None;
-        self.failing_since = None;
-    }
-
-    /// A start failed for want of a passing resource: no start before
-    /// `retry`. Returns since when starts have been failing.
-    pub fn start_failed(&mut self, now: Instant, retry: Instant) -> Instant {
-        self.start_after = Some(retry);
-        *self.failing_since.get_or_insert(now)
-    }
-
-    /// One of its workers stopped unexpectedly (`took_nothing`: cleanly,
-    /// without taking a block; `killed`: by a SIGKILL daisy did not send).
-    /// Returns whether a replacement starts, which is policy's to say
-    /// ([`policy::replaced`]).
-    pub fn worker_stopped(
-        &mut self,
-        took_nothing: bool,
-        killed: bool,
-        max_worker_restarts: u32,
-    ) -> bool {
-        self.deaths += 1;
-        if took_nothing {
-            self.empty_exits += 1;
-        }
-        if killed {
-            self.killed += 1;
-        }
-        policy::replaced(self.deaths, max_worker_restarts)
-    }
-
-    /// One of its workers left on its own (see [`policy::worker_cap`]).
-    pub fn worker_left(&mut self) {
-        self.left += 1;
-    }
-
-    /// How many workers it may have alive now, `alive` being alive.
-    pub fn worker_cap(&mut self, max_workers: u32, alive: u32) -> u32 {
-        if alive == 0 {
-            self.left = 0; // none is left: it starts afresh
-        }
-        policy::worker_cap(max_workers, self.left, alive)
-    }
-
-    /// Why the task is abandoned for its workers' stops, if it is
-    /// ([`policy::restart_limit`]).
-    pub fn restart_limit(&self, max_worker_restarts: u32) -> Option<Abandonment> {
-        policy::restart_limit(
-            self.deaths,
-            max_worker_restarts,
-            self.empty_exits,
-            self.killed,
-        )
-        .map(|(reason, next)| Abandonment { reason, next })
-    }
-}
-
 /// A block out with a worker.
 #[derive(Debug)]
-pub struct Outstanding {
+pub(super) struct Outstanding {
     /// The connection it went out on.
     pub conn: u64,
     /// The managed worker holding it (None: an unmanaged client).
@@ -468,11 +73,11 @@ pub struct Outstanding {
 }
 
 /// The run's state.
-pub struct State {
+pub(super) struct State {
     /// The blocks and their dependencies.
-    pub scheduler: Scheduler,
+    pub(super) scheduler: Scheduler,
     /// The run's settings.
-    pub config: ServerConfig,
+    pub(super) config: ServerConfig,
     /// Which ready blocks are out for their task's check.
     checks: CheckStage,
     /// Where workers' output is copied (log mode "both").
@@ -482,12 +87,12 @@ pub struct State {
     /// Blocks out with workers.
     outstanding: HashMap<BlockKey, Outstanding>,
     /// Every managed worker of the run, by id.
-    pub workers: BTreeMap<u32, WorkerSlot>,
+    pub(super) workers: BTreeMap<u32, WorkerSlot>,
     /// The id the next worker gets.
     next_worker_id: u32,
     /// What the run keeps of each task beside its scheduler state, in
     /// pipeline order.
-    pub tasks: PerTask<TaskSlot>,
+    pub(super) tasks: PerTask<TaskSlot>,
     /// The connections: accepted, waiting to say hello, open, and the
     /// clients without a worker id (`connection`'s to keep).
     admission: Admission,
@@ -508,7 +113,7 @@ pub struct State {
     recent_round_trips: Vec<(TaskIndex, f64)>,
     /// The jobs of the run that host several workers each, by number
     /// (`server::jobs`).
-    pub jobs: BTreeMap<u32, JobSlot>,
+    pub(super) jobs: BTreeMap<u32, JobSlot>,
     /// The number the next job gets.
     next_job: u32,
     /// Workers whose warm start failed, to be started cold by the main
@@ -520,6 +125,12 @@ pub struct State {
     /// The OOM kills and the memory of running blocks, for the words on a
     /// worker the kernel killed.
     memory: MemoryWatch,
+    /// The memory gate and guard of the local tasks' blocks, where the run
+    /// has one (`server::memory_gate`).
+    gate: Option<MemoryGate>,
+    /// A block of some task was ready but the memory gate kept it back
+    /// since the last look (see [`State::take_gate_wait`]).
+    gate_waited: bool,
     /// Wakes the main loop before its next tick (see [`State::wake_main`]).
     main_wake: Rc<Notify>,
     /// Notified at every message a connection receives: keeps the server
@@ -531,7 +142,7 @@ pub struct State {
 /// one cell, and the signal that wakes acquires waiting for a block (given
 /// whenever blocks or workers change). Cloning it is cloning an `Rc`.
 #[derive(Clone)]
-pub struct Shared(Rc<SharedRun>);
+pub(super) struct Shared(Rc<SharedRun>);
 
 struct SharedRun {
     state: RefCell<State>,
@@ -540,7 +151,7 @@ struct SharedRun {
 
 impl Shared {
     /// The run `state`, to be shared.
-    pub fn new(state: State) -> Self {
+    pub(super) fn new(state: State) -> Self {
         Self(Rc::new(SharedRun {
             state: RefCell::new(state),
             changed: Notify::new(),
@@ -548,36 +159,36 @@ impl Shared {
     }
 
     /// The state, to read. Never held across an `.await`.
-    pub fn state(&self) -> std::cell::Ref<'_, State> {
+    pub(super) fn state(&self) -> std::cell::Ref<'_, State> {
         self.0.state.borrow()
     }
 
     /// The state, to change. Never held across an `.await`.
-    pub fn state_mut(&self) -> std::cell::RefMut<'_, State> {
+    pub(super) fn state_mut(&self) -> std::cell::RefMut<'_, State> {
         self.0.state.borrow_mut()
     }
 
     /// The state, to change, unless it is borrowed now (a drop during a
     /// borrow).
-    pub fn try_state_mut(&self) -> Option<std::cell::RefMut<'_, State>> {
+    pub(super) fn try_state_mut(&self) -> Option<std::cell::RefMut<'_, State>> {
         self.0.state.try_borrow_mut().ok()
     }
 
     /// Blocks or workers changed: wake every acquire waiting for a block.
-    pub fn notify_changed(&self) {
+    pub(super) fn notify_changed(&self) {
         self.0.changed.notify_waiters();
     }
 
     /// The next [`Self::notify_changed`] (take it before looking at the
     /// state, so a change between the look and the wait is not missed).
-    pub fn changes(&self) -> tokio::sync::futures::Notified<'_> {
+    pub(super) fn changes(&self) -> tokio::sync::futures::Notified<'_> {
         self.0.changed.notified()
     }
 }
 
 impl State {
     /// A fresh run over `scheduler`.
-    pub fn new(
+    pub(super) fn new(
         mut scheduler: Scheduler,
         config: ServerConfig,
         checks: CheckStage,
@@ -588,7 +199,7 @@ impl State {
         scheduler.begin_run();
         let ledger = RunLedger::planned(&scheduler);
         for (t, task) in config.tasks.iter().enumerate() {
-            scheduler.task_state_mut(t as TaskIndex).timeout = task.timeout;
+            scheduler.set_task_timeout(t as TaskIndex, task.timeout);
         }
         Self {
             scheduler,
@@ -612,6 +223,8 @@ impl State {
             start_cold: Vec::new(),
             live: LiveWindow::new(n),
             memory: MemoryWatch::new(),
+            gate: None,
+            gate_waited: false,
             main_wake: Rc::new(Notify::new()),
             activity: Rc::new(Notify::new()),
         }
@@ -619,21 +232,18 @@ impl State {
 
     /// Sample the memory of the blocks local workers run (at most once a
     /// [`super::memory_watch::SAMPLE_EVERY`]).
-    pub fn sample_block_memory(&mut self, now: Instant) {
+    pub(super) fn sample_block_memory(&mut self, now: Instant) {
         let workers = &self.workers;
         let busy = self.outstanding.iter().filter_map(|(key, o)| {
             let id = o.worker?;
-            let w = workers.get(&id)?;
-            // a worker in a job runs elsewhere: its pid is not local
-            let local = w.job.is_none() && w.remote_kill.is_none() && !w.polls;
-            Some((id, w.pid.filter(|_| local)?, *key))
+            Some((id, workers.get(&id)?.local_pid()?, *key))
         });
         self.memory.sample(now, busy);
     }
 
     /// What is known of worker `id`, killed by a SIGKILL the server did
     /// not send (see [`MemoryWatch::killed`]).
-    pub fn kill_facts(&mut self, id: u32) -> KillFacts {
+    pub(super) fn kill_facts(&mut self, id: u32) -> KillFacts {
         let key = self
             .outstanding
             .iter()
@@ -643,47 +253,47 @@ impl State {
     }
 
     /// Where the server listens.
-    pub fn addr(&self) -> SocketAddr {
+    pub(super) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// Where workers' output is copied.
-    pub fn output(&self) -> &OutputQueue {
+    pub(super) fn output(&self) -> &OutputQueue {
         &self.output
     }
 
     /// The id the next worker gets; taken by [`Self::worker_id_taken`]
     /// once its start went through (a failed start leaves it to the next).
-    pub fn next_worker_id(&self) -> u32 {
+    pub(super) fn next_worker_id(&self) -> u32 {
         self.next_worker_id
     }
 
     /// The id [`Self::next_worker_id`] said is now a worker's.
-    pub fn worker_id_taken(&mut self) {
+    pub(super) fn worker_id_taken(&mut self) {
         self.next_worker_id += 1;
     }
 
     /// The number the next job gets; taken by [`Self::job_number_taken`]
     /// once it was submitted.
-    pub fn next_job_number(&self) -> u32 {
+    pub(super) fn next_job_number(&self) -> u32 {
         self.next_job
     }
 
     /// The number [`Self::next_job_number`] said is now a job's.
-    pub fn job_number_taken(&mut self) {
+    pub(super) fn job_number_taken(&mut self) {
         self.next_job += 1;
     }
 
     /// Stop the run at the next pass of the main loop, for `why`, unless
     /// a reason to stop is known already (the first one wins).
-    pub fn stop_with(&mut self, why: DaisyError) {
+    pub(super) fn stop_with(&mut self, why: DaisyError) {
         self.stop.get_or_insert(why);
         self.main_wake.notify_one();
     }
 
     /// Why the run must stop now, if it must (taken: the main loop acts
     /// on it once).
-    pub fn take_stop(&mut self) -> Option<DaisyError> {
+    pub(super) fn take_stop(&mut self) -> Option<DaisyError> {
         self.stop.take()
     }
 
@@ -691,24 +301,24 @@ impl State {
     /// `interrupted`, because it was stopped from outside (Ctrl-C,
     /// SIGTERM, a hook), and the blocks its killed workers held did not
     /// fail.
-    pub fn begin_stopping(&mut self, interrupted: bool) {
+    pub(super) fn begin_stopping(&mut self, interrupted: bool) {
         self.stopping = true;
         self.interrupted = interrupted;
     }
 
     /// Worker `id`'s timeline begins now, its start `kind`.
-    pub fn timeline_begins(&mut self, id: u32, kind: StartKind) {
+    pub(super) fn timeline_begins(&mut self, id: u32, kind: StartKind) {
         self.timelines
             .insert(id, WorkerTimeline::new(id, Instant::now(), kind));
     }
 
     /// Worker `id` never started: it has no timeline.
-    pub fn timeline_forgotten(&mut self, id: u32) {
+    pub(super) fn timeline_forgotten(&mut self, id: u32) {
         self.timelines.remove(&id);
     }
 
     /// Worker `id`'s timeline, to read.
-    pub fn timeline(&self, id: u32) -> Option<&WorkerTimeline> {
+    pub(super) fn timeline(&self, id: u32) -> Option<&WorkerTimeline> {
         self.timelines.get(&id)
     }
 
@@ -721,86 +331,86 @@ impl State {
     }
 
     /// Worker `id` asks for a block at `now`.
-    pub fn worker_acquires(&mut self, id: u32, now: Instant) {
+    pub(super) fn worker_acquires(&mut self, id: u32, now: Instant) {
         self.on_timeline(id, |tl| tl.on_acquire(now));
     }
 
     /// Worker `id` was told at `now` there is no block for it: its
     /// teardown counts from here.
-    pub fn worker_dismissed_at(&mut self, id: u32, now: Instant) {
+    pub(super) fn worker_dismissed_at(&mut self, id: u32, now: Instant) {
         self.on_timeline(id, |tl| tl.on_dismiss(now));
     }
 
     /// Worker `id` runs in the job labelled `label`.
-    pub fn worker_in_job(&mut self, id: u32, label: &str) {
+    pub(super) fn worker_in_job(&mut self, id: u32, label: &str) {
         self.on_timeline(id, |tl| tl.set_job(label));
     }
 
     /// Worker `id` was started as `kind` (a job's launcher said how).
-    pub fn worker_started_as(&mut self, id: u32, kind: StartKind) {
+    pub(super) fn worker_started_as(&mut self, id: u32, kind: StartKind) {
         self.on_timeline(id, |tl| tl.started_as(kind));
     }
 
     /// Worker `id`'s start begins again now, as `kind` (its warm start was
     /// answered, or it starts cold after all).
-    pub fn worker_restarted(&mut self, id: u32, kind: StartKind) {
+    pub(super) fn worker_restarted(&mut self, id: u32, kind: StartKind) {
         self.on_timeline(id, |tl| tl.restart_at(Instant::now(), kind));
     }
 
     /// Worker `id` ended now, `exit`.
-    pub fn worker_ended(&mut self, id: u32, exit: WorkerExit) {
+    pub(super) fn worker_ended(&mut self, id: u32, exit: WorkerExit) {
         self.on_timeline(id, |tl| tl.on_exit(Instant::now(), exit));
     }
 
     /// The connections: who may come in, who is waiting to say hello,
     /// how many are open (`connection` changes it through
     /// [`State::admission_mut`]).
-    pub fn admission(&self) -> &Admission {
+    pub(super) fn admission(&self) -> &Admission {
         &self.admission
     }
 
     /// The connections, to change (`connection` admits and closes them).
-    pub fn admission_mut(&mut self) -> &mut Admission {
+    pub(super) fn admission_mut(&mut self) -> &mut Admission {
         &mut self.admission
     }
 
     /// A client of task `task` connected without a worker id.
-    pub fn unmanaged_client_joined(&mut self, task: TaskIndex) {
+    pub(super) fn unmanaged_client_joined(&mut self, task: TaskIndex) {
         self.admission.unmanaged_joined();
-        self.tasks[task].unmanaged_clients += 1;
+        self.tasks[task].client_joined();
     }
 
     /// Whether the run is ending (see [`State::begin_stopping`]).
-    pub fn is_stopping(&self) -> bool {
+    pub(super) fn is_stopping(&self) -> bool {
         self.stopping
     }
 
     /// Whether task `t` has a check function (its ready blocks go to the
     /// check stage before a worker gets them).
-    pub fn has_check(&self, t: TaskIndex) -> bool {
+    pub(super) fn has_check(&self, t: TaskIndex) -> bool {
         self.checks.checks(t)
     }
 
     /// Send task `t`'s next ready blocks to its check, unless some are
     /// there already.
-    pub fn ask_next_check(&mut self, t: TaskIndex) {
+    pub(super) fn ask_next_check(&mut self, t: TaskIndex) {
         self.checks.ask_next(&mut self.scheduler, t);
     }
 
     /// A check's answers came back: the blocks found done are done, the
     /// others ready for a worker; an error when the check was interrupted.
-    pub fn check_answered(&mut self, checked: Checked) -> Result<(), DaisyError> {
+    pub(super) fn check_answered(&mut self, checked: Checked) -> Result<(), DaisyError> {
         self.checks.answered(&mut self.scheduler, checked)
     }
 
     /// Whether connection `conn` holds block `key`.
-    pub fn holds(&self, conn: u64, key: BlockKey) -> bool {
+    pub(super) fn holds(&self, conn: u64, key: BlockKey) -> bool {
         self.outstanding.get(&key).is_some_and(|o| o.conn == conn)
     }
 
     /// One block connection `conn` holds (if any), and whether another
     /// connection holds one.
-    pub fn held_by(&self, conn: u64) -> (Option<BlockKey>, bool) {
+    pub(super) fn held_by(&self, conn: u64) -> (Option<BlockKey>, bool) {
         let mine = self
             .outstanding
             .iter()
@@ -810,44 +420,47 @@ impl State {
         (mine, others)
     }
 
-    /// Whether block `key` is out with a worker.
-    pub fn is_out(&self, key: BlockKey) -> bool {
+    /// Whether block `key` is out with a worker (the connection's tests
+    /// ask).
+    #[cfg(test)]
+    pub(super) fn is_out(&self, key: BlockKey) -> bool {
         self.outstanding.contains_key(&key)
     }
 
-    /// Whether no block is out.
-    pub fn none_out(&self) -> bool {
+    /// Whether no block is out (the connection's tests ask).
+    #[cfg(test)]
+    pub(super) fn none_out(&self) -> bool {
         self.outstanding.is_empty()
     }
 
     /// The blocks past their deadline at `now` (`policy::expired`).
-    pub fn expired(&self, now: Instant) -> Vec<BlockKey> {
+    pub(super) fn expired(&self, now: Instant) -> Vec<BlockKey> {
         policy::expired(self.outstanding.iter().map(|(k, o)| (*k, o.deadline)), now)
     }
 
     /// The worker daisy started that holds block `key`, if one does.
-    pub fn holder(&self, key: BlockKey) -> Option<u32> {
+    pub(super) fn holder(&self, key: BlockKey) -> Option<u32> {
         self.outstanding.get(&key).and_then(|o| o.worker)
     }
 
     /// Worker `worker`'s last block peaked at `bytes` of memory.
-    pub fn note_peak_rss(&mut self, worker: u32, bytes: u64) {
+    pub(super) fn note_peak_rss(&mut self, worker: u32, bytes: u64) {
         self.live.peak_rss(worker, bytes);
     }
 
     /// The peak memory of worker `worker`'s last block, if it reported one.
-    pub fn last_peak_rss(&self, worker: u32) -> Option<u64> {
+    pub(super) fn last_peak_rss(&self, worker: u32) -> Option<u64> {
         self.live.last_peak_rss(worker)
     }
 
     /// A note the function of task `task` sent for the report.
-    pub fn note(&mut self, task: TaskIndex, text: &str) {
+    pub(super) fn note(&mut self, task: TaskIndex, text: &str) {
         self.ledger.note(task, text);
     }
 
     /// Block `block` came back done from `worker` after `round_trip`
     /// seconds (sent at `sent_wall`): marked and counted.
-    pub fn record_done(
+    pub(super) fn record_done(
         &mut self,
         block: &Block,
         round_trip: f64,
@@ -855,30 +468,42 @@ impl State {
         sent_wall: f64,
     ) -> Result<(), DaisyError> {
         self.note_round_trip(block.key.task, round_trip);
-        self.ledger.complete(
-            &mut self.scheduler,
-            block,
-            Some(round_trip),
-            worker,
-            sent_wall,
-        )
+        self.ledger.complete(block, Some(round_trip), worker);
+        self.scheduler
+            .complete_block(block, worker, sent_wall, crate::clock::wall_clock())
     }
 
     /// Block `key` failed on `worker`, `reason`: retried or failed for good.
-    pub fn record_failed(&mut self, key: BlockKey, worker: Option<u32>, reason: String) {
-        self.ledger.fail(&mut self.scheduler, key, worker, reason);
+    pub(super) fn record_failed(&mut self, key: BlockKey, worker: Option<u32>, reason: String) {
+        if let Some(attempt) = self.scheduler.fail_attempt(key, &reason, false) {
+            self.ledger.failed(&attempt, worker, reason);
+        }
     }
 
     /// Block `key` timed out on `worker`, `reason`; whether it is retried.
-    pub fn record_timed_out(&mut self, key: BlockKey, worker: Option<u32>, reason: String) -> bool {
-        self.ledger
-            .time_out(&mut self.scheduler, key, worker, reason)
+    pub(super) fn record_timed_out(
+        &mut self,
+        key: BlockKey,
+        worker: Option<u32>,
+        reason: String,
+    ) -> bool {
+        match self.scheduler.fail_attempt(key, &reason, true) {
+            Some(attempt) => {
+                let retried = !attempt.last_attempt;
+                self.ledger.failed(&attempt, worker, reason);
+                retried
+            }
+            None => false,
+        }
     }
 
     /// Worker `worker` was lost, `why`: its attempts that ended with its
     /// connection say so.
-    pub fn explain_lost(&mut self, worker: u32, why: &str) {
-        self.ledger.explain_lost(&mut self.scheduler, worker, why);
+    pub(super) fn explain_lost(&mut self, worker: u32, why: &str) {
+        for task in self.ledger.explain_lost(worker, why) {
+            self.scheduler
+                .restate_worker_error(task, crate::run_report::CONNECTION_CLOSED, why);
+        }
     }
 
     /// A block of `task` came back after `seconds` (for the live metrics
@@ -889,22 +514,22 @@ impl State {
 
     /// Start these workers (whose warm start failed) cold, from the main
     /// loop.
-    pub fn start_cold_later(&mut self, workers: impl IntoIterator<Item = u32>) {
+    pub(super) fn start_cold_later(&mut self, workers: impl IntoIterator<Item = u32>) {
         self.start_cold.extend(workers);
     }
 
     /// The workers to start cold now.
-    pub fn take_start_cold(&mut self) -> Vec<u32> {
+    pub(super) fn take_start_cold(&mut self) -> Vec<u32> {
         std::mem::take(&mut self.start_cold)
     }
 
     /// What wakes the main loop before its next tick.
-    pub fn main_wake(&self) -> Rc<Notify> {
+    pub(super) fn main_wake(&self) -> Rc<Notify> {
         self.main_wake.clone()
     }
 
     /// What keeps the server awake after a message.
-    pub fn activity(&self) -> Rc<Notify> {
+    pub(super) fn activity(&self) -> Rc<Notify> {
         self.activity.clone()
     }
 
@@ -915,7 +540,7 @@ impl State {
     /// tick: up to 50 ms at the end of every run and at the start of every
     /// downstream task. Cheap enough for every release: a task with a live
     /// worker is found at its first one.
-    pub fn wake_main(&self) {
+    pub(super) fn wake_main(&self) {
         let unstaffed = |t: TaskIndex| {
             self.config.tasks[t].worker.is_some()
                 && !self.flags().any(|(_, w)| w.alive && w.task == t)
@@ -930,16 +555,12 @@ impl State {
 
     /// Whether task `t`'s next worker should be asked of its launcher: it
     /// has a launcher command, and warm starts are neither off nor over.
-    pub fn warm_wanted(&self, t: TaskIndex) -> bool {
-        self.config.tasks[t].launcher.is_some()
-            && matches!(
-                self.tasks[t].launcher.phase,
-                LauncherPhase::Unused | LauncherPhase::Active { .. }
-            )
+    pub(super) fn warm_wanted(&self, t: TaskIndex) -> bool {
+        self.config.tasks[t].launcher.is_some() && self.tasks[t].launcher().takes_requests()
     }
 
     /// The task id of task `t`.
-    pub fn task_id(&self, t: TaskIndex) -> String {
+    pub(super) fn task_id(&self, t: TaskIndex) -> String {
         self.scheduler.pipeline().spec(t).task_id.clone()
     }
 
@@ -949,7 +570,12 @@ impl State {
     /// blocks were cut short by whoever stopped it, not failed: they count
     /// no attempt (in the report or the tracking store) and stay unfinished,
     /// for the next run to do with their retries whole.
-    pub fn reclaim(&mut self, lost: impl Fn(&Outstanding) -> bool, worker: Option<u32>, why: &str) {
+    pub(super) fn reclaim(
+        &mut self,
+        lost: impl Fn(&Outstanding) -> bool,
+        worker: Option<u32>,
+        why: &str,
+    ) {
         let keys: Vec<BlockKey> = self
             .outstanding
             .iter()
@@ -960,13 +586,28 @@ impl State {
             .filter(|_| !keys.is_empty())
             .and_then(|id| self.workers.get_mut(&id))
         {
-            w.flags.lost_block = true;
+            w.lost_a_block();
         }
         for key in keys {
             self.take_back(key, BarOutcome::Lost, None, Instant::now());
-            if !self.interrupted {
-                self.ledger
-                    .fail(&mut self.scheduler, key, worker, why.to_string());
+            if self.interrupted {
+                continue;
+            }
+            let stopped = worker
+                .and_then(|w| self.gate.as_mut()?.take_stopped(w))
+                .filter(|s| s.key == key);
+            match stopped {
+                // the memory guard stopped it: held back, no attempt
+                Some(s) if !s.alone && self.scheduler.hold_back(key) => {}
+                Some(s) => {
+                    let why = self
+                        .gate
+                        .as_ref()
+                        .map(|g| g.too_big(&s))
+                        .unwrap_or_default();
+                    self.record_failed(key, worker, why);
+                }
+                None => self.record_failed(key, worker, why.to_string()),
             }
         }
     }
@@ -975,7 +616,22 @@ impl State {
     /// the task has a check function, its check said it needs work (the
     /// next block's check is asked at once: one ahead, see
     /// [`super::checks`]).
-    pub fn next_block(&mut self, task: TaskIndex) -> Option<Block> {
+    pub(super) fn next_block(&mut self, task: TaskIndex) -> Option<Block> {
+        if let Some(gate) = self
+            .gate
+            .as_ref()
+            .filter(|_| self.config.tasks[task].is_local())
+        {
+            if let Some(held) = self.scheduler.next_held(task)
+                && gate.admits(task, Some(held))
+            {
+                return self.scheduler.take_held(task);
+            }
+            if !gate.admits(task, None) {
+                self.gate_waited = true;
+                return None;
+            }
+        }
         if !self.checks.checks(task) {
             let no_check = |_: &Block| Ok::<bool, std::convert::Infallible>(false);
             return match self.scheduler.acquire_block(task, no_check) {
@@ -988,12 +644,31 @@ impl State {
         block
     }
 
+    /// Run the memory gate of this run's local tasks (see
+    /// `server::memory_gate`).
+    pub(super) fn use_memory_gate(&mut self, gate: MemoryGate) {
+        self.gate = Some(gate);
+    }
+
+    /// Whether the memory gate kept a ready block back since the last call
+    /// (a waiting worker then looks again soon: memory frees without a
+    /// block returning, when a stopped worker's process is gone).
+    pub(super) fn take_gate_wait(&mut self) -> bool {
+        std::mem::take(&mut self.gate_waited)
+    }
+
+    /// Whether the memory guard stopped worker `id` (its exit is no
+    /// surprise, and no restart).
+    pub(super) fn stopped_for_memory(&self, id: u32) -> bool {
+        self.gate.as_ref().is_some_and(|g| g.stopped_by_guard(id))
+    }
+
     /// The server did not run for `gap` (its process was stopped, or
     /// starved): whatever its workers did meanwhile it did not watch, and a
     /// block that finished then may still have its release unread. Every
     /// deadline moves on by the gap, so that a block times out only for
     /// time its worker was watched: timed out means the worker was slow.
-    pub fn server_stalled(&mut self, gap: std::time::Duration) {
+    pub(super) fn server_stalled(&mut self, gap: std::time::Duration) {
         let mut moved = 0usize;
         for o in self.outstanding.values_mut() {
             if let Some(d) = o.deadline.as_mut() {
@@ -1021,7 +696,7 @@ impl State {
     /// and its worker's timeline and flags; the block is marked processing,
     /// as a worker's block function sees it in both releases (a hand-driven
     /// `Scheduler` hands it out created). The mirror of [`Self::take_back`].
-    pub fn hand_out(
+    pub(super) fn hand_out(
         &mut self,
         block: &mut Block,
         conn: u64,
@@ -1052,10 +727,12 @@ impl State {
         if let Some(tl) = worker.and_then(|id| self.timelines.get_mut(&id)) {
             tl.on_send(now);
         }
+        let pid = worker.and_then(|id| self.workers.get(&id)?.local_pid());
+        if let Some(gate) = self.gate.as_mut() {
+            gate.handed_out(block.key, worker, pid);
+        }
         if let Some(w) = worker.and_then(|id| self.workers.get_mut(&id)) {
-            w.flags.waiting = false;
-            w.flags.busy = true;
-            w.flags.blocks_taken += 1;
+            w.took_a_block();
         }
     }
 
@@ -1067,7 +744,7 @@ impl State {
     /// in the ledger. `now` is the moment it came back: the worker's
     /// compute phase and the block's round trip end at the same instant.
     /// None when the block was not out.
-    pub fn take_back(
+    pub(super) fn take_back(
         &mut self,
         key: BlockKey,
         outcome: BarOutcome,
@@ -1075,9 +752,12 @@ impl State {
         now: Instant,
     ) -> Option<Outstanding> {
         let out = self.outstanding.remove(&key)?;
+        if let Some(gate) = self.gate.as_mut() {
+            gate.returned(key, out.worker);
+        }
         if let Some((id, ok)) = returned_by {
             if let Some(w) = self.workers.get_mut(&id) {
-                w.flags.busy = false;
+                w.gave_a_block_back();
             }
             if let Some(tl) = self.timelines.get_mut(&id) {
                 tl.on_return(now, ok);
@@ -1112,31 +792,32 @@ impl State {
     /// Give up `task` (and orphan its downstream tasks): blocks of
     /// abandoned tasks still out will be refused, and their workers leave
     /// at their next request.
-    pub fn abandon(&mut self, task: TaskIndex, why: Abandonment) {
+    pub(super) fn abandon(&mut self, task: TaskIndex, why: Abandonment) {
         tracing::error!("abandoning task {:?}: {}", self.task_id(task), why.reason);
-        self.ledger.abandon(&mut self.scheduler, task, why);
+        let now = self.scheduler.abandon_task_because(task, why);
+        self.ledger.abandoned(now);
         let scheduler = &self.scheduler;
         self.outstanding
             .retain(|k, _| !scheduler.is_abandoned(k.task));
         for w in self.workers.values_mut() {
-            if w.flags.alive && scheduler.is_abandoned(w.flags.task) {
-                w.flags.retire = true;
+            if w.flags().alive && scheduler.is_abandoned(w.flags().task) {
+                w.retire();
             }
         }
     }
 
     /// The workers' flags, by id.
-    pub fn flags(&self) -> impl Iterator<Item = (u32, &WorkerFlags)> + Clone {
-        self.workers.iter().map(|(id, w)| (*id, &w.flags))
+    pub(super) fn flags(&self) -> impl Iterator<Item = (u32, &WorkerFlags)> + Clone {
+        self.workers.iter().map(|(id, w)| (*id, w.flags()))
     }
 
     /// Where the run stands, for the tick hook; drains the recent round
     /// trips.
-    pub fn snapshot(&mut self) -> RunSnapshot {
+    pub(super) fn snapshot(&mut self) -> RunSnapshot {
         let n = self.scheduler.pipeline().len();
         let mut workers = vec![0u32; n];
-        for w in self.workers.values().filter(|w| w.flags.alive) {
-            workers[w.flags.task as usize] += 1;
+        for w in self.workers.values().filter(|w| w.flags().alive) {
+            workers[w.flags().task as usize] += 1;
         }
         RunSnapshot {
             states: (0..n as TaskIndex)
@@ -1166,20 +847,20 @@ impl State {
         let mut busy = vec![(0.0f64, 0.0f64, false); n];
         let mut workers = Vec::new();
         for (id, w) in &self.workers {
-            let t = w.flags.task as usize;
+            let t = w.flags().task as usize;
             let timeline = self.timelines.get(id);
             if let (Some(tl), Some(acc)) = (timeline, busy.get_mut(t)) {
                 let (b, a) = tl.busy_and_alive(now);
                 *acc = (acc.0 + b, acc.1 + a, true);
             }
-            if !w.flags.alive {
+            if !w.flags().alive {
                 continue;
             }
             let (blocks_done, blocks_failed) = timeline.map(|tl| tl.blocks()).unwrap_or_default();
             let held = holding.get(id);
             workers.push(WorkerNow {
                 worker_id: *id,
-                task: w.flags.task,
+                task: w.flags().task,
                 block: held.map(|h| h.0),
                 since: held.map(|h| h.1),
                 last_peak_rss: self.live.last_peak_rss(*id),
@@ -1226,65 +907,44 @@ impl State {
     }
 
     /// The run's outcome now, its workers folded per task.
-    pub fn outcome(&self, interrupted: bool) -> RunOutcome {
-        self.ledger.outcome(
+    pub(super) fn outcome(&self, interrupted: bool) -> RunOutcome {
+        let mut outcome = self.ledger.outcome(
             &self.scheduler,
             interrupted,
             |t| WorkerSummary {
                 spawner: self.config.tasks[t].spawner.clone(),
-                launcher_startup: self.tasks[t].launcher.startup,
-                cold_start_reason: self.tasks[t].launcher.cold_reason.clone(),
+                launcher_startup: self.tasks[t].launcher().startup(),
+                cold_start_reason: self.tasks[t].launcher().cold_reason().map(str::to_string),
                 idle_timeout: self.idle_timeout(t).map(|d| d.as_secs_f64()),
-                jobs: self.job_records(t),
-                job_queue_wait: self.job_queue_waits(t),
+                jobs: job_slot::records(self.jobs.iter(), t),
+                job_queue_wait: job_slot::queue_waits(self.jobs.values(), t),
                 ..WorkerSummary::fold(
                     self.timelines
                         .iter()
-                        .filter(|(id, _)| self.workers.get(id).is_some_and(|w| w.flags.task == t))
+                        .filter(|(id, _)| self.workers.get(id).is_some_and(|w| w.flags().task == t))
                         .map(|(_, tl)| tl),
-                    self.tasks[t].unmanaged_clients,
+                    self.tasks[t].unmanaged_clients(),
                 )
             },
             self.admission.unmanaged_clients(),
             (0..self.scheduler.pipeline().len() as TaskIndex)
                 .map(|t| self.scheduler.task_state(t).worker_start_count as u32)
                 .collect(),
-        )
-    }
-
-    /// The queue waits of task `t`'s jobs that connected.
-    pub fn job_queue_waits(&self, t: TaskIndex) -> crate::run_stats::StatSummary {
-        let mut w = crate::run_stats::Welford::default();
-        for j in self.jobs.values().filter(|j| j.task == t) {
-            if let Some(c) = j.connected {
-                w.push(c.saturating_duration_since(j.submitted).as_secs_f64());
+        );
+        if let Some(gate) = &self.gate {
+            for (t, report) in outcome.reports.iter_mut().enumerate() {
+                let t = t as TaskIndex;
+                if self.config.tasks[t].is_local() {
+                    report.memory = Some(gate.report(t));
+                }
             }
         }
-        w.summary()
-    }
-
-    /// The report's record of each job of task `t`.
-    pub fn job_records(&self, t: TaskIndex) -> Vec<JobRecord> {
-        let secs = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64();
-        self.jobs
-            .iter()
-            .filter(|(_, j)| j.task == t)
-            .map(|(&n, j)| JobRecord {
-                job_id: j.label(n),
-                workers: j.hosted.clone(),
-                queue_wait: j.connected.map(|c| secs(j.submitted, c)),
-                launcher_startup: j.connected.zip(j.ready).map(|(c, r)| secs(c, r)),
-                starts: j
-                    .ready
-                    .map(|r| j.starts.iter().map(|&s| secs(r, s)).collect())
-                    .unwrap_or_default(),
-            })
-            .collect()
+        outcome
     }
 
     /// How long a worker of task `t` may wait for a block before it is
     /// handed back (see [`policy::idle_timeout`]).
-    pub fn idle_timeout(&self, t: TaskIndex) -> Option<std::time::Duration> {
+    pub(super) fn idle_timeout(&self, t: TaskIndex) -> Option<std::time::Duration> {
         let rt = &self.config.tasks[t];
         policy::idle_timeout(
             rt.idle_timeout,
@@ -1294,9 +954,9 @@ impl State {
     }
 
     /// The resources the live workers hold.
-    pub fn resources_in_use(&self) -> BTreeMap<String, u64> {
+    pub(super) fn resources_in_use(&self) -> BTreeMap<String, u64> {
         let tasks = &self.config.tasks;
-        policy::resources_in_use(self.workers.values().map(|w| &w.flags), |t| {
+        policy::resources_in_use(self.workers.values().map(|w| w.flags()), |t| {
             &tasks[t].requires
         })
     }
@@ -1310,6 +970,7 @@ pub(crate) mod test_support {
     use crate::pipeline::Pipeline;
     use crate::server::config::{LogMode, TaskRuntime};
     use crate::task_spec::{Fit, TaskSpec};
+    use tokio::sync::mpsc;
 
     /// A run of two chained 1-D tasks of 4 blocks each, nothing started.
     pub(crate) fn state() -> State {
@@ -1357,6 +1018,7 @@ pub(crate) mod test_support {
             tick: crate::server::TICK,
             liveness_timeout: crate::liveness::DEFAULT_TIMEOUT,
             idle_timeout: None,
+            memory: Default::default(),
         };
         let addr = "127.0.0.1:1".parse().unwrap();
         let (answers, _) = mpsc::unbounded_channel();
@@ -1388,17 +1050,6 @@ mod tests {
     use super::test_support::{hand_out, state};
     use super::*;
 
-    /// A process in a group of its own, standing for a worker's local
-    /// handle (`sbatch --wait`).
-    fn handle() -> std::process::Child {
-        use std::os::unix::process::CommandExt;
-        std::process::Command::new("sleep")
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .expect("sleep starts")
-    }
-
     #[test]
     fn a_stall_of_the_server_moves_every_deadline_on_by_its_length() {
         let mut st = state();
@@ -1414,55 +1065,6 @@ mod tests {
             before + std::time::Duration::from_secs(1),
         );
         assert!(expired.is_empty());
-    }
-
-    #[test]
-    fn the_handle_of_a_remote_worker_that_left_is_ended_and_no_other() {
-        let remote = |dismissed: bool, polls: bool| {
-            let child = handle();
-            let mut w = WorkerSlot::starting(0);
-            w.pid = Some(child.id());
-            w.flags.dismissed = dismissed;
-            w.polls = polls;
-            // `true` stands for scancel: it must not be what ends the job
-            w.stop = vec!["true".into()];
-            (w, child)
-        };
-        // polls `tries` times, 20 ms apart, for the handle's exit
-        let ended = |mut child: std::process::Child, tries: u32| {
-            for _ in 0..tries {
-                if child.try_wait().expect("waits").is_some() {
-                    return true;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-            false
-        };
-        // dismissed, then its connection ended: it left; its handle goes
-        let (w, child) = remote(true, true);
-        w.on_connection_end();
-        assert!(
-            ended(child, 250),
-            "the handle of a worker that left is ended"
-        );
-        // its connection ended without a dismissal (a crash, a lost
-        // network): the handle tells what happened, so it stays
-        let (w, child) = remote(false, true);
-        w.on_connection_end();
-        assert!(
-            !ended(child, 25),
-            "a worker that was not dismissed keeps its handle"
-        );
-        // a worker whose process is the worker (local) or a handle that
-        // hears of its end at once (ssh): its exit is waited for
-        let (w, child) = remote(true, false);
-        w.on_connection_end();
-        assert!(
-            !ended(child, 25),
-            "a handle that does not poll is not killed"
-        );
     }
 
     #[test]
@@ -1515,7 +1117,7 @@ mod tests {
             Some(out.sent + std::time::Duration::from_secs(30))
         );
         assert!(out.sent_wall > 0.0, "stamped on the wall clock");
-        let w = &st.workers[&4].flags;
+        let w = st.workers[&4].flags();
         assert!(w.busy && !w.waiting && w.blocks_taken == 1);
         // a worker the server cannot kill ends its attempt itself: its block
         // is taken back only a grace after the timeout
@@ -1571,7 +1173,7 @@ mod tests {
             Abandonment::start_failed("its workers kept dying".into()),
         );
         assert!(st.outstanding.is_empty(), "a late release will be refused");
-        assert!(st.workers[&7].flags.retire);
+        assert!(st.workers[&7].flags().retire);
         let out = st.outcome(false);
         assert_eq!(out.abandoned.len(), 2, "the task and the one it orphaned");
         assert_eq!(out.states[1].orphaned_count, 4);

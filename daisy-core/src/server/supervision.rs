@@ -25,7 +25,7 @@ use std::process::Stdio;
 use tokio::io::AsyncWriteExt;
 
 /// What a worker process is told and where its output goes.
-pub struct Launch<'a> {
+pub(super) struct Launch<'a> {
     /// The task it serves.
     pub task_id: &'a str,
     /// Its worker id.
@@ -43,7 +43,7 @@ pub struct Launch<'a> {
 
 /// A started worker: its pid, its stop command (expanded), and its child
 /// handle, whose exit the caller awaits.
-pub struct Spawned {
+pub(super) struct Spawned {
     /// The process id (None if the platform would not say).
     pub pid: Option<u32>,
     /// The command that cancels its remote part, expanded.
@@ -55,7 +55,7 @@ pub struct Spawned {
 /// Start one worker process of `cmd`, write its stdin payload in the
 /// background, and copy its output where `launch` says. Must run inside a
 /// tokio `LocalSet`.
-pub fn spawn(cmd: &WorkerCommand, launch: &Launch<'_>) -> io::Result<Spawned> {
+pub(super) fn spawn(cmd: &WorkerCommand, launch: &Launch<'_>) -> io::Result<Spawned> {
     let (task_id, id) = (launch.task_id, launch.worker_id);
     let mut command = process_command(cmd, task_id, id);
     command.env("DAISY_CONTEXT", &launch.context);
@@ -148,7 +148,7 @@ fn open_logs(base: &Path, task_id: &str, stem: &str) -> io::Result<(File, File)>
 /// The line that opens a process's part of a log file: which process of
 /// which task, when, and the driver's pid (the run's: worker numbers start
 /// again at 0 in every run, and a file keeps every run's output).
-pub fn log_header(stem: &str, task_id: &str, at: f64) -> String {
+pub(super) fn log_header(stem: &str, task_id: &str, at: f64) -> String {
     format!(
         "--- daisy: {stem} of task {task_id} started {} (driver pid {}) ---\n",
         crate::clock::utc_datetime(at),
@@ -160,7 +160,7 @@ pub fn log_header(stem: &str, task_id: &str, at: f64) -> String {
 /// cold one of the same `launch` would: its log files, pipes copied to the
 /// log files and the console, or (no log directory) the driver's own
 /// console. The caller passes them to the launcher and drops its copies.
-pub fn worker_outputs(launch: &Launch<'_>) -> io::Result<(OwnedFd, OwnedFd)> {
+pub(super) fn worker_outputs(launch: &Launch<'_>) -> io::Result<(OwnedFd, OwnedFd)> {
     let console = || -> io::Result<(OwnedFd, OwnedFd)> {
         Ok((
             io::stdout().as_fd().try_clone_to_owned()?,
@@ -190,7 +190,7 @@ pub fn worker_outputs(launch: &Launch<'_>) -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// A started launcher: the process, and the server's end of the socket
 /// it was given.
-pub struct SpawnedLauncher {
+pub(super) struct SpawnedLauncher {
     /// The launcher process; await its exit.
     pub child: tokio::process::Child,
     /// The server's end of the control socket.
@@ -199,13 +199,13 @@ pub struct SpawnedLauncher {
 
 /// Name of the environment variable that tells a launcher the number of
 /// its end of the control socket.
-pub const LAUNCHER_FD_VARIABLE: &str = "DAISY_LAUNCHER_FD";
+pub(super) const LAUNCHER_FD_VARIABLE: &str = "DAISY_LAUNCHER_FD";
 
 /// Start the launcher of `task_id` from `cmd`: the payload on its stdin,
 /// one end of a Unix socket pair kept open across exec (its number in
 /// [`LAUNCHER_FD_VARIABLE`]), its own output in `launcher.out|.err` of the
 /// task's log directory (the console without one).
-pub fn spawn_launcher(
+pub(super) fn spawn_launcher(
     cmd: &WorkerCommand,
     task_id: &str,
     log_dir: &Option<PathBuf>,
@@ -240,13 +240,13 @@ pub fn spawn_launcher(
 
 /// Name of the environment variable that tells a job's node launcher
 /// where the server is and which job it is ([`WorkerContext::to_job_json`]).
-pub const JOB_CONTEXT_VARIABLE: &str = "DAISY_JOB_CONTEXT";
+pub(super) const JOB_CONTEXT_VARIABLE: &str = "DAISY_JOB_CONTEXT";
 
 /// Start the local handle of job `job` of `task_id` (`sbatch --wait ...`,
 /// see `server::jobs`): `{job}` and `{task_id}` expanded in its arguments
 /// and stop command, its context in [`JOB_CONTEXT_VARIABLE`], its own
 /// output in `job_<job>.out|.err` of the task's log directory.
-pub fn spawn_job(
+pub(super) fn spawn_job(
     cmd: &WorkerCommand,
     task_id: &str,
     job: u32,
@@ -281,7 +281,7 @@ pub fn spawn_job(
 }
 
 /// What a worker is told in its `DAISY_CONTEXT` ([`WorkerContext::to_json`]).
-pub struct WorkerContext<'a> {
+pub(super) struct WorkerContext<'a> {
     /// Where the server is.
     pub host: &'a str,
     /// Its port.
@@ -305,7 +305,7 @@ impl WorkerContext<'_> {
     /// directory is `logdir`, the key daisy 1.x and 2.0.0 workers read
     /// (volara finds its per-task state through it), and also `log_dir`,
     /// the name earlier versions of this package wrote.
-    pub fn to_json(&self) -> String {
+    pub(super) fn to_json(&self) -> String {
         let log_dir = self
             .log_dir
             .as_ref()
@@ -326,7 +326,7 @@ impl WorkerContext<'_> {
 
     /// The context of job `job`'s node launcher: the worker context's
     /// keys (its `worker_id` is meaningless) and the job's number.
-    pub fn to_job_json(&self, job: u32) -> String {
+    pub(super) fn to_job_json(&self, job: u32) -> String {
         let mut v: serde_json::Value =
             serde_json::from_str(&self.to_json()).unwrap_or(serde_json::Value::Null);
         if let Some(map) = v.as_object_mut() {
@@ -342,11 +342,15 @@ impl WorkerContext<'_> {
 /// way when memory runs out, and the worker's log then says nothing. Names
 /// the worker's last measured peak RSS and the memory limit where known
 /// (the cgroup's `memory.max`, else the machine's memory).
-pub fn sigkill_hint(facts: KillFacts, last_peak_rss: Option<u64>) -> String {
+pub(super) fn sigkill_hint(facts: KillFacts, last_peak_rss: Option<u64>) -> String {
     let mib = |b: u64| format!("{:.0} MiB", b as f64 / f64::from(1u32 << 20));
-    let limit = cgroup_memory_limit()
-        .map(|(file, b)| format!("its memory limit (cgroup {file}) is {}", mib(b)))
-        .or_else(|| machine_memory().map(|b| format!("the machine has {}", mib(b))));
+    let limit = crate::memory_budget::MemoryCgroup::of_this_process()
+        .and_then(|c| c.limit())
+        .map(|(file, b)| format!("its memory limit (cgroup {}) is {}", file.display(), mib(b)))
+        .or_else(|| {
+            crate::memory_budget::machine_memory("MemTotal:")
+                .map(|b| format!("the machine has {}", mib(b)))
+        });
     let mut hint = String::from(match facts.oom {
         Some(true) => {
             "; killed by the OOM killer (its cgroup counts the kill: the kernel ended it \
@@ -384,35 +388,9 @@ pub fn sigkill_hint(facts: KillFacts, last_peak_rss: Option<u64>) -> String {
     hint
 }
 
-/// This process's cgroup memory limit in bytes, if it has one: v2's
-/// `memory.max`, or v1's `memory.limit_in_bytes`. Inside a container the
-/// cgroup path `/proc/self/cgroup` names starts above the mounted
-/// hierarchy, so its leading parts are dropped until the file is found.
-fn cgroup_memory_limit() -> Option<(&'static str, u64)> {
-    let (file, text) =
-        super::memory_watch::cgroup_memory_file("memory.max", "memory.limit_in_bytes")?;
-    // "max", or v1's huge "no limit": none
-    let limit = text.trim().parse::<u64>().ok()?;
-    (limit < machine_memory().unwrap_or(u64::MAX)).then_some((file, limit))
-}
-
-/// The machine's memory in bytes (`MemTotal`).
-fn machine_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = info
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
-}
-
 /// Kill a worker's process group and run its stop command (which cancels
 /// its remote part, if any).
-pub fn kill(pid: Option<u32>, stop: &[String]) {
+pub(super) fn kill(pid: Option<u32>, stop: &[String]) {
     if let Some(pid) = pid {
         // SAFETY: kill(2) with a negative pid signals the process group the
         // worker leads; it has no memory-safety preconditions.
@@ -425,7 +403,7 @@ pub fn kill(pid: Option<u32>, stop: &[String]) {
 
 /// Run `argv` (the spawner's `wait_all`) and wait for it to exit, at most
 /// `limit`, after which it is killed and the run goes on.
-pub async fn run_wait_command(argv: &[String], limit: std::time::Duration) {
+pub(super) async fn run_wait_command(argv: &[String], limit: std::time::Duration) {
     let Some((program, args)) = argv.split_first() else {
         return;
     };
@@ -451,7 +429,7 @@ pub async fn run_wait_command(argv: &[String], limit: std::time::Duration) {
 
 /// Run a stop command (a `scancel`, say) without blocking the run for
 /// long: started, and reaped in the background.
-pub fn run_stop_command(argv: &[String]) {
+pub(super) fn run_stop_command(argv: &[String]) {
     let Some((program, args)) = argv.split_first() else {
         return;
     };

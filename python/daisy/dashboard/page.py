@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import functools
 import html
+import json
 from typing import Any
+
+from daisy.report.timeline import BLOCK_OUTCOMES, RUN_OUTCOMES, TASK_COLOURS
 
 #: the most block bars kept (and shipped) for the timeline: the latest ones
 MAX_BARS = 5000
@@ -22,9 +25,11 @@ h2 { font-size: 1.05em; margin: 1.2em 0 0.3em 0; }
 #timeline-legend .key { margin-right: 1.2em; white-space: nowrap; }
 #timeline-legend .swatch { display: inline-block; width: 0.9em; height: 0.9em;
   margin-right: 0.3em; vertical-align: -0.1em; border: 2px solid transparent; }
-#run-state.finished { color: #1a7f37; } #run-state.lost { color: #b42318; }
-#run-state.finished.failed, #run-state.finished.abandoned { color: #b42318; }
-#run-state.finished.interrupted { color: #b54708; }
+#run-state.lost { color: %(failed)s; }
+#run-state.finished { color: %(completed)s; }
+#run-state.finished.failed { color: %(failed)s; }
+#run-state.finished.abandoned { color: %(abandoned)s; }
+#run-state.finished.interrupted { color: %(interrupted)s; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 th, td { padding: 2px 10px; border-bottom: 1px solid #ddd; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
@@ -44,9 +49,8 @@ _SCRIPT = """
   // a bar is filled in its task's colour; an attempt that did not end done
   // is outlined in its outcome's colour and drawn at least MIN_BAR of the
   // window wide, so a failure that took a millisecond is still seen
-  const TASK_COLOURS = ["#4c78a8", "#f2a541", "#54a24b", "#b279a2", "#9d755d", "#79706e",
-                        "#72b7b2", "#ff9da6"];
-  const COLOURS = {"failed": "#d62728", "timed out": "#ff7f0e", "lost": "#111111"};
+  const TASK_COLOURS = %(task_colours)s;
+  const COLOURS = %(outcome_colours)s;
   const MIN_BAR = 1 / 250;
   const taskColour = (i) => TASK_COLOURS[i %% TASK_COLOURS.length];
   const d = window.daisyDashboard = {updates: 0, last: null, misses: 0};
@@ -285,11 +289,20 @@ def page_html() -> str:
         f"<th>{html.escape(h)}</th>"
         for h in ("worker", "task", "block", "age", "last peak RSS", "done", "failed")
     )
-    code = _SCRIPT % {"poll": POLL_MS, "max_bars": MAX_BARS}
+    code = _SCRIPT % {
+        "poll": POLL_MS,
+        "max_bars": MAX_BARS,
+        # the one palette's (daisy.report.timeline): the task colours, and
+        # the outline of an attempt that did not end done
+        "task_colours": json.dumps(list(TASK_COLOURS)),
+        "outcome_colours": json.dumps(
+            {o: BLOCK_OUTCOMES[o] for o in ("failed", "timed out", "lost")}
+        ),
+    }
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>daisy: live run</title>
 <link rel="icon" href="data:,">
-<style>{_STYLE}</style>
+<style>{_STYLE % RUN_OUTCOMES}</style>
 {resources}
 {script}
 </head><body>

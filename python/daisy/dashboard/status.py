@@ -26,7 +26,7 @@ from daisy.dashboard.guarded_server import (
     view_url,
 )
 from daisy.dashboard.page import MAX_BARS, page_html
-from daisy.run_report import RunReport
+from daisy.report.task_report import RunReport
 
 logger = logging.getLogger(__name__)
 

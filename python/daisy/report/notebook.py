@@ -16,6 +16,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from daisy.report.timeline import WORKER_PHASES, phase_seconds
 from daisy.units import format_bytes, format_seconds
 
 # The report objects are typed Any here: `daisy.run_report` imports this
@@ -26,15 +27,8 @@ from daisy.units import format_bytes, format_seconds
 #: more there are): a notebook cell of 10^3 SVG rows helps nobody
 MAX_TIMELINE_WORKERS = 32
 
-#: timeline segments: (phase, colour); colours tell phases apart in
-#: greyscale too (light to dark)
-PHASES = (
-    ("startup", "#9ecae1"),
-    ("compute", "#2171b5"),
-    ("idle", "#fdd0a2"),
-    ("final wait", "#d9d9d9"),
-    ("teardown", "#636363"),
-)
+#: timeline segments: (phase, colour), the one palette's
+PHASES = WORKER_PHASES
 
 _TABLE = 'style="border-collapse:collapse;font-size:12px;margin:2px 0 6px 0"'
 _CELL = 'style="padding:1px 8px;text-align:left;border-bottom:1px solid #eee"'
@@ -126,16 +120,7 @@ def timeline_svg(w: Any, max_workers: int = MAX_TIMELINE_WORKERS) -> str:
     idle, final wait, teardown), all rows on one time scale, with a
     legend. Empty when no worker has a measured phase."""
     records = sorted(w.by_id.values(), key=lambda r: r.worker_id)[:max_workers]
-    lives = []
-    for r in records:
-        phases = (
-            r.startup or 0.0,
-            r.compute.total if r.compute else 0.0,
-            r.idle.total if r.idle else 0.0,
-            r.final_wait or 0.0,
-            r.teardown or 0.0,
-        )
-        lives.append((r.worker_id, phases))
+    lives = [(r.worker_id, phase_seconds(r)) for r in records]
     longest = max((sum(p) for _, p in lives), default=0.0)
     if longest <= 0:
         return ""
