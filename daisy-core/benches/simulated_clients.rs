@@ -82,6 +82,7 @@ fn run(n: usize) -> Figures {
         port: 0,
         tasks: vec![TaskRuntime {
             max_workers: n as u32,
+            auto_workers: false,
             timeout: None,
             max_worker_restarts: 0,
             requires: BTreeMap::new(),

@@ -36,6 +36,7 @@ pub mod task_outputs;
 pub mod task_spec;
 pub mod task_state;
 pub mod tracking_store;
+pub mod worker_count;
 pub mod worker_timeline;
 
 pub use block::{Block, BlockKey, BlockStatus, TaskIndex};

@@ -175,7 +175,9 @@ fn slurm_mib(name: &str, text: &str) -> Result<u64, DaisyError> {
 
 /// A size in MiB or GiB, for messages.
 pub fn mib(bytes: u64) -> String {
-    if bytes >= 10 << 30 {
+    if bytes < 1 << 20 {
+        format!("{bytes} bytes")
+    } else if bytes >= 10 << 30 {
         format!("{:.0} GiB", bytes as f64 / f64::from(1u32 << 30))
     } else if bytes >= 1 << 30 {
         format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))

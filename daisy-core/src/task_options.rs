@@ -38,6 +38,9 @@ pub struct GivenOptions<'a> {
     /// The name the user gave `max_workers` under (`num_workers` in daisy
     /// 1.x code), which the message names.
     pub max_workers_name: &'a str,
+    /// `max_workers="auto"`: the run chooses the count when it starts (see
+    /// [`crate::worker_count`]); `max_workers` is then ignored.
+    pub auto_workers: bool,
     /// Retries of a failed block.
     pub max_retries: i128,
     /// Unexpected worker deaths tolerated.
@@ -58,8 +61,12 @@ pub struct GivenOptions<'a> {
 /// A task's validated run options.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TaskOptions {
-    /// At most this many workers at once (at least one).
+    /// At most this many workers at once (at least one); with
+    /// `auto_workers`, 1 until the run chooses.
     pub max_workers: u32,
+    /// `max_workers="auto"`: the run chooses the count from the cores and
+    /// its memory budget when it starts (see [`crate::worker_count`]).
+    pub auto_workers: bool,
     /// How often a failed block is retried.
     pub max_retries: u32,
     /// Unexpected worker deaths tolerated before the task is abandoned.
@@ -157,7 +164,12 @@ impl TaskOptions {
             .gpu_tracking
             .unwrap_or_else(|| requires.contains_key(GPU_RESOURCE));
         Ok(Self {
-            max_workers: count(given.max_workers_name, given.max_workers, 1)?,
+            max_workers: if given.auto_workers {
+                1
+            } else {
+                count(given.max_workers_name, given.max_workers, 1)?
+            },
+            auto_workers: given.auto_workers,
             max_retries: count("max_retries", given.max_retries, 0)?,
             max_worker_restarts: count("max_worker_restarts", given.max_worker_restarts, 0)?,
             timeout: given.timeout.map(timeout).transpose()?,
@@ -177,6 +189,7 @@ mod tests {
             task_id: "t",
             max_workers: 1,
             max_workers_name: "max_workers",
+            auto_workers: false,
             max_retries: 2,
             max_worker_restarts: 10,
             timeout: None,

@@ -67,6 +67,7 @@ fn pipeline() -> Pipeline {
 fn config(token: &str) -> ServerConfig {
     let rt = TaskRuntime {
         max_workers: 2,
+        auto_workers: false,
         timeout: None,
         max_worker_restarts: 0,
         requires: BTreeMap::new(),

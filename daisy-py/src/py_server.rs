@@ -96,6 +96,7 @@ impl PyTaskConfig {
             },
             runtime: TaskRuntime {
                 max_workers: options.max_workers,
+                auto_workers: options.auto_workers,
                 timeout: options.timeout,
                 max_worker_restarts: options.max_worker_restarts,
                 idle_timeout: options.idle_timeout,

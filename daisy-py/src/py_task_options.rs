@@ -22,7 +22,7 @@ impl PyTaskOptions {
     /// Check a task's options; `ValueError` names the parameter at fault
     /// (`max_workers_name` is the name the worker count was given under).
     #[new]
-    #[pyo3(signature = (task_id, *, max_workers, max_retries, max_worker_restarts, timeout, requires, resource_tracking, gpu_tracking, max_workers_name="max_workers", idle_timeout=None))]
+    #[pyo3(signature = (task_id, *, max_workers, max_retries, max_worker_restarts, timeout, requires, resource_tracking, gpu_tracking, max_workers_name="max_workers", idle_timeout=None, auto_workers=false))]
     #[allow(clippy::too_many_arguments)] // the Task constructor's keywords
     fn new(
         task_id: &str,
@@ -35,11 +35,13 @@ impl PyTaskOptions {
         gpu_tracking: Option<bool>,
         max_workers_name: &str,
         idle_timeout: Option<f64>,
+        auto_workers: bool,
     ) -> PyResult<Self> {
         let options = TaskOptions::new(&GivenOptions {
             task_id,
             max_workers,
             max_workers_name,
+            auto_workers,
             max_retries,
             max_worker_restarts,
             timeout,
@@ -56,6 +58,12 @@ impl PyTaskOptions {
     #[getter]
     fn max_workers(&self) -> u32 {
         self.options.max_workers
+    }
+
+    /// `max_workers="auto"`: the run chooses the count when it starts.
+    #[getter]
+    fn auto_workers(&self) -> bool {
+        self.options.auto_workers
     }
 
     /// Retries of a failed block.

@@ -48,7 +48,12 @@ from daisy.report.task_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.server_observer import ServerObservee, StateEvents
 from daisy.spawners import advertised_host, warm_starts_enabled
-from daisy.task_arguments import check_runnable, parse_flag, parse_seconds
+from daisy.task_arguments import (
+    check_runnable,
+    parse_flag,
+    parse_memory_budget,
+    parse_seconds,
+)
 from daisy.task_outputs import describe_outputs
 from daisy.tracking_store import check_block_tracking, log_skips, tracking_paths
 
@@ -328,7 +333,7 @@ class Server(ServerObservee):
         self.idle_timeout = None if idle_timeout is None else float(idle_timeout)
         #: the local workers' memory budget in bytes (None: found), and
         #: whether the memory gate and guard run (their rules are the core's)
-        self.memory_budget = memory_budget
+        self.memory_budget = parse_memory_budget(memory_budget)
         self.memory_guard = parse_flag(memory_guard, "memory_guard")
         #: the last run's failed attempts, `Failure` records (each unpacks
         #: as ``(task_id, spatial_id, worker_id, reason)``): the first

@@ -33,6 +33,7 @@ from daisy.report.figures import BlockRecord
 from daisy.report.history import read_last_run, runs_file_for
 from daisy.report.task_report import TaskReport
 from daisy.task_arguments import (
+    AUTO,
     parse_check_function,
     parse_count,
     parse_fit,
@@ -89,7 +90,12 @@ class Task(Composable):
         upstream_tasks: tasks whose output this task reads; a block waits
             for exactly the upstream blocks whose write ROI overlaps its
             read ROI.
-        max_workers: how many workers may process this task at once.
+        max_workers: how many workers may process this task at once (1 by
+            default, as in daisy 1.2.2 and 2.0.0), or ``"auto"``: the run
+            chooses from the cores and its memory budget, and says what it
+            chose and why (see "Memory and workers" in the docs). Whatever
+            the count, the memory guard lets blocks in by their measured
+            memory.
         max_worker_restarts: how many times a worker may die unexpectedly
             (crash, kill) before the task is abandoned.
         requires: resources one worker of this task holds, e.g.
@@ -166,7 +172,7 @@ class Task(Composable):
         timeout: float | None = None,
         upstream_tasks: Iterable[Task] | None = None,
         *,
-        max_workers: int | None = None,
+        max_workers: int | str | None = None,
         max_worker_restarts: int = 10,
         requires: dict[str, int] | None = None,
         tracking_path: str | os.PathLike[str] | bool | None = None,
@@ -231,9 +237,11 @@ class Task(Composable):
     def _options(self, workers_name: str = "max_workers") -> TaskOptions:
         """The task's run options as the core checks them, from its current
         attributes (``ValueError`` naming the parameter)."""
+        auto = self.max_workers == AUTO
         return TaskOptions(
             self.task_id,
-            max_workers=self.max_workers,
+            max_workers=1 if isinstance(self.max_workers, str) else self.max_workers,
+            auto_workers=auto,
             max_retries=self.max_retries,
             max_worker_restarts=self.max_worker_restarts,
             timeout=None if self.timeout is None else float(self.timeout),
@@ -418,7 +426,7 @@ class Task(Composable):
         return self.total_roi.grow(-lower, -upper)
 
     @property
-    def num_workers(self) -> int:
+    def num_workers(self) -> int | str:
         """daisy 1.x name of `max_workers`."""
         return self.max_workers
 

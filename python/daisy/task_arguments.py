@@ -142,6 +142,19 @@ def parse_count(value: Any, name: str) -> int:
     return int(value)
 
 
+def parse_memory_budget(value: Any) -> int | None:
+    """A run's memory budget in bytes, or None (found by the core); its
+    range is the core's to check."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"memory_budget: expected bytes as an integer (e.g. 3 * 2**30 for 3 GiB) or None, "
+            f"got {value!r}"
+        )
+    return int(value)
+
+
 def parse_seconds(value: Any, name: str) -> Any:
     """Seconds as a number (kept as given: an int stays an int), or None;
     its range is the core's to check."""
@@ -150,17 +163,27 @@ def parse_seconds(value: Any, name: str) -> Any:
     return value
 
 
-def parse_workers(num_workers: Any, max_workers: Any, stacklevel: int = 1) -> tuple[int, str]:
-    """The task's worker count (1 when neither is given) and the name it
-    was given under, for the core's messages. ``num_workers`` is daisy
-    1.x's name of ``max_workers``: it warns as daisy 2.0.0 warned, and
-    giving both is 2.0.0's ``TypeError``, in every namespace."""
+AUTO = "auto"
+
+
+def parse_workers(num_workers: Any, max_workers: Any, stacklevel: int = 1) -> tuple[int | str, str]:
+    """The task's worker count (1 when neither is given), or ``"auto"``,
+    and the name it was given under, for the core's messages.
+    ``num_workers`` is daisy 1.x's name of ``max_workers``: it warns as
+    daisy 2.0.0 warned, and giving both is 2.0.0's ``TypeError``, in every
+    namespace."""
     if num_workers is not None and max_workers is not None:
         raise TypeError("pass either max_workers (v2) or num_workers (v1.x), not both")
     if num_workers is not None:
         warnings.warn(NUM_WORKERS_WARNING, DeprecationWarning, stacklevel=stacklevel + 2)
         return parse_count(num_workers, "num_workers"), "num_workers"
     if max_workers is not None:
+        if max_workers == AUTO:
+            return AUTO, "max_workers"
+        if isinstance(max_workers, str):
+            raise TypeError(
+                f"max_workers: expected a count of workers or 'auto', got {max_workers!r}"
+            )
         return parse_count(max_workers, "max_workers"), "max_workers"
     return 1, "max_workers"
 

@@ -68,6 +68,9 @@ pub struct JobCommand {
 pub struct TaskRuntime {
     /// At most this many workers at once.
     pub max_workers: u32,
+    /// `max_workers="auto"`: the run sets `max_workers` when it starts,
+    /// from the cores and its memory budget (see [`crate::worker_count`]).
+    pub auto_workers: bool,
     /// A block out longer than this is reclaimed and its worker killed.
     pub timeout: Option<Duration>,
     /// Unexpected worker deaths tolerated before the task is abandoned.
@@ -248,6 +251,7 @@ mod tests {
     fn a_task_that_needs_more_than_the_budget_is_refused() {
         let rt = TaskRuntime {
             max_workers: 1,
+            auto_workers: false,
             timeout: None,
             max_worker_restarts: 0,
             idle_timeout: None,

@@ -185,6 +185,33 @@ pub fn run_server<H: RunHooks + 'static>(
     out
 }
 
+/// Set the worker count of each task with `max_workers="auto"` (see
+/// [`crate::worker_count`]): local tasks from the cores and `budget`, a
+/// batch job's from its `workers_per_job`. The choices, with their
+/// tasks' indices.
+fn choose_worker_counts(
+    config: &mut ServerConfig,
+    budget: Option<&crate::memory_budget::MemoryBudget>,
+) -> Vec<(TaskIndex, crate::worker_count::AutoWorkers)> {
+    use crate::worker_count::{auto_workers, auto_workers_per_job, cores};
+    let mut chosen = Vec::new();
+    for (t, task) in config.tasks.iter_mut().enumerate() {
+        if !task.auto_workers {
+            continue;
+        }
+        let pick = match (&task.job, budget) {
+            (Some(job), _) => auto_workers_per_job(job.workers_per_job),
+            (None, Some(budget)) => auto_workers(cores(), budget),
+            // a spawner whose workers run elsewhere without a job: its own
+            // machines' cores are not ours to count
+            (None, None) => auto_workers_per_job(1),
+        };
+        task.max_workers = pick.count;
+        chosen.push((t as TaskIndex, pick));
+    }
+    chosen
+}
+
 /// How long the end of a run waits for a check function still running on
 /// the blocking pool (only a stopped run leaves one: a run that finished
 /// had every block's check answered): as long as an interrupted run waits
@@ -193,24 +220,28 @@ pub const CHECK_GRACE: Duration = INTERRUPT_GRACE;
 
 async fn serve<H: RunHooks + 'static>(
     scheduler: Scheduler,
-    config: ServerConfig,
+    mut config: ServerConfig,
     mut hooks: H,
     output: OutputQueue,
 ) -> Result<RunOutcome, DaisyError> {
     let io = |e: std::io::Error| DaisyError::Io(format!("daisy server: {e}"));
     // the memory budget first: a budget that cannot be right refuses the
     // run before anything starts
-    let gate = if config.memory.guard && config.tasks.iter().any(|t| t.is_local()) {
+    let wants_budget = config
+        .tasks
+        .iter()
+        .any(|t| t.is_local() && (config.memory.guard || t.auto_workers));
+    let budget = if wants_budget {
         let budget = crate::memory_budget::MemoryBudget::find(config.memory.budget)?;
         tracing::info!("memory budget: {}", budget.describe());
-        Some(memory_gate::MemoryGate::new(
-            budget,
-            config.tasks.len(),
-            true,
-        ))
+        Some(budget)
     } else {
         None
     };
+    let chosen = choose_worker_counts(&mut config, budget.as_ref());
+    let gate = budget
+        .filter(|_| config.memory.guard)
+        .map(|budget| memory_gate::MemoryGate::new(budget, config.tasks.len(), true));
     let listener = TcpListener::bind((config.host.as_str(), config.port))
         .await
         .map_err(io)?;
@@ -221,6 +252,10 @@ async fn serve<H: RunHooks + 'static>(
     let mut state = State::new(scheduler, config, checks, output, addr);
     if let Some(gate) = gate {
         state.use_memory_gate(gate);
+    }
+    for (t, chosen) in &chosen {
+        tracing::info!("{}: {}", state.task_id(*t), chosen.reason);
+        state.note(*t, &chosen.reason);
     }
     let shared = Shared::new(state);
     let mut inbox = Inbox { exits, answers };

@@ -991,6 +991,7 @@ pub(crate) mod test_support {
         let pipeline = Pipeline::new(vec![spec("a", vec![]), spec("b", vec!["a".into()])]);
         let runtime = TaskRuntime {
             max_workers: 1,
+            auto_workers: false,
             timeout: None,
             max_worker_restarts: 0,
             requires: BTreeMap::new(),
