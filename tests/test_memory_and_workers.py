@@ -303,3 +303,61 @@ def test_max_workers_takes_a_count_or_auto_and_names_anything_else():
         daisy.Task("a", roi, unit, unit, region_block, max_workers="eight")
     with pytest.raises(ValueError, match="max_workers: must be at least 1, got 0"):
         daisy.Task("a", roi, unit, unit, region_block, max_workers=0)
+
+
+def burn_cpu(block):  # type: ignore[no-untyped-def]
+    """A CPU-bound block function: 0.2 s of the process's CPU time."""
+    start = time.process_time()
+    while time.process_time() - start < 0.2:
+        pass
+
+
+CORE_WAIT_CHILD = textwrap.dedent(
+    """
+    import os, sys
+    import daisy
+    import test_memory_and_workers as m
+
+    os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:2]))
+    task = daisy.Task(
+        "burn",
+        total_roi=daisy.Roi((0,), (36,)),
+        read_roi=daisy.Roi((0,), (1,)),
+        write_roi=daisy.Roi((0,), (1,)),
+        process_function=m.burn_cpu,
+        max_workers=int(sys.argv[1]),
+        tracking_path="store",
+        resource_tracking=True,
+    )
+    assert daisy.run_blockwise([task], progress=False, summary=False)
+    print(task.report().render())
+    """
+)
+
+
+@pytest.mark.parametrize(("workers", "waits"), [(6, True), (1, False)])
+def test_cpu_bound_blocks_on_too_few_cores_are_told_waiting_for_a_core(tmp_path, workers, waits):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores to pin the run to")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", CORE_WAIT_CHILD, str(workers)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [line for line in proc.stdout.splitlines() if "cpu per block-second" in line]
+    if waits:
+        # six busy workers on two cores: about two thirds of each block on the run queue
+        assert "waiting for a core:" in line, line
+        share = int(line.split("per block (")[1].split("%")[0])
+        assert 40 <= share <= 80, line
+        assert "fewer max_workers" in line, line
+    else:
+        assert "(CPU-bound)" in line, line
+    (memory,) = [line for line in proc.stdout.splitlines() if "peak memory per block" in line]
+    assert " p50 " in memory and " p95 " in memory and " max " in memory, memory

@@ -19,6 +19,13 @@
 //!   is the forked copy of the driver (a driver holding 400 MB made every
 //!   block read 400 MB). Where `/proc/self/status` cannot be read the figure
 //!   falls back to `ru_maxrss`;
+//! * run-queue wait: the second field of `/proc/self/schedstat` (the
+//!   main thread's nanoseconds runnable but waiting for a core, Linux with
+//!   schedstats, on by default since 4.x), `pread` on a descriptor kept
+//!   open (about 2 µs): what tells a block that waited for a core apart
+//!   from one that waited for IO, both "not CPU". The main thread's only:
+//!   a Python block function runs there, and summing every thread's would
+//!   cost a directory walk per block. NaN where the file is missing;
 //! * GPU: only for tasks that ask ([`BlockProfiler::with_gpu`]), by the
 //!   [`GpuProfiler`] (NVML, see [`crate::gpu_profile`]); otherwise NaN / 0,
 //!   never a fake measurement.
@@ -54,6 +61,10 @@ pub struct BlockStats {
     /// Peak GPU memory the process used during the block, bytes; 0 when
     /// not measured.
     pub gpu_mem_bytes: u64,
+    /// Seconds the worker's main thread was runnable but waiting for a
+    /// core during the block (`/proc/self/schedstat`); NaN when not
+    /// measured.
+    pub run_queue_seconds: f64,
 }
 
 struct Snapshot {
@@ -66,6 +77,8 @@ struct Snapshot {
     /// just after it: then nothing the process inherited (see
     /// [`BlockProfiler::stop`]) lies above this block's peak.
     clean: bool,
+    /// Seconds waited on the run queue so far (None: not readable).
+    queued: Option<f64>,
 }
 
 /// This process's `/proc/self/io`, `/proc/self/clear_refs` and
@@ -78,6 +91,7 @@ struct ProcFiles {
     clear_refs: Option<Arc<File>>,
     status: Option<Arc<File>>,
     statm: Option<Arc<File>>,
+    schedstat: Option<Arc<File>>,
     /// Bytes per page (`statm` counts pages).
     page_size: u64,
     /// Whether resetting the peak-RSS mark worked when they were opened.
@@ -107,6 +121,7 @@ fn proc_files() -> ProcFiles {
                 io: File::open("/proc/self/io").ok().map(Arc::new),
                 status: File::open("/proc/self/status").ok().map(Arc::new),
                 statm: File::open("/proc/self/statm").ok().map(Arc::new),
+                schedstat: File::open("/proc/self/schedstat").ok().map(Arc::new),
                 page_size: page_size(),
                 clear_refs,
                 rss_reset_works,
@@ -175,6 +190,7 @@ fn reset_peak_rss(clear_refs: &File) -> bool {
 /// Takes [`BlockStats`]: `start` before a block, `stop` after it.
 pub struct BlockProfiler {
     io_file: Option<Arc<File>>,
+    schedstat_file: Option<Arc<File>>,
     clear_refs: Option<Arc<File>>,
     status_file: Option<Arc<File>>,
     statm_file: Option<Arc<File>>,
@@ -248,6 +264,33 @@ fn read_hwm(file: &Option<Arc<File>>) -> Option<u64> {
     None
 }
 
+/// Seconds the main thread waited on a run queue so far: the second of
+/// the three numbers of `/proc/self/schedstat` (nanoseconds). None where
+/// the file or the figure is missing.
+fn read_run_queue(file: &Option<Arc<File>>) -> Option<f64> {
+    #[cfg(unix)]
+    if let Some(f) = file {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 96];
+        let n = f.read_at(&mut buf, 0).ok()?;
+        return parse_run_queue(&buf[..n]);
+    }
+    let _ = file;
+    None
+}
+
+/// The run-queue wait of `/proc/<pid>/schedstat` text, in seconds.
+fn parse_run_queue(text: &[u8]) -> Option<f64> {
+    let field = text.split(|b| b.is_ascii_whitespace()).nth(1)?;
+    if field.is_empty() || !field.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let ns = field.iter().fold(0u64, |n, &d| {
+        n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+    });
+    Some(ns as f64 * 1e-9)
+}
+
 fn read_io(file: &Option<Arc<File>>) -> (u64, u64) {
     #[cfg(unix)]
     if let Some(f) = file {
@@ -272,12 +315,14 @@ impl BlockProfiler {
             clear_refs,
             status: status_file,
             statm: statm_file,
+            schedstat: schedstat_file,
             page_size,
             rss_reset_works,
             ..
         } = proc_files();
         Self {
             io_file,
+            schedstat_file,
             clear_refs,
             status_file,
             statm_file,
@@ -316,6 +361,7 @@ impl BlockProfiler {
             io: read_io(&self.io_file),
             maxrss,
             clean,
+            queued: read_run_queue(&self.schedstat_file),
         });
     }
 
@@ -384,6 +430,10 @@ impl BlockProfiler {
             io_write_bytes: w.saturating_sub(s.io.1),
             gpu_util_pct,
             gpu_mem_bytes,
+            run_queue_seconds: match (s.queued, read_run_queue(&self.schedstat_file)) {
+                (Some(before), Some(after)) => (after - before).max(0.0),
+                _ => f64::NAN,
+            },
         })
     }
 }
@@ -405,6 +455,21 @@ mod tests {
                 hwm > 1 << 20,
                 "this test process has a peak above 1 MiB: {hwm}"
             );
+        }
+    }
+
+    #[test]
+    fn the_run_queue_wait_is_the_second_schedstat_figure() {
+        assert_eq!(
+            parse_run_queue(b"91234567 170000000 42\n"),
+            Some(0.17),
+            "nanoseconds to seconds"
+        );
+        assert_eq!(parse_run_queue(b"91234567\n"), None, "too short");
+        assert_eq!(parse_run_queue(b"1 x 2\n"), None, "not a number");
+        let here = File::open("/proc/self/schedstat").ok().map(Arc::new);
+        if here.is_some() {
+            assert!(read_run_queue(&here).is_some_and(|s| s >= 0.0));
         }
     }
 

@@ -378,7 +378,7 @@ mod tests {
         let e = MemoryBudget::find_with(Some(3000), None, env(&[]), None).unwrap_err();
         let text = e.to_string();
         assert!(
-            text.contains("memory_budget") && text.contains("0 MiB"),
+            text.contains("memory_budget") && text.contains("3000 bytes"),
             "{text}"
         );
         assert!(text.contains("in bytes"), "{text}");

@@ -390,6 +390,7 @@ mod tests {
             io_write_bytes: 0,
             gpu_util_pct: f32::NAN,
             gpu_mem_bytes: 0,
+            run_queue_seconds: f64::NAN,
         };
         let out = run_serial(
             &mut s,

@@ -286,6 +286,7 @@ fn non_finite_figures_close_the_connection() {
         io_write_bytes: 0,
         gpu_util_pct: f32::NAN,
         gpu_mem_bytes: 0,
+        run_queue_seconds: f64::NAN,
     });
     block.status = BlockStatus::Success;
     hostile.release_block(block).unwrap();

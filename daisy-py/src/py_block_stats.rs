@@ -7,7 +7,8 @@ use pyo3::prelude::*;
 
 /// What one block cost: `wall_seconds`, `cpu_seconds`, `peak_rss_bytes`,
 /// `io_read_bytes`, `io_write_bytes`, and the reserved `gpu_util_pct`
-/// (NaN) and `gpu_mem_bytes` (0).
+/// (NaN) and `gpu_mem_bytes` (0), and `run_queue_seconds` (the time the
+/// worker waited for a core; NaN where not measured).
 #[pyclass(name = "BlockStats", module = "daisy._daisy", frozen)]
 #[derive(Clone, Copy)]
 pub struct PyBlockStats(BlockStats);
@@ -31,8 +32,10 @@ impl PyBlockStats {
         io_read_bytes = 0,
         io_write_bytes = 0,
         gpu_util_pct = f32::NAN,
-        gpu_mem_bytes = 0
+        gpu_mem_bytes = 0,
+        run_queue_seconds = f64::NAN
     ))]
+    #[allow(clippy::too_many_arguments)] // the figures' keywords, one each
     fn new(
         wall_seconds: f64,
         cpu_seconds: f64,
@@ -41,6 +44,7 @@ impl PyBlockStats {
         io_write_bytes: u64,
         gpu_util_pct: f32,
         gpu_mem_bytes: u64,
+        run_queue_seconds: f64,
     ) -> Self {
         Self(BlockStats {
             wall_seconds,
@@ -50,6 +54,7 @@ impl PyBlockStats {
             io_write_bytes,
             gpu_util_pct,
             gpu_mem_bytes,
+            run_queue_seconds,
         })
     }
 
@@ -93,6 +98,13 @@ impl PyBlockStats {
     #[getter]
     fn gpu_mem_bytes(&self) -> u64 {
         self.0.gpu_mem_bytes
+    }
+
+    /// Seconds the worker's main thread waited for a core during the block
+    /// (runnable, on the run queue); NaN where not measured.
+    #[getter]
+    fn run_queue_seconds(&self) -> f64 {
+        self.0.run_queue_seconds
     }
 
     fn __repr__(&self) -> String {

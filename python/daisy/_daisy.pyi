@@ -520,6 +520,7 @@ class BlockStats:
         io_write_bytes: int = 0,
         gpu_util_pct: float = ...,
         gpu_mem_bytes: int = 0,
+        run_queue_seconds: float = ...,
     ) -> BlockStats: ...
     @property
     def wall_seconds(self) -> float: ...
@@ -535,6 +536,8 @@ class BlockStats:
     def gpu_util_pct(self) -> float: ...
     @property
     def gpu_mem_bytes(self) -> int: ...
+    @property
+    def run_queue_seconds(self) -> float: ...
 
 @final
 class profile_block:

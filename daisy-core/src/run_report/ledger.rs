@@ -7,7 +7,7 @@ use super::*;
 use crate::block::{Block, BlockKey, PerTask, TaskIndex};
 use crate::block_profile::BlockStats;
 use crate::clock::wall_clock;
-use crate::run_stats::{Trend, Welford};
+use crate::run_stats::{LogHistogram, REPORT_PER_OCTAVE, Trend, Welford};
 use crate::scheduler::{FailedAttempt, Scheduler};
 use crate::task_state::TaskState;
 use crate::worker_timeline::WorkerSummary;
@@ -33,6 +33,11 @@ pub struct BlockAggregates {
     timed: Welford,
     /// The slowest blocks so far, slowest first: `(seconds, spatial id)`.
     slowest: Vec<(f64, u64)>,
+    /// Run-queue waits, and the wall of the blocks that have one.
+    run_queue: Welford,
+    queued_wall: f64,
+    /// The blocks' peak RSS, for its quantiles.
+    peak_rss_hist: Option<LogHistogram>,
 }
 
 /// Slowest blocks a report lists: enough to find the outliers, few enough
@@ -72,6 +77,15 @@ impl BlockAggregates {
             self.wall.push(s.wall_seconds);
             self.cpu.push(s.cpu_seconds);
             self.peak_rss.push(s.peak_rss_bytes as f64);
+            if s.peak_rss_bytes > 0 {
+                self.peak_rss_hist
+                    .get_or_insert_with(|| LogHistogram::new(REPORT_PER_OCTAVE))
+                    .push(s.peak_rss_bytes);
+            }
+            if s.run_queue_seconds.is_finite() {
+                self.run_queue.push(s.run_queue_seconds);
+                self.queued_wall += s.wall_seconds;
+            }
             self.io_read.push(s.io_read_bytes as f64);
             self.io_write.push(s.io_write_bytes as f64);
             self.trend.push(s.wall_seconds * 1e3);
@@ -123,7 +137,19 @@ impl BlockAggregates {
                 .collect(),
             cpu_per_wall: (self.has_stats && self.wall.summary().sum > 0.0)
                 .then(|| self.cpu.summary().sum / self.wall.summary().sum),
+            run_queue: self.run_queue.summary(),
+            run_queue_per_wall: (self.queued_wall > 0.0)
+                .then(|| (self.run_queue.summary().sum / self.queued_wall).min(1.0)),
+            peak_rss_p50: self.peak_rss_quantile(0.5),
+            peak_rss_p95: self.peak_rss_quantile(0.95),
         }
+    }
+
+    /// The `q` quantile of the blocks' peak RSS, bytes, never above the
+    /// largest measured (a bucket's upper end can be).
+    fn peak_rss_quantile(&self, q: f64) -> Option<f64> {
+        let at = self.peak_rss_hist.as_ref()?.quantile(q)? as f64;
+        Some(at.min(self.peak_rss.summary().max))
     }
 
     /// Each worker's first block against the mean of the other blocks:

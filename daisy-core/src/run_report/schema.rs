@@ -73,6 +73,24 @@ pub struct BlockSummary {
     /// measurements.
     #[serde(default)]
     pub cpu_per_wall: Option<f64>,
+    /// Seconds each block's worker waited for a core (runnable, on the run
+    /// queue), over the blocks that have the figure. Absent from lines
+    /// written before daisy 2.1.
+    #[serde(default)]
+    pub run_queue: StatSummary,
+    /// The share of those blocks' wall time spent waiting for a core
+    /// (`run_queue.sum` over their wall); None without the figure. Near
+    /// 1 - `cpu_per_wall`, the blocks waited for cores, not for IO: more
+    /// workers than cores.
+    #[serde(default)]
+    pub run_queue_per_wall: Option<f64>,
+    /// The median of the blocks' peak RSS, bytes (within 2.2 %, see
+    /// [`crate::run_stats::LogHistogram`]); None without measurements.
+    #[serde(default)]
+    pub peak_rss_p50: Option<f64>,
+    /// The 95th percentile of the blocks' peak RSS, bytes (the same way).
+    #[serde(default)]
+    pub peak_rss_p95: Option<f64>,
 }
 
 /// One of a run's slowest blocks.

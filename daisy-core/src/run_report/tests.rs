@@ -68,6 +68,7 @@ fn gpu_figures_join_the_aggregates_only_where_measured() {
         io_write_bytes: 0,
         gpu_util_pct: util,
         gpu_mem_bytes: mem,
+        run_queue_seconds: f64::NAN,
     };
     agg.record_success(None, Some(&stats(f32::NAN, 0)), true, 0);
     agg.record_success(None, Some(&stats(90.0, 2 << 30)), false, 1);
@@ -165,6 +166,7 @@ fn report_is_one_json_line_with_the_spec_keys() {
         io_write_bytes: 0,
         gpu_util_pct: f32::NAN,
         gpu_mem_bytes: 0,
+        run_queue_seconds: f64::NAN,
     };
     for _ in 0..12 {
         agg.record_success(Some(0.0505), Some(&stats), false, 0);
@@ -352,6 +354,7 @@ fn the_first_block_of_each_worker_and_the_slowest_blocks_are_kept() {
         io_write_bytes: 0,
         gpu_util_pct: f32::NAN,
         gpu_mem_bytes: 0,
+        run_queue_seconds: f64::NAN,
     };
     // two workers: each starts with a 0.8 s block, then 0.02 s ones
     for (id, first) in [(0, true), (1, true)] {
@@ -527,3 +530,40 @@ fn tasks_whose_retried_blocks_failed_alike_are_named() {
     let once = outcome(vec![note(0, 1, true, "ValueError: bad roi")]);
     assert!(once.failing_alike().is_empty());
 }
+
+#[test]
+fn waiting_for_a_core_and_peak_memory_quantiles_are_summarised() {
+    let mut agg = BlockAggregates::default();
+    // 20 blocks of 0.38 s that waited 0.17 s for a core, 19 of them at
+    // 100 MiB and one at 1 GiB; a block from a worker without schedstat
+    // (NaN) counts in neither the wait nor its wall
+    let block = |rss: u64, queued: f64| BlockStats {
+        wall_seconds: 0.38,
+        cpu_seconds: 0.2,
+        peak_rss_bytes: rss,
+        io_read_bytes: 0,
+        io_write_bytes: 0,
+        gpu_util_pct: f32::NAN,
+        gpu_mem_bytes: 0,
+        run_queue_seconds: queued,
+    };
+    for id in 0..19 {
+        agg.record_success(None, Some(&block(100 << 20, 0.17)), false, id);
+    }
+    agg.record_success(None, Some(&block(1 << 30, 0.17)), false, 19);
+    agg.record_success(None, Some(&block(100 << 20, f64::NAN)), false, 20);
+    let s = agg.summary(&TaskState::default());
+    assert_eq!(s.run_queue.n, 20);
+    let share = s.run_queue_per_wall.unwrap();
+    assert!((share - 0.17 / 0.38).abs() < 1e-9, "{share}");
+    let p50 = s.peak_rss_p50.unwrap();
+    assert!((100.0 * MIB..=102.3 * MIB).contains(&p50), "{p50}");
+    // the 95th of 21 is the 20th: still a 100 MiB block; the max is 1 GiB
+    let p95 = s.peak_rss_p95.unwrap();
+    assert!((100.0 * MIB..=102.3 * MIB).contains(&p95), "{p95}");
+    assert_eq!(s.peak_rss.max, (1u64 << 30) as f64);
+    let none = BlockAggregates::default().summary(&TaskState::default());
+    assert_eq!((none.run_queue_per_wall, none.peak_rss_p50), (None, None));
+}
+
+const MIB: f64 = 1048576.0;

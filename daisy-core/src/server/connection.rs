@@ -465,14 +465,18 @@ fn violation(own: &Block, claimed: &Block) -> Option<String> {
         ));
     }
     let stats = claimed.stats.as_ref()?;
+    // the run-queue wait may be NaN: not measured where /proc has no
+    // schedstat
+    let queued = stats.run_queue_seconds;
     let finite = [stats.wall_seconds, stats.cpu_seconds]
         .iter()
-        .all(|x| x.is_finite() && *x >= 0.0);
+        .all(|x| x.is_finite() && *x >= 0.0)
+        && (queued.is_nan() || (queued.is_finite() && queued >= 0.0));
     (!finite).then(|| {
         format!(
             "block {} came back with figures that are not finite, non-negative seconds \
-             (wall {}, cpu {})",
-            own.spatial_id, stats.wall_seconds, stats.cpu_seconds
+             (wall {}, cpu {}, run queue {})",
+            own.spatial_id, stats.wall_seconds, stats.cpu_seconds, queued
         )
     })
 }

@@ -48,6 +48,7 @@ use super::memory_watch::resident_bytes;
 use crate::block::{BlockKey, PerTask, TaskIndex};
 use crate::memory_budget::{BudgetSource, MemoryBudget, MemoryCgroup, machine_memory, mib};
 use crate::run_report::MemoryReport;
+use crate::run_stats::LogHistogram;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -179,59 +180,14 @@ impl Shared {
     }
 }
 
-/// One task's measured additions, as a histogram in [`PER_OCTAVE`]
-/// buckets per doubling (constant time per block and per question).
-#[derive(Clone, Debug)]
-struct Additions {
-    buckets: Vec<u32>,
-    count: u64,
-}
-
-impl Default for Additions {
-    fn default() -> Self {
-        Self {
-            buckets: vec![0; (64 * PER_OCTAVE) as usize],
-            count: 0,
-        }
-    }
-}
-
-impl Additions {
-    fn bucket(bytes: u64) -> usize {
-        let b = bytes.max(1) as f64;
-        ((b.log2() * f64::from(PER_OCTAVE)).ceil().max(0.0) as usize)
-            .min((64 * PER_OCTAVE) as usize - 1)
-    }
-
-    fn push(&mut self, bytes: u64) {
-        self.buckets[Self::bucket(bytes)] += 1;
-        self.count += 1;
-    }
-
-    /// The `q` quantile's bucket's upper end; None before any measurement.
-    fn quantile(&self, q: f64) -> Option<u64> {
-        if self.count == 0 {
-            return None;
-        }
-        let want = ((self.count as f64) * q).ceil().max(1.0) as u64;
-        let mut seen = 0u64;
-        for (i, &n) in self.buckets.iter().enumerate() {
-            seen += u64::from(n);
-            if seen >= want {
-                return Some(2f64.powf(i as f64 / f64::from(PER_OCTAVE)) as u64);
-            }
-        }
-        None
-    }
-}
-
 /// The gate and its guard (see the module's doc).
 #[derive(Debug)]
 pub(super) struct MemoryGate {
     budget: MemoryBudget,
     shared: Arc<Shared>,
     guard: Option<std::thread::JoinHandle<()>>,
-    tasks: PerTask<Additions>,
+    /// Per task: its blocks' measured additions.
+    tasks: PerTask<LogHistogram>,
     /// The expected addition counted for each block out.
     out: HashMap<BlockKey, u64>,
     committed: u64,
@@ -261,7 +217,7 @@ impl MemoryGate {
             budget,
             shared,
             guard: thread.flatten(),
-            tasks: (0..tasks).map(|_| Additions::default()).collect(),
+            tasks: (0..tasks).map(|_| LogHistogram::new(PER_OCTAVE)).collect(),
             out: HashMap::new(),
             committed: 0,
             held: HashMap::new(),
@@ -505,7 +461,7 @@ mod tests {
 
     #[test]
     fn a_tasks_typical_addition_is_its_upper_quartile_within_a_bucket() {
-        let mut a = Additions::default();
+        let mut a = LogHistogram::new(PER_OCTAVE);
         assert_eq!(a.quantile(0.75), None);
         for _ in 0..18 {
             a.push(150 << 20);
@@ -536,7 +492,7 @@ mod tests {
             b.max_rss = 250 << 20;
         }
         g.returned(key(20), Some(20));
-        assert_eq!(g.tasks[0].count, 1);
+        assert_eq!(g.tasks[0].count(), 1);
         let typical = g.expected(0, None);
         assert!((150 << 20..=180 << 20).contains(&typical), "{typical}");
         for k in 0..3 {

@@ -64,7 +64,7 @@ const fn stat(name: &'static str, dtype: ElementType, fill: [u8; 8]) -> ArrayKin
 /// The arrays added by resource tracking, in the order of
 /// `StatsArrays::open`. Cells of blocks that never executed hold the fill
 /// value (NaN for measurements and times, 2^32-1 for "no worker").
-pub const STATS: [ArrayKind; 10] = [
+pub const STATS: [ArrayKind; 11] = [
     stat("wall_seconds", ElementType::F32, NAN32),
     stat("cpu_seconds", ElementType::F32, NAN32),
     stat("peak_rss_bytes", ElementType::U64, [0; 8]),
@@ -79,6 +79,7 @@ pub const STATS: [ArrayKind; 10] = [
     ),
     stat("sent_at", ElementType::F64, NAN64),
     stat("returned_at", ElementType::F64, NAN64),
+    stat("run_queue_seconds", ElementType::F32, NAN32),
 ];
 
 /// What the store holds for one block.
@@ -113,12 +114,13 @@ pub(super) struct StatsArrays {
     worker_id: MappedArray,
     sent_at: MappedArray,
     returned_at: MappedArray,
+    run_queue_seconds: MappedArray,
 }
 
 impl StatsArrays {
     /// Open (creating where missing) the [`STATS`] arrays of a store.
     pub(super) fn open(store: &Path, shape: &Coord) -> Result<Self, DaisyError> {
-        let [w, c, rss, ior, iow, gu, gm, wid, sent, ret] =
+        let [w, c, rss, ior, iow, gu, gm, wid, sent, ret, rq] =
             STATS.map(|k| map_array(store, k, shape));
         Ok(Self {
             wall_seconds: w?,
@@ -131,10 +133,11 @@ impl StatsArrays {
             worker_id: wid?,
             sent_at: sent?,
             returned_at: ret?,
+            run_queue_seconds: rq?,
         })
     }
 
-    pub(super) fn all(&self) -> [&MappedArray; 10] {
+    pub(super) fn all(&self) -> [&MappedArray; 11] {
         [
             &self.wall_seconds,
             &self.cpu_seconds,
@@ -146,10 +149,11 @@ impl StatsArrays {
             &self.worker_id,
             &self.sent_at,
             &self.returned_at,
+            &self.run_queue_seconds,
         ]
     }
 
-    /// Write one block's figures: ten stores into the mappings, no
+    /// Write one block's figures: eleven stores into the mappings, no
     /// allocation.
     pub(super) fn record(
         &mut self,
@@ -169,6 +173,8 @@ impl StatsArrays {
         self.worker_id.set(cell, worker.unwrap_or(NO_WORKER));
         self.sent_at.set(cell, sent);
         self.returned_at.set(cell, ret);
+        self.run_queue_seconds
+            .set(cell, stats.run_queue_seconds as f32);
     }
 
     /// A block's figures, worker and stamps (done and failures left
@@ -184,6 +190,10 @@ impl StatsArrays {
             io_write_bytes: self.io_write_bytes.get(cell).unwrap_or(0),
             gpu_util_pct: self.gpu_util_pct.get(cell).unwrap_or(f32::NAN),
             gpu_mem_bytes: self.gpu_mem_bytes.get(cell).unwrap_or(0),
+            run_queue_seconds: self
+                .run_queue_seconds
+                .get::<f32>(cell)
+                .map_or(f64::NAN, f64::from),
         };
         let worker = self.worker_id.get::<u32>(cell).filter(|&w| w != NO_WORKER);
         let stamp = |a: &MappedArray| a.get::<f64>(cell).filter(|t| !t.is_nan());

@@ -598,6 +598,7 @@ mod tests {
             io_write_bytes: 9,
             gpu_util_pct: f32::NAN,
             gpu_mem_bytes: 0,
+            run_queue_seconds: 0.125,
         }
     }
 
@@ -671,6 +672,7 @@ mod tests {
         assert_eq!(got.peak_rss_bytes, 1 << 30);
         assert!((got.wall_seconds - 0.5).abs() < 1e-6);
         assert!(got.gpu_util_pct.is_nan());
+        assert_eq!(got.run_queue_seconds, 0.125);
         assert_eq!(
             (r.worker_id, r.sent_at, r.returned_at),
             (Some(3), Some(100.0), Some(100.5))

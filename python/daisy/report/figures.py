@@ -173,6 +173,16 @@ class BlockSummary:
     #: CPU seconds per wall second of the blocks: about 1 CPU-bound on one
     #: core, well below waiting (IO, locks), above several threads
     cpu_per_wall: float | None = None
+    #: seconds each block's worker waited for a core (runnable, on the run
+    #: queue), over the blocks that have the figure
+    run_queue: Stat = field(default_factory=Stat)
+    #: the share of those blocks' wall spent waiting for a core (the
+    #: core's); None without the figure
+    run_queue_per_wall: float | None = None
+    #: the median and 95th percentile of the blocks' peak RSS, bytes
+    #: (within 2.2 %, the core's); None without measurements
+    peak_rss_p50: float | None = None
+    peak_rss_p95: float | None = None
 
     _STATS = (
         "round_trip",
@@ -185,6 +195,7 @@ class BlockSummary:
         "gpu_util",
         "gpu_mem",
         "first_on_worker",
+        "run_queue",
     )
     #: the stats that count bytes or percent (the others count seconds)
     _UNITS = {"peak_rss": "B", "io_read": "B", "io_write": "B", "gpu_mem": "B", "gpu_util": "%"}
@@ -195,6 +206,7 @@ class BlockSummary:
         defaults: dict[str, Any] = {"count": 0, "skipped": 0, "failures": 0}
         defaults.update(has_stats=False, trend_slope_ms=0.0, trend_shown=False, peak_rss_source="")
         defaults.update(warmup_ratio=None, slowest=[], cpu_per_wall=None)
+        defaults.update(run_queue_per_wall=None, peak_rss_p50=None, peak_rss_p95=None)
         defaults.update(dict.fromkeys(cls._STATS))
         f = _fields({} if d is None else d, defaults, "blocks")
         slowest = []
@@ -205,6 +217,9 @@ class BlockSummary:
             warmup_ratio=_opt_float(f["warmup_ratio"]),
             slowest=tuple(slowest),
             cpu_per_wall=_opt_float(f["cpu_per_wall"]),
+            run_queue_per_wall=_opt_float(f["run_queue_per_wall"]),
+            peak_rss_p50=_opt_float(f["peak_rss_p50"]),
+            peak_rss_p95=_opt_float(f["peak_rss_p95"]),
             count=int(f["count"]),
             skipped=int(f["skipped"]),
             failures=int(f["failures"]),
@@ -251,6 +266,9 @@ class BlockSummary:
         out["warmup_ratio"] = self.warmup_ratio
         out["slowest"] = [{"spatial_id": i, "seconds": t} for i, t in self.slowest]
         out["cpu_per_wall"] = self.cpu_per_wall
+        out["run_queue_per_wall"] = self.run_queue_per_wall
+        out["peak_rss_p50"] = self.peak_rss_p50
+        out["peak_rss_p95"] = self.peak_rss_p95
         return out
 
 

@@ -267,6 +267,11 @@ class TaskReport:
             if b.trend_shown:
                 second += f"   trend ∠ {b.trend_slope_ms:+.4f} ms/block"
             lines.append(second)
+            if b.peak_rss_p50 is not None and b.peak_rss_p95 is not None:
+                lines.append(
+                    f"{pad} peak memory per block p50 {format_bytes(b.peak_rss_p50)}"
+                    f"  p95 {format_bytes(b.peak_rss_p95)}  max {format_bytes(b.peak_rss.max)}"
+                )
             if b.gpu_mem:
                 lines.append(
                     f"{pad} gpu {b.gpu_util.format()}"
@@ -279,8 +284,10 @@ class TaskReport:
                     "cannot reset it per block)"
                 )
         if b.cpu_per_wall is not None:
+            waited = _core_wait_words(b)
             lines.append(
-                f"{pad} cpu per block-second {b.cpu_per_wall:.2f} ({_cpu_words(b.cpu_per_wall)})"
+                f"{pad} cpu per block-second {b.cpu_per_wall:.2f} "
+                f"({waited or _cpu_words(b.cpu_per_wall)})"
             )
         if b.warmup_ratio is not None and b.warmup_ratio >= WARMUP_SHOWN:
             first = format_seconds(b.first_on_worker.mean)
@@ -397,6 +404,28 @@ def _cpu_words(ratio: float) -> str:
     if ratio >= 0.3:
         return "part CPU, part waiting"
     return "mostly waiting: IO, locks or sleep"
+
+
+#: the share of a block's wall spent waiting for a core from which the
+#: panel says so: below it, a scheduler's ordinary jitter
+CORE_WAIT_SHOWN = 0.25
+
+
+def _core_wait_words(b: BlockSummary) -> str | None:
+    """ "waiting for a core" with its figure, where the blocks' time that
+    was not CPU went mostly to the run queue (more busy processes than
+    cores); None otherwise."""
+    queued = b.run_queue_per_wall
+    if queued is None or b.cpu_per_wall is None or queued < CORE_WAIT_SHOWN:
+        return None
+    other_wait = max(0.0, 1.0 - b.cpu_per_wall - queued)
+    if queued < other_wait:
+        return None
+    return (
+        f"waiting for a core: {format_seconds(b.run_queue.mean)} of "
+        f"{format_seconds(b.wall.mean)} per block ({queued:.0%}) on the run queue; "
+        "more busy workers than cores: set fewer max_workers, or fewer threads per block"
+    )
 
 
 def last_report() -> RunReport | None:
