@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,7 +67,7 @@ CHILD = textwrap.dedent(
         max_retries=0,
         max_worker_restarts=0,
     )
-    states = daisy.run_blockwise([task], progress=False, summary=False, return_states=True)
+    states = daisy.run_blockwise([task], progress=True, summary=False, return_states=True)
     state = states["region"]
     report = task.report()
     print("RESULT " + json.dumps({
@@ -77,6 +78,7 @@ CHILD = textwrap.dedent(
         "held_back": report.memory.held_back if report.memory else None,
         "source": report.memory.budget_source if report.memory else None,
         "restarts": state.worker_restart_count,
+        "state_held_back": state.held_back_count,
         "failures": state.worker_failure_count,
         "causes": [m for m, _ in report.failure_causes.messages][:3],
         "notices": report.notices,
@@ -129,7 +131,7 @@ def kernel_oom_kills(group: Path) -> int:
 
 def run_in_cgroup(
     tmp_path: Path, limit_mib: int, blocks: int, workers: str, env: dict[str, str]
-) -> tuple[dict, int, Path]:
+) -> tuple[dict[str, Any], int, Path]:
     """Run ``blocks`` region blocks with ``workers`` in a fresh cgroup; the run's result,
     the kernel's OOM kills and the evidence directory."""
     evidence = tmp_path / "evidence"
@@ -152,7 +154,9 @@ def run_in_cgroup(
         kills = kernel_oom_kills(group)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, f"the run printed no result (rc {proc.returncode}):\n{proc.stderr[-3000:]}"
-    return json.loads(lines[-1][len("RESULT ") :]), kills, evidence
+    result = json.loads(lines[-1][len("RESULT ") :])
+    result["progress"] = [line for line in proc.stderr.splitlines() if line.startswith("daisy: ")]
+    return result, kills, evidence
 
 
 def lines_of(evidence: Path, prefix: str) -> dict[int, int]:
@@ -182,6 +186,10 @@ def test_a_block_stopped_for_memory_is_held_back_not_retried_nor_a_restart(tmp_p
     assert result["orphaned"] == 0 and not result["abandoned"], result
     assert result["restarts"] == 0 and result["failures"] == 0, result
     assert result["held_back"] >= 1, f"the guard never had to stop a worker: {result}"
+    assert result["state_held_back"] == result["held_back"], result
+    # the progress line's last word on the task names them
+    last = [line for line in result["progress"] if "finished in" in line][-1]
+    assert f", {result['held_back']} held back (memory)," in last, last
     assert result["source"].startswith("the memory cgroup limit"), result
     done = lines_of(evidence, "done")
     assert sorted(done) == list(range(12)), f"blocks never finished: {result}"

@@ -195,6 +195,7 @@ def _state(done: int, total: int):
         skipped_count=0,
         failed_count=0,
         orphaned_count=0,
+        held_back_count=0,
         total_block_count=total,
         is_done=lambda: done == total,
     )

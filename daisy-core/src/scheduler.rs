@@ -685,6 +685,7 @@ impl Scheduler {
         }
         run.state.processing_count -= 1;
         run.state.ready_count += 1;
+        run.state.held_back_count += 1;
         run.held.push_back(key.index);
         true
     }
@@ -1362,5 +1363,40 @@ mod tests {
         assert_eq!(s.checks_pending(0), (0, 0));
         assert!(s.acquire_checked(0).is_none());
         assert!(s.take_for_check(0).is_none());
+    }
+
+    #[test]
+    fn a_held_back_block_is_counted_once_never_as_an_attempt_and_runs_again() {
+        let line = TaskSpec::new(
+            "t",
+            roi(&[0], &[40]),
+            roi(&[0], &[10]),
+            roi(&[0], &[10]),
+            Fit::Valid,
+            false,
+            0,
+            vec![],
+        )
+        .unwrap();
+        let mut s = Scheduler::new(Pipeline::new(vec![line]).unwrap());
+        let b = acquire(&mut s, 0).unwrap();
+        assert!(s.hold_back(b.key));
+        assert!(!s.hold_back(b.key), "not out any more: nothing changes");
+        let st = s.task_state(0);
+        assert_eq!(
+            (st.held_back_count, st.failed_attempts, st.processing_count),
+            (1, 0, 0)
+        );
+        assert_eq!(st.ready_count, 4, "ready again");
+        assert_eq!(s.next_held(0), Some(b.key));
+        let again = s.take_held(0).unwrap();
+        assert_eq!(again.key, b.key);
+        assert_eq!(s.next_held(0), None);
+        s.release_block(again.key, BlockStatus::Success).unwrap();
+        let st = s.task_state(0);
+        assert_eq!(
+            (st.completed_count, st.held_back_count, st.failed_count),
+            (1, 1, 0)
+        );
     }
 }

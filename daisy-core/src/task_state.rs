@@ -44,6 +44,10 @@ pub struct TaskState {
     pub worker_failure_count: u64,
     /// Blocks reclaimed because they ran past the task's `timeout`.
     pub timeout_reclaim_count: u64,
+    /// Times the memory guard stopped a block's worker before the kernel's
+    /// OOM killer would and held the block back to run again (none is a
+    /// failed attempt or a worker death; see `server::memory_gate`).
+    pub held_back_count: u64,
     /// The task's per-block timeout, if it has one.
     pub timeout: Option<std::time::Duration>,
     /// Why the task was given up, once it was.

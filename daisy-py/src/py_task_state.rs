@@ -139,6 +139,14 @@ impl PyTaskState {
         self.inner.timeout_reclaim_count
     }
 
+    /// Times the memory guard stopped a block's worker before the kernel's
+    /// OOM killer would and held the block back to run again: neither a
+    /// failed attempt nor a worker death.
+    #[getter]
+    fn held_back_count(&self) -> u64 {
+        self.inner.held_back_count
+    }
+
     /// The task's per-block timeout in seconds, or None without one.
     #[getter]
     fn timeout_secs(&self) -> Option<f64> {

@@ -241,6 +241,8 @@ class LineProgress:
         else:
             tail = f"eta {_duration(eta)}" if eta is not None else "eta ?"
         orphaned = f", {state.orphaned_count} orphaned" if state.orphaned_count else ""
+        if state.held_back_count:
+            orphaned += f", {state.held_back_count} held back (memory)"
         plural = "s" if workers != 1 else ""
         file = self._file or sys.stderr
         print(

@@ -195,8 +195,6 @@ pub(super) struct MemoryGate {
     held: HashMap<BlockKey, u64>,
     /// Workers the guard stopped whose stop was accounted for.
     accounted: std::collections::HashSet<u32>,
-    /// Blocks held back, per task, for the report.
-    held_back: PerTask<u64>,
 }
 
 impl MemoryGate {
@@ -222,16 +220,17 @@ impl MemoryGate {
             committed: 0,
             held: HashMap::new(),
             accounted: Default::default(),
-            held_back: (0..tasks).map(|_| 0).collect(),
         }
     }
 
-    /// What task `task`'s report says of the budget and the guard.
-    pub(super) fn report(&self, task: TaskIndex) -> MemoryReport {
+    /// What a task's report says of the budget and the guard, with the
+    /// blocks the task held back (the scheduler counts them:
+    /// `TaskState::held_back_count`).
+    pub(super) fn report(&self, held_back: u64) -> MemoryReport {
         MemoryReport {
             budget_bytes: self.budget.bytes,
             budget_source: self.budget.source.to_string(),
-            held_back: self.held_back[task],
+            held_back,
         }
     }
 
@@ -342,7 +341,6 @@ impl MemoryGate {
                 .saturating_mul(2)
                 .max(before.saturating_mul(2));
             self.held.insert(stopped.key, need.max(1 << 20));
-            self.held_back[stopped.key.task] += 1;
         }
         Some(stopped)
     }
@@ -538,7 +536,7 @@ mod tests {
         g.returned(key(8), Some(4));
         assert_eq!(g.take_stopped(4), Some(stop));
         assert_eq!(g.take_stopped(4), None, "accounted once");
-        assert!(g.is_held(key(8)) && g.report(0).held_back == 1);
+        assert!(g.is_held(key(8)));
         // 1.4 GiB expected: not beside 2.4 GiB in use
         g.shared.in_use.store(2000 << 20, Ordering::Relaxed);
         assert!(!g.admits(0, Some(key(8))));

@@ -935,7 +935,8 @@ impl State {
             for (t, report) in outcome.reports.iter_mut().enumerate() {
                 let t = t as TaskIndex;
                 if self.config.tasks[t].is_local() {
-                    report.memory = Some(gate.report(t));
+                    let held_back = self.scheduler.task_state(t).held_back_count;
+                    report.memory = Some(gate.report(held_back));
                 }
             }
         }

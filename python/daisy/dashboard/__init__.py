@@ -54,7 +54,7 @@ raised), and never at the run's expense:
 
     schema, running, finished, started_at, now     (times: seconds since the epoch)
     tasks: [{task_id, total, done, skipped, failed, orphaned, pending,
-             processing, workers, failed_attempts, restarts,
+             processing, held_back, workers, failed_attempts, restarts,
              blocks_per_second, eta_seconds, utilisation}]
     timeline: {window_seconds, shown, dropped,
                bars: {task_id, worker_id, block, start, end, outcome}}
@@ -68,7 +68,10 @@ raised), and never at the run's expense:
 ``tasks`` is empty until the run's first tick (a few milliseconds after its
 start). ``done`` counts skipped blocks too; ``pending`` is every block not yet
 handed out (waiting for upstream blocks, or ready); ``done + failed +
-orphaned + pending + processing == total``. A bar's ``outcome`` is
+orphaned + pending + processing == total``. ``held_back`` counts the times
+the memory guard stopped a block's worker before the kernel's OOM killer
+would and held the block back to run again (see "Memory and workers" in the
+docs; those blocks are pending again, not failed). A bar's ``outcome`` is
 ``done``, ``failed``, ``timed out`` or ``lost`` (its worker died).
 ``blocks_per_second`` is over the last 30 s, ``eta_seconds`` the blocks
 left at that pace (null while nothing completes), ``utilisation`` the

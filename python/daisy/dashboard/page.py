@@ -100,7 +100,8 @@ _SCRIPT = """
     fill($("tasks"), st.tasks.map((t) => [
       [t.task_id], [num(t.done), "done-" + t.task_id], [num(t.failed), "failed-" + t.task_id],
       [num(t.orphaned), "orphaned-" + t.task_id], [num(t.pending), "pending-" + t.task_id],
-      [num(t.processing)], [num(t.total)], [num(t.workers)],
+      [num(t.processing)], [num(t.held_back), "held-back-" + t.task_id], [num(t.total)],
+      [num(t.workers)],
       [t.blocks_per_second.toFixed(1)], [st.finished ? "done" : secs(t.eta_seconds)],
       [pct(t.utilisation)],
     ]));
@@ -278,6 +279,7 @@ def page_html() -> str:
             "orphaned",
             "pending",
             "processing",
+            "held back (memory)",
             "total",
             "workers",
             "blocks/s",

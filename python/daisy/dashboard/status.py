@@ -96,6 +96,7 @@ def _task_row(
         "orphaned": s.orphaned_count,
         "pending": s.pending_count + s.ready_count + s.processing_count - held,
         "processing": held,
+        "held_back": s.held_back_count,
         "workers": workers,
         "failed_attempts": s.failed_attempts,
         "restarts": restarts,
