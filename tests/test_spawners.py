@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -705,3 +706,47 @@ def test_dask_runs_a_function_from_a_module_loaded_by_file(
     states = daisy.Server().run_blockwise([task], progress=False)
     assert states["fileload/0/val"].completed_count == 6, states["fileload/0/val"]
     check_user_script_outputs(out, 6, module)
+
+
+SLURM_BUDGET_DRIVER = """
+import daisy
+
+def nothing(block):
+    pass
+
+task = daisy.Task(
+    "budget",
+    total_roi=daisy.Roi((0,), (4,)),
+    read_roi=daisy.Roi((0,), (1,)),
+    write_roi=daisy.Roi((0,), (1,)),
+    process_function=nothing,
+    max_workers="auto",
+)
+assert daisy.run_blockwise([task], progress=False, summary=False)
+memory = task.report().memory
+print("BUDGET", memory.budget_bytes, memory.budget_source)
+print("NOTICES", task.report().notices)
+"""
+
+
+def test_a_driver_in_a_slurm_job_takes_its_budget_from_the_jobs_allocation(tmp_path, slurm):
+    # the test cluster does not enforce memory (no cgroup plugin): the job's
+    # --mem reaches the driver only as SLURM_MEM_PER_NODE, which is the
+    # promise the job made to the node's other jobs, and what daisy must
+    # hold its local workers to
+    script = tmp_path / "driver.py"
+    script.write_text(SLURM_BUDGET_DRIVER)
+    out = tmp_path / "job.out"
+    subprocess.run(
+        ["sbatch", "--wait", "--mem=1500", "--cpus-per-task=1", f"--output={out}"]
+        + ["--job-name=daisy-budget", "--wrap", f"{sys.executable} {script}"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    text = out.read_text()
+    (line,) = [line for line in text.splitlines() if line.startswith("BUDGET ")]
+    _, figure, source = line.split(" ", 2)
+    assert int(figure) == 1500 << 20, text
+    assert source == "the SLURM job's SLURM_MEM_PER_NODE", text
+    assert 'max_workers="auto" chose' in text and "SLURM_MEM_PER_NODE" in text, text
