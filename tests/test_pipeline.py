@@ -379,3 +379,45 @@ def test_a_list_of_tasks_is_checked_once_not_once_per_task(monkeypatch):
     assert {t.task_id for t in q.tasks} == {f"t{i}" for i in range(8)}
     with pytest.raises(TypeError, match="tasks: expected"):
         daisy.Pipeline.of([tasks[0], 3])
+
+
+# ---------------------------------------------------------------------------
+# joining two checked pipelines checks what the join adds (issue 56)
+# ---------------------------------------------------------------------------
+
+
+def test_plus_checks_the_edges_it_adds_between_two_pipelines():
+    a, b = line_task("a", 4), line_task("b", 4)
+    flat = daisy.Task(
+        "flat",
+        daisy.Roi((0, 0), (4, 4)),
+        daisy.Roi((0, 0), (1, 1)),
+        daisy.Roi((0, 0), (1, 1)),
+        process_function=lambda b: None,
+    )
+    with pytest.raises(ValueError, match='task "flat" has 2 axes but its upstream task "b"'):
+        (a + b) + flat
+
+
+def test_plus_and_bar_refuse_two_tasks_of_either_side_on_one_store(tmp_path):
+    a = line_task("a", 2, tracking_path=str(tmp_path / "one"))
+    b = line_task("b", 2, tracking_path=str(tmp_path / "one"))
+    c = line_task("c", 2)
+    for build in (lambda: (a + c) | b, lambda: (c | a) + b):
+        with pytest.raises(ValueError, match='tasks "a" and "b" resolve to the same tracking'):
+            build()
+
+
+def test_a_long_chain_built_with_plus_has_one_source_one_output_and_every_edge():
+    tasks = [line_task(f"t{i}", 1) for i in range(300)]
+    p = tasks[0]
+    for t in tasks[1:]:
+        p = p + t
+    assert [t.task_id for t in p.sources] == ["t0"]
+    assert [t.task_id for t in p.outputs] == ["t299"]
+    assert len(p.edges) == 299
+    assert p.upstream_ids("t150") == ["t149"]
+    # a side joined in parallel keeps its own end as an output, until joined after
+    q = (p | line_task("side", 1)) + line_task("end", 1)
+    assert [t.task_id for t in q.outputs] == ["end"]
+    assert sorted(q.upstream_ids("end")) == ["side", "t299"]

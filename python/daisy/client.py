@@ -32,6 +32,7 @@ from daisy import _v1_names
 from daisy._daisy import Block
 from daisy._daisy import Client as _NativeClient
 from daisy.block import BlockStatus
+from daisy.block_function import block_call
 from daisy.context import Context
 from daisy.import_clock import ImportClock
 
@@ -117,8 +118,13 @@ class Client:
                 native.block_failed(block, error)
 
     def _failure_text(self, block: Block, e: BaseException) -> str:
-        """Log a block's exception; the text reported to the server."""
+        """Log a block's exception; the text reported to the server. Made
+        safe to send whatever the exception holds: a lone surrogate (a file
+        name `os.fsdecode` made of non-UTF-8 bytes) is escaped (``\\udcff``)
+        instead of killing the worker that encodes it; an exception whose
+        ``__str__`` raises reads as such (`traceback`'s own words)."""
         text = "".join(traceback.format_exception(e))
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
         logger.error(
             "block %s of task %r failed in worker %s:\n%s",
             block.block_id[1],
@@ -150,6 +156,9 @@ class Client:
         if self._native is None:
             return
         native = self._native
+        # an async def runs on this process's loop; a function that returns
+        # a generator or an unawaited coroutine fails its block
+        function = block_call(function)
         block = native.acquire_block()
         # the first block's imports are timed (`daisy.import_clock`): the
         # report tells a warm-up of imports from set-up in the function
@@ -164,7 +173,11 @@ class Client:
                     function(block)
                 if post_check is not None and not post_check(block):
                     block.status = BlockStatus.FAILED
-            except Exception as e:
+            # a BaseException raised in a block (KeyboardInterrupt, SystemExit
+            # from a library, its own subclass) fails the block with its
+            # traceback like any other; the worker goes on (it is stopped by
+            # the server, never by a signal turned into an exception here)
+            except BaseException as e:
                 error: str | None = self._failure_text(block, e)
                 if self.reraise:
                     native.block_failed(block, error or "")

@@ -9,6 +9,7 @@ from typing import Any
 
 from daisy import _v1_names
 from daisy._daisy import TaskState
+from daisy.block_function import block_call
 from daisy.report.task_report import RunReport
 from daisy.scheduler import Scheduler
 from daisy.server_observer import ServerObservee, StateEvents
@@ -45,7 +46,7 @@ class SerialServer(ServerObservee):
             check_runnable(task, in_process=True)
         result = scheduler._native.run_serial(
             {
-                t.task_id: t.process_function
+                t.task_id: block_call(t.process_function)
                 for t in scheduler.tasks
                 if t.process_function is not None
             },

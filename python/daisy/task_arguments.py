@@ -29,6 +29,7 @@ from typing import Any
 
 from daisy._daisy import validated_task_id
 from daisy._worker import _count_required_args
+from daisy.block_function import refuse_generator
 
 #: daisy 2.0.0's warning for ``Task(num_workers=N)``, word for word
 NUM_WORKERS_WARNING = (
@@ -68,6 +69,7 @@ def parse_process_function(
             f"process_function: expected a callable taking a block (or nothing, for a worker "
             f"function), got {type(function).__name__}"
         )
+    refuse_generator(function)
     n_args = _count_required_args(function)
     if n_args is not None and n_args > 1:
         raise TypeError(
