@@ -116,3 +116,43 @@ def test_status_of_a_path_with_no_store_is_a_clear_error(tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+def test_a_history_this_user_cannot_read_is_named_with_exit_2(tmp_path):
+    # another user's runs.jsonl, mode 0600: root reads everything, so the command runs
+    # as root without the capabilities that override file permissions (setpriv)
+    import os
+    import pwd
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to read as a user without permission")
+    other = next((p for p in pwd.getpwall() if p.pw_uid not in (0,) and p.pw_uid >= 1), None)
+    if other is None:
+        pytest.skip("no second user on this machine")
+    import daisy
+
+    store = tmp_path / "store"
+    task = daisy.Task(
+        "h",
+        daisy.Roi((0,), (4,)),
+        daisy.Roi((0,), (1,)),
+        daisy.Roi((0,), (1,)),
+        process_function=lambda b: None,
+        tracking_path=store,
+    )
+    assert daisy.run_blockwise([task], multiprocessing=False, progress=False, summary=False)
+    runs = store / "runs.jsonl"
+    os.chown(runs, other.pw_uid, other.pw_gid)
+    runs.chmod(0o600)
+    for command in ("status", "report", "compare"):
+        out = subprocess.run(
+            ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+            + [sys.executable, "-m", "daisy", command, str(store)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 2, (command, out.stdout, out.stderr)
+        assert f"daisy: cannot read {runs}: Permission denied" in out.stderr, (command, out.stderr)
+        assert "Traceback" not in out.stderr, out.stderr

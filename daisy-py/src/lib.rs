@@ -184,6 +184,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_tracking::store_status, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::find_tracking, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::read_history, m)?)?;
+    m.add_function(wrap_pyfunction!(py_tracking::read_last_report, m)?)?;
     m.add_function(wrap_pyfunction!(py_tracking::check_distinct_stores, m)?)?;
     m.add_function(wrap_pyfunction!(py_stats::store_wall_percentiles, m)?)?;
     m.add_function(wrap_pyfunction!(py_stats::compare_to_baseline, m)?)?;

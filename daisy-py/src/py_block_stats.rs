@@ -33,6 +33,7 @@ impl PyBlockStats {
         io_write_bytes = 0,
         gpu_util_pct = f32::NAN,
         gpu_mem_bytes = 0,
+        *,
         run_queue_seconds = f64::NAN
     ))]
     #[allow(clippy::too_many_arguments)] // the figures' keywords, one each

@@ -194,6 +194,22 @@ pub fn check_distinct_stores(stores: Vec<(String, PathBuf)>) -> PyResult<()> {
     daisy_core::tracking_store::placement::check_distinct(&pairs).py()
 }
 
+/// The last report of a history, read from its end (the core's
+/// `read_last_report`), as JSON with every key; None for a missing file or
+/// one without a report, an `OSError` naming the file for one that cannot
+/// be read.
+#[pyfunction]
+pub fn read_last_report(path: PathBuf) -> PyResult<Option<String>> {
+    let report = daisy_core::run_report::read_last_report(&path)
+        .map_err(|e| daisy_core::error::DaisyError::Io(format!("{}: {e}", path.display())))
+        .py()?;
+    report
+        .map(|r| serde_json::to_string(&r))
+        .transpose()
+        .map_err(|e| daisy_core::error::DaisyError::Io(e.to_string()))
+        .py()
+}
+
 /// A report history read back and each line decoded by the core's report
 /// types: `([(line, after_reset, report JSON with every key)], [(line,
 /// reason)])`; a missing file is an empty history, an unreadable one an

@@ -46,6 +46,7 @@ __all__ = [
     "StoreStatus",
     "find_tracking",
     "read_history",
+    "read_last_report",
     "check_distinct_stores",
     "compare_to_baseline",
     "at_interpreter_exit",
@@ -415,6 +416,7 @@ def store_status(path: str | os.PathLike[str]) -> StoreStatus: ...
 def read_history(
     path: str | os.PathLike[str],
 ) -> tuple[list[tuple[int, bool, str]], list[tuple[int, str]]]: ...
+def read_last_report(path: str | os.PathLike[str]) -> str | None: ...
 def find_tracking(path: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]: ...
 def check_distinct_stores(stores: Sequence[tuple[str, str | os.PathLike[str]]]) -> None: ...
 def store_wall_percentiles(
@@ -522,6 +524,7 @@ class BlockStats:
         io_write_bytes: int = 0,
         gpu_util_pct: float = ...,
         gpu_mem_bytes: int = 0,
+        *,
         run_queue_seconds: float = ...,
     ) -> BlockStats: ...
     @property

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from daisy._daisy import __version__, compare_to_baseline, store_status, store_wall_percentiles
-from daisy.report.history import RUNS_FILE, read_runs
+from daisy.report.history import RUNS_FILE, read_last_run, read_runs
 from daisy.report.stores import find_runs_files, find_stores, store_of
 from daisy.report.task_report import TaskReport
 
@@ -251,8 +251,7 @@ def status_rows(path: Path) -> list[dict[str, Any]]:
             s = store_status(store)
         except (OSError, RuntimeError):
             continue  # a directory with a zarr.json that is no daisy store
-        runs = read_runs(store / RUNS_FILE) if (store / RUNS_FILE).is_file() else []
-        last = runs[-1] if runs else None
+        last = read_last_run(store / RUNS_FILE)
         rows.append(
             {
                 "store": str(store),
@@ -572,6 +571,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except CliError as e:
         print(f"daisy: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        # a store or a history this user cannot read (another user's runs.jsonl,
+        # mode 0600), a path that went away: said with the path, exit 2, never
+        # a traceback, and never 1 (which `compare` means as "regression")
+        where = f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e)
+        print(f"daisy: cannot read {where}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         # the reader went away (`daisy report ... | head -1`): stop quietly,

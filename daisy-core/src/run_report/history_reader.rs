@@ -143,9 +143,98 @@ pub fn read_history(path: &Path) -> std::io::Result<History> {
     Ok(history)
 }
 
+/// Bytes read at a time from the end of a history by
+/// [`read_last_report`]: a report line is a few KB, so one read finds the
+/// last report of almost any history.
+const TAIL_CHUNK: u64 = 64 << 10;
+
+/// The last report of the history at `path`, read from the end: constant
+/// time in the length of the history (a history of a long-lived task grows
+/// to hundreds of MB, and reading it all took a minute per command). Lines
+/// that are no report and reset records are passed over, as
+/// [`read_history`] skips them; None for a missing file or one without a
+/// report.
+pub fn read_last_report(path: &Path) -> std::io::Result<Option<TaskReport>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut end = file.seek(SeekFrom::End(0))?;
+    // bytes after the last newline seen so far, not yet a whole line
+    let mut carry: Vec<u8> = Vec::new();
+    while end > 0 {
+        let start = end.saturating_sub(TAIL_CHUNK);
+        let mut chunk = vec![0u8; (end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut chunk)?;
+        chunk.extend_from_slice(&carry);
+        end = start;
+        // every line but the first is whole; the first is whole only at
+        // the file's start
+        let mut lines: Vec<&[u8]> = chunk.split(|&b| b == b'\n').collect();
+        let first = if start > 0 {
+            Some(lines.remove(0))
+        } else {
+            None
+        };
+        for line in lines.iter().rev() {
+            let text = String::from_utf8_lossy(line);
+            if text.trim().is_empty() {
+                continue;
+            }
+            if let Ok(Some(report)) = decode(&text) {
+                return Ok(Some(report));
+            }
+        }
+        carry = first.map(<[u8]>::to_vec).unwrap_or_default();
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_report_is_read_from_the_end_past_odd_lines_and_resets() {
+        let dir = std::env::temp_dir().join(format!("daisy-history-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("runs.jsonl");
+        assert_eq!(read_last_report(&path).unwrap(), None, "missing: none");
+        let report = |id: &str, at: f64| {
+            changed(&a_report(), |v| {
+                v["task_id"] = Value::from(id);
+                v["finished_at"] = Value::from(at);
+            })
+        };
+        // many reports, longer than one chunk, then a reset, a damaged line
+        let mut text = String::new();
+        for i in 0..200 {
+            text += &report("t", f64::from(i));
+            text += "\n";
+        }
+        text += &report("t", 999.0);
+        text += "\n{\"reset_at\": 1.0}\n{\"task_id\": \"cut short\n\n";
+        std::fs::write(&path, &text).unwrap();
+        assert!(
+            text.len() as u64 > TAIL_CHUNK,
+            "spans chunks: {}",
+            text.len()
+        );
+        let last = read_last_report(&path).unwrap().unwrap();
+        assert_eq!(last.finished_at, 999.0);
+        let all = read_history(&path).unwrap();
+        assert_eq!(
+            all.reports.last().unwrap().report,
+            last,
+            "the same as reading it all"
+        );
+        std::fs::write(&path, "not json\n").unwrap();
+        assert_eq!(read_last_report(&path).unwrap(), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn a_report() -> String {
         let report = TaskReport {

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daisy._daisy import history_file, read_history
+from daisy._daisy import history_file, read_history, read_last_report
 from daisy.units import format_bytes as format_bytes
 from daisy.units import format_seconds as format_seconds
 
@@ -122,9 +122,11 @@ def _report_lines(path: Path) -> list[TaskReport]:
 
 
 def read_last_run(path: str | os.PathLike[str]) -> TaskReport | None:
-    """The last report of a ``runs.jsonl``, or None."""
-    runs = _report_lines(Path(path))
-    return runs[-1] if runs else None
+    """The last report of a ``runs.jsonl``, or None: read from the end of
+    the file by the core, so as fast on a history of years as on one run
+    (``after_reset`` is not set: `read_runs` knows what came before)."""
+    text = read_last_report(Path(path))
+    return None if text is None else TaskReport.from_dict(json.loads(text))
 
 
 def read_runs(path: str | os.PathLike[str]) -> list[TaskReport]:
