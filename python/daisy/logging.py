@@ -81,6 +81,35 @@ def get_log_basedir() -> Path | None:
     return LOG_BASEDIR
 
 
+def writable_log_dir(path: Path | None) -> Path | None:
+    """``path`` when worker logs can be written there (made if missing),
+    else a fresh private temporary directory, with a warning naming both:
+    a driver started in a read-only directory (the default base is
+    ``./daisy_logs``) runs on instead of losing its task. None stays None
+    (console only)."""
+    if path is None:
+        return None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".daisy-write-probe-{os.getpid()}"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
+        probe.unlink()
+        return path
+    except OSError as e:
+        import tempfile
+
+        fallback = Path(tempfile.mkdtemp(prefix="daisy-logs-"))
+        _logging.getLogger(__name__).warning(
+            "daisy: worker logs cannot be written to %s (%s); writing them to %s instead "
+            "(daisy.logging.set_log_basedir(...) sets where they go)",
+            path.absolute(),
+            e.strerror or e,
+            fallback,
+        )
+        return fallback
+
+
 def get_worker_log_basename(worker_id: int, task_id: str | None = None) -> Path | None:
     """``<basedir>/<task_id>/worker_<worker_id>`` (without extension), or
     None when logging to the console."""

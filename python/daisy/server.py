@@ -387,7 +387,7 @@ class Server(ServerObservee):
         check_block_tracking(block_tracking)
         pipeline = scheduler._pipeline if scheduler is not None else Pipeline.of(tasks)
         task_map = {t.task_id: t for t in pipeline.tasks}
-        log_dir = daisy_logging.get_log_basedir()
+        log_dir = daisy_logging.writable_log_dir(daisy_logging.get_log_basedir())
         run_tag = secrets.token_hex(4)
         configs = _task_configs(task_map, run_tag, _payload_base(log_dir))
         remote = [t.spawner for t in task_map.values() if not t.spawner.is_local]
