@@ -23,11 +23,18 @@ pub const RESET_MARKER: &str = ".daisy-reset";
 pub const STAGING: &str = ".daisy-migration";
 
 /// Whether `name` is one of the entries daisy keeps in a store (its
-/// arrays, run history, lock, reset marker and migration staging): what a
-/// directory holding only these is (a store, or the leftovers of one),
-/// and what is no other store's inside it.
+/// arrays, run history, lock, reset marker and migration staging, and a
+/// temporary file of its own about to be renamed into place: the group's
+/// `zarr.daisy-tmp` is there for a moment while another driver makes the
+/// store): what a directory holding only these is (a store, or the
+/// leftovers of one, or one being made), and what is no other store's
+/// inside it.
 pub fn is_own_entry(name: &std::ffi::OsStr) -> bool {
-    name == super::lock::LOCK_FILE
+    let temporary = std::path::Path::new(name)
+        .extension()
+        .is_some_and(|e| e == super::zarr_array::TEMP_EXTENSION);
+    temporary
+        || name == super::lock::LOCK_FILE
         || name == RUNS_FILE
         || name == RESET_MARKER
         || name == STAGING

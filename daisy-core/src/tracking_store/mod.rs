@@ -808,6 +808,49 @@ mod tests {
     }
 
     #[test]
+    fn drivers_making_one_fresh_store_at_once_are_never_told_it_is_foreign() {
+        // a job array started together: eight drivers open one store that
+        // does not exist yet; one makes it, each other either opens it
+        // after or is told a run holds it, never "not a daisy store" (the
+        // maker's `zarr.daisy-tmp` was taken for someone else's file)
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
+        for round in 0..12 {
+            let path = tmp(&format!("eight-{round}"));
+            let start = std::sync::Arc::new(std::sync::Barrier::new(8));
+            let drivers: Vec<_> = (0..8)
+                .map(|_| {
+                    let (path, s, start) = (path.clone(), s.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        TrackingStore::open(&path, &s, false).map(drop)
+                    })
+                })
+                .collect();
+            for d in drivers {
+                if let Err(e) = d.join().unwrap() {
+                    let e = e.to_string();
+                    assert!(e.contains("in use by another run"), "round {round}: {e}");
+                }
+            }
+            assert!(path.join("zarr.json").is_file());
+            fs::remove_dir_all(&path).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_store_being_made_by_another_driver_is_not_foreign() {
+        let path = tmp("being-made");
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
+        // the moment before the maker renames its group metadata into place
+        fs::create_dir_all(&path).unwrap();
+        fs::write(path.join("zarr.daisy-tmp"), b"{").unwrap();
+        let t = TrackingStore::open(&path, &s, false).unwrap();
+        assert!(path.join("zarr.json").is_file());
+        drop(t);
+        fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
     fn a_creation_cut_short_is_made_again_and_a_refusal_names_this_tasks_hash() {
         let path = tmp("half-made");
         let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);

@@ -530,9 +530,13 @@ fn array_metadata(
     serde_json::to_string_pretty(&meta).map_err(|e| DaisyError::Io(e.to_string()))
 }
 
+/// The extension of daisy's temporary files in a store (written, then
+/// renamed into place).
+pub const TEMP_EXTENSION: &str = "daisy-tmp";
+
 /// Write `bytes` to `path` atomically (temporary file, then rename).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DaisyError> {
-    let tmp = path.with_extension("daisy-tmp");
+    let tmp = path.with_extension(TEMP_EXTENSION);
     fs::write(&tmp, bytes).map_err(|e| io_err(&tmp, e))?;
     fs::rename(&tmp, path).map_err(|e| io_err(path, e))
 }
