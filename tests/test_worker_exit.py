@@ -102,13 +102,8 @@ def _leave_in_block_1(marks, how):
     return process
 
 
-@pytest.mark.parametrize("how", ["os._exit", "sys.exit"])
-def test_a_worker_that_exits_0_in_the_middle_of_a_block_did_not_exit_cleanly(
-    tmp_path, log_dir, how
-):
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    task = daisy.Task(
+def _leaving_task(marks, how):  # type: ignore[no-untyped-def]
+    return daisy.Task(
         "leaves",
         daisy.Roi((0,), (40,)),
         daisy.Roi((0,), (10,)),
@@ -117,9 +112,28 @@ def test_a_worker_that_exits_0_in_the_middle_of_a_block_did_not_exit_cleanly(
         max_workers=1,
         max_retries=1,
     )
-    assert daisy.run_blockwise(task, progress=False)
+
+
+def test_a_worker_that_exits_0_in_the_middle_of_a_block_did_not_exit_cleanly(tmp_path, log_dir):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    assert daisy.run_blockwise(_leaving_task(marks, "os._exit"), progress=False)
     report = daisy.last_report()["leaves"]
     assert report.blocks.failures == 1
     # the worker that left holding block 1 is no clean exit; its
     # replacement, told there was no more work, is
     assert report.workers.exits == {"clean": 1, "error": 1}, report.workers.exits
+
+
+def test_sys_exit_in_a_block_fails_the_block_and_the_worker_goes_on(tmp_path, log_dir):
+    # issue 56: SystemExit raised in a block (a library calling sys.exit) is a
+    # BaseException like KeyboardInterrupt: it fails the block with its
+    # traceback and the worker goes on (before, the worker left, "exit status")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    assert daisy.run_blockwise(_leaving_task(marks, "sys.exit"), progress=False)
+    report = daisy.last_report()["leaves"]
+    assert report.blocks.failures == 1
+    assert report.workers.exits == {"clean": 1}, report.workers.exits
+    ((message, count),) = report.failure_causes.messages
+    assert count == 1 and "SystemExit: 0" in message, message
