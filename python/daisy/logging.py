@@ -82,32 +82,41 @@ def get_log_basedir() -> Path | None:
 
 
 def writable_log_dir(path: Path | None) -> Path | None:
-    """``path`` when worker logs can be written there (made if missing),
-    else a fresh private temporary directory, with a warning naming both:
-    a driver started in a read-only directory (the default base is
-    ``./daisy_logs``) runs on instead of losing its task. None stays None
-    (console only)."""
+    """``path`` when worker logs can be written there, else a fresh private
+    temporary directory, with a warning naming both: a driver started in a
+    read-only directory (the default base is ``./daisy_logs``) runs on
+    instead of losing its task. Nothing is made or written here (the core
+    makes the directory, private); the nearest existing directory on the
+    way is asked (``access(2)``, which answers "read-only file system" to
+    root too). None stays None (console only)."""
     if path is None:
         return None
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".daisy-write-probe-{os.getpid()}"
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        os.close(fd)
-        probe.unlink()
+    where = path.absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if os.access(where, os.W_OK | os.X_OK):
         return path
-    except OSError as e:
-        import tempfile
+    import errno
+    import tempfile
 
-        fallback = Path(tempfile.mkdtemp(prefix="daisy-logs-"))
-        _logging.getLogger(__name__).warning(
-            "daisy: worker logs cannot be written to %s (%s); writing them to %s instead "
-            "(daisy.logging.set_log_basedir(...) sets where they go)",
-            path.absolute(),
-            e.strerror or e,
-            fallback,
-        )
-        return fallback
+    why = "Read-only file system" if _read_only(where) else os.strerror(errno.EACCES)
+    fallback = Path(tempfile.mkdtemp(prefix="daisy-logs-"))
+    _logging.getLogger(__name__).warning(
+        "daisy: worker logs cannot be written to %s (%s); writing them to %s instead "
+        "(daisy.logging.set_log_basedir(...) sets where they go)",
+        path.absolute(),
+        why,
+        fallback,
+    )
+    return fallback
+
+
+def _read_only(path: Path) -> bool:
+    """Whether ``path`` is on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def get_worker_log_basename(worker_id: int, task_id: str | None = None) -> Path | None:
