@@ -11,7 +11,16 @@ a dataset being a path such as ``0/val``) and 150 of its tests failed here
 at ``Task(...)`` ("cannot be a task id: it holds a path separator"), where
 2.0.0 passed all 436. Every test that passes with 2.0.0 must pass with this
 wheel. The test is skipped only when the environment is missing because
-the package index cannot be reached."""
+the package index cannot be reached.
+
+dacapo-ml's own suite has a flaky test: ``test_train.py::test_large`` asserts
+that a short training moved the summed weights by more than float32's
+epsilon, and the sum sometimes cancels (measured 2026-12-06 with daisy
+2.0.0 alone: 1 failure in 8 runs; it trains without daisy). So a test that
+fails here is run again, alone, three times, and counts as broken when it
+fails at least two of them: a deterministic breakage fails all three, a
+1-in-8 flake two of three about once in 25. A test failing with 2.0.0 is
+run again with it once, and counts as passing with 2.0.0 if it passes."""
 
 from __future__ import annotations
 
@@ -107,13 +116,59 @@ def run_suite(env: dict[str, str], where: Path, pythonpath: str | None) -> dict[
     return outcomes
 
 
+def node_id(name: str) -> str:
+    """A junit test name (``tests.operations.test_train::test_large[x]``) as
+    the pytest node id that runs it alone."""
+    module, test = name.split("::", 1)
+    return module.replace(".", "/") + ".py::" + test
+
+
+def rerun_failures(
+    env: dict[str, str], where: Path, name: str, pythonpath: str | None, times: int = 3
+) -> int:
+    """How many of ``times`` lone runs of test ``name`` fail (with this wheel
+    when ``pythonpath`` is given, else with daisy 2.0.0)."""
+    run_env = dict(env)
+    if pythonpath is not None:
+        run_env["PYTHONPATH"] = pythonpath
+    failures = 0
+    for _ in range(times):
+        proc = subprocess.run(
+            [str(PYTHON), "-m", "pytest", node_id(name), "-q", "-p", "no:cacheprovider"],
+            capture_output=True,
+            text=True,
+            env=run_env,
+            cwd=where,
+            timeout=600,
+        )
+        failures += proc.returncode != 0
+    return failures
+
+
 def test_dacapos_own_suite_passes_as_with_daisy_200(dacapo_env, tmp_path):
     ours = run_suite(dacapo_env, tmp_path / "ours", str(UNDER_TEST))
     v200 = run_suite(dacapo_env, tmp_path / "v200", None)
     passed = {k for k, v in ours.items() if v == "passed"}
     passed_200 = {k for k, v in v200.items() if v == "passed"}
+    # 2.0.0's own flakes, passing when run again, count as passed with it
+    passed_200 |= {
+        k
+        for k, v in v200.items()
+        if v in ("failure", "error")
+        and rerun_failures(dacapo_env, tmp_path / "v200", k, None, times=1) == 0
+    }
     assert len(passed_200) >= PASSED_WITH_200, len(passed_200)
-    broken = sorted(passed_200 - passed)
-    assert not broken, f"{len(broken)} tests pass with daisy 2.0.0 and not here: {broken[:20]}"
-    assert len(passed) >= PASSED_WITH_200
-    assert not [k for k, v in ours.items() if v in ("failure", "error")]
+    failed_here = sorted(k for k, v in ours.items() if v in ("failure", "error"))
+    # more than a handful failing here is a breakage, not flakes: no reruns
+    assert len(failed_here) <= 5, (
+        f"{len(failed_here)} tests fail here ({len(passed_200 - passed)} of them pass "
+        f"with daisy 2.0.0): {failed_here[:20]}"
+    )
+    reruns = {
+        name: rerun_failures(dacapo_env, tmp_path / "ours", name, str(UNDER_TEST))
+        for name in failed_here
+    }
+    broken = sorted(name for name, failures in reruns.items() if failures >= 2)
+    assert not broken, f"tests fail here again on reruns (failures of 3): {reruns}"
+    assert not passed_200 - passed - set(failed_here)
+    assert len(passed) + len(failed_here) >= PASSED_WITH_200
