@@ -14,6 +14,7 @@ pub mod clock;
 pub mod dependency_graph;
 pub mod error;
 pub mod fault;
+pub mod forecast;
 pub mod geometry;
 pub mod gpu_profile;
 pub mod hang_up;

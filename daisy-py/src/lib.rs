@@ -14,6 +14,7 @@ mod py_block;
 mod py_block_stats;
 mod py_client;
 mod py_dependency_graph;
+mod py_forecast;
 mod py_live;
 mod py_logging;
 mod py_profile;
@@ -188,6 +189,8 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_tracking::check_distinct_stores, m)?)?;
     m.add_function(wrap_pyfunction!(py_stats::store_wall_percentiles, m)?)?;
     m.add_function(wrap_pyfunction!(py_stats::compare_to_baseline, m)?)?;
+    m.add_function(wrap_pyfunction!(py_forecast::forecast, m)?)?;
+    m.add_function(wrap_pyfunction!(py_forecast::forecast_sample, m)?)?;
     m.add(
         "LayoutMismatch",
         m.py().get_type::<errors::LayoutMismatch>(),

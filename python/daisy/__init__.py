@@ -48,6 +48,7 @@ _LAZY: dict[str, str] = {
     "pipeline": "daisy.pipeline",
     "progress": "daisy.progress",
     "roi": "daisy.roi",
+    "run_forecast": "daisy.run_forecast",
     "run_report": "daisy.run_report",
     "scheduler": "daisy.scheduler",
     "serial_server": "daisy.serial_server",
@@ -73,6 +74,9 @@ _LAZY: dict[str, str] = {
     "redirect_stdouterr": "daisy.logging:redirect_stdouterr",
     "Pipeline": "daisy.pipeline:Pipeline",
     "JsonProgressObserver": "daisy.progress:JsonProgressObserver",
+    "Forecast": "daisy.run_forecast:Forecast",
+    "TaskForecast": "daisy.run_forecast:TaskForecast",
+    "forecast": "daisy.run_forecast:forecast",
     "BlockRecord": "daisy.run_report:BlockRecord",
     "BlockSummary": "daisy.run_report:BlockSummary",
     "RunReport": "daisy.run_report:RunReport",
@@ -130,6 +134,7 @@ if TYPE_CHECKING:
         pipeline,
         progress,
         roi,
+        run_forecast,
         run_report,
         scheduler,
         serial_server,
@@ -151,6 +156,7 @@ if TYPE_CHECKING:
     from daisy.logging import get_worker_log_basename, redirect_stdouterr
     from daisy.pipeline import Pipeline
     from daisy.progress import JsonProgressObserver
+    from daisy.run_forecast import Forecast, TaskForecast, forecast
     from daisy.run_report import (
         BlockRecord,
         BlockSummary,
@@ -177,6 +183,10 @@ if TYPE_CHECKING:
     from daisy.worker_pool import WorkerPool
 
 __all__ = [
+    "Forecast",
+    "TaskForecast",
+    "forecast",
+    "run_forecast",
     "Block",
     "BlockRecord",
     "BlockStats",

@@ -11,6 +11,8 @@ from typing_extensions import disjoint_base
 
 __version__: str
 __all__ = [
+    "forecast",
+    "forecast_sample",
     "Block",
     "TaskSpec",
     "TaskOptions",
@@ -417,6 +419,15 @@ def read_history(
     path: str | os.PathLike[str],
 ) -> tuple[list[tuple[int, bool, str]], list[tuple[int, str]]]: ...
 def read_last_report(path: str | os.PathLike[str]) -> str | None: ...
+def forecast_sample(
+    specs: Sequence[TaskSpec], stores: Mapping[str, str | os.PathLike[str]], n: int
+) -> dict[str, list[int]]: ...
+def forecast(
+    specs: Sequence[TaskSpec],
+    stores: Mapping[str, str | os.PathLike[str]],
+    workers: Mapping[str, int],
+    memory_budget: int | None = None,
+) -> str: ...
 def find_tracking(path: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]: ...
 def check_distinct_stores(stores: Sequence[tuple[str, str | os.PathLike[str]]]) -> None: ...
 def store_wall_percentiles(
