@@ -466,3 +466,23 @@ def test_the_readme_says_how_to_resume_before_how_workers_connect() -> None:
     for internal in ("Who may join a run", "Unix-domain socket", "SO_PEERCRED"):
         assert internal in readme, internal
         assert not workers < readme.index(internal) < resuming, f"{internal!r} is in Workers"
+
+
+def test_the_planning_pages_example_runs(tmp_path: Path) -> None:
+    """The Python blocks of docs/planning.md, in order, in an empty
+    directory: the forecast, its figures, and the run of the rest."""
+    blocks = code_blocks((DOCS / "planning.md").read_text(encoding="utf-8"))
+    assert len(blocks) >= 2, blocks
+    script = "\n".join(code for _, code in blocks) + '\nprint("PLANNING OK")\n'
+    (tmp_path / "planning.py").write_text(script)
+    done = subprocess.run(
+        [sys.executable, "planning.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0 and "PLANNING OK" in done.stdout, (
+        done.stdout[-3000:] + done.stderr[-3000:]
+    )
+    assert "Forecast: the rest of the run takes" in done.stdout

@@ -11,7 +11,8 @@
 //! neighbours was tried and dropped: on a 200 ms disk in 40 ms background
 //! (the accuracy benchmark) inverse-distance weighting over the four
 //! nearest smeared the disk over the ring around it and forecast the wall
-//! 15 % high, the nearest block 2 % (see `benchmarks/RESULTS.md`). The
+//! 15 % high, the nearest block 0 to 9 % high over seven runs (see
+//! `benchmarks/RESULTS.md`). The
 //! model's own error is measured by leaving each measured block out and
 //! predicting it from the rest ([`SpatialModel::loo_residuals`]): what the
 //! forecast's interval is made from.
