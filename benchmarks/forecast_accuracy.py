@@ -10,7 +10,11 @@ costly blocks). For each workload and repetition, in a fresh store:
 - the naive forecast beside it: the sample's mean block time times the
   blocks left over the workers (a mean rate, as a progress bar's ETA);
 - the forecast p95 block peak memory against the run's own p95 (its
-  `runs.jsonl` line).
+  `runs.jsonl` line);
+- the ETA the run recorded (its `runs.jsonl` line's ``eta`` checkpoints)
+  nearest 25, 50 and 75 % of the blocks it ran, against the time really
+  left until its last block came back, beside a mean rate's ETA at the
+  same moment (blocks left over blocks done per second so far).
 
 Usage: ``python benchmarks/forecast_accuracy.py [--reps 3] [--workloads
 uniform,disk,rare]``; prints a Markdown table (for `RESULTS.md`) and
@@ -62,7 +66,18 @@ def one(name: str, base: Path) -> dict[str, float | bool | str]:
     wall = time.perf_counter() - start
     report = json.loads(_daisy.read_last_report(str(store / "runs.jsonl")) or "{}")
     p95 = report["blocks"]["peak_rss_p95"]
+    etas = {}
+    end = report["last_block_at"] - report["started_at"]
+    for q in (25, 50, 75):
+        target = q / 100 * t.blocks_left
+        cp = min(report["eta"], key=lambda c: abs(c["done"] - target))
+        left = end - cp["elapsed_seconds"]
+        rate = cp["done"] / cp["elapsed_seconds"]
+        naive_eta = (t.blocks_left - cp["done"]) / rate
+        etas[f"eta{q}_error_pct"] = 100 * (cp["eta_seconds"] - left) / left
+        etas[f"eta{q}_naive_error_pct"] = 100 * (naive_eta - left) / left
     return {
+        **etas,
         "workload": name,
         "forecast_s": fc.wall_seconds,
         "low_s": fc.wall_seconds_low,
@@ -94,9 +109,9 @@ def main() -> None:
             print(json.dumps(row), file=sys.stderr)
     print(
         "| workload | rep | forecast (interval) | measured | error | inside | naive mean rate "
-        "| p95 peak forecast / measured |"
+        "| p95 peak forecast / measured | ETA error at 25 / 50 / 75 % (mean rate's) |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['workload']} | {r['rep']} | {r['forecast_s']:.2f} s ({r['low_s']:.2f}–"
@@ -104,7 +119,12 @@ def main() -> None:
             f"{'yes' if r['inside'] else 'NO'} | {r['naive_s']:.2f} s "
             f"({r['naive_error_pct']:+.1f} %) "
             f"| {r['p95_forecast_mib']:.0f} / {r['p95_measured_mib']:.0f} MiB "
-            f"({r['p95_error_pct']:+.1f} %) |"
+            f"({r['p95_error_pct']:+.1f} %) | "
+            + " / ".join(
+                f"{r[f'eta{q}_error_pct']:+.0f} % ({r[f'eta{q}_naive_error_pct']:+.0f} %)"
+                for q in (25, 50, 75)
+            )
+            + " |"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

@@ -209,6 +209,12 @@ impl Scheduler {
         Ok(())
     }
 
+    /// A task's skip mask for this run, if it has one (see
+    /// [`Self::set_skip_mask`]).
+    pub fn skip_mask(&self, task: TaskIndex) -> Option<&[u8]> {
+        self.tasks[task].skip_mask.as_deref()
+    }
+
     /// Why a tracking store could not keep a mark (a full disk), if one
     /// could not: the run stops with it.
     pub fn tracking_failure(&self) -> Option<DaisyError> {

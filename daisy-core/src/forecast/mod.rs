@@ -37,6 +37,7 @@
 //! no spread within one sample shows.
 
 pub mod cost_model;
+pub mod eta;
 pub mod sample;
 pub mod simulate;
 

@@ -194,6 +194,8 @@ pub struct RunLedger {
     /// Per task: when its first failed attempts ran (see
     /// [`TaskReport::failed_attempts`]).
     attempt_spans: PerTask<Vec<AttemptSpan>>,
+    /// Per task: the ETAs the run gave (see [`TaskReport::eta`]).
+    eta: PerTask<Vec<EtaCheckpoint>>,
 }
 
 /// Failure texts a run keeps whole, in all: a run whose blocks all fail
@@ -232,6 +234,37 @@ impl RunLedger {
             workers_seen: std::collections::HashSet::new(),
             notices: vec![Vec::new(); tasks].into(),
             attempt_spans: vec![Vec::new(); tasks].into(),
+            eta: vec![Vec::new(); tasks].into(),
+        }
+    }
+
+    /// `task`'s ETAs with the time that really was left after each: until
+    /// its last block came back.
+    fn eta_against_end(&self, task: TaskIndex) -> Vec<EtaCheckpoint> {
+        let end = self.spans[task].1.map(|last| last - self.started_at);
+        self.eta[task]
+            .iter()
+            .map(|c| EtaCheckpoint {
+                left_seconds: end.map(|e| (e - c.elapsed_seconds).max(0.0)),
+                ..c.clone()
+            })
+            .collect()
+    }
+
+    /// The run gave an ETA of `eta_seconds` for `task` with `done` of its
+    /// blocks done in this run: kept for its report, stamped with the
+    /// seconds since the run's start.
+    pub fn eta_checkpoint(&mut self, task: TaskIndex, done: u64, eta_seconds: f64) {
+        let elapsed_seconds = (wall_clock() - self.started_at).max(0.0);
+        if let Some(list) = self.eta.get_mut(task as usize)
+            && list.len() < crate::forecast::eta::CHECKPOINTS as usize + 1
+        {
+            list.push(EtaCheckpoint {
+                done,
+                elapsed_seconds,
+                eta_seconds,
+                left_seconds: None,
+            });
         }
     }
 
@@ -440,6 +473,7 @@ impl RunLedger {
                     notices,
                     failed_attempts: self.attempt_spans[t].clone(),
                     memory: None,
+                    eta: self.eta_against_end(t),
                 }
             })
             .collect();

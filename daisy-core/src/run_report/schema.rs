@@ -154,6 +154,27 @@ pub struct TaskReport {
     /// lines written before daisy 2.1.
     #[serde(default)]
     pub memory: Option<MemoryReport>,
+    /// The ETAs the run gave for this task from the model (see
+    /// `forecast::eta`): one every 5 % of its blocks, at most
+    /// `forecast::eta::CHECKPOINTS`, to set against when it really ended.
+    /// Absent from lines written before daisy 2.1.
+    #[serde(default)]
+    pub eta: Vec<EtaCheckpoint>,
+}
+
+/// One ETA a run gave for a task.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EtaCheckpoint {
+    /// Blocks of the task done in this run when it was given.
+    pub done: u64,
+    /// Seconds since the run's start when it was given.
+    pub elapsed_seconds: f64,
+    /// The seconds it said were left.
+    pub eta_seconds: f64,
+    /// The seconds that really were left: from then until the task's last
+    /// block came back (filled in when the report is made; None before).
+    #[serde(default)]
+    pub left_seconds: Option<f64>,
 }
 
 /// The memory budget of a task's local workers in a run, and what the

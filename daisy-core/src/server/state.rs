@@ -28,6 +28,7 @@ use super::worker_slot::WorkerSlot;
 use crate::block::{Block, BlockKey, BlockStatus, PerTask, TaskIndex};
 use crate::clock::wall_clock;
 use crate::error::DaisyError;
+use crate::forecast::eta::{Prior, TaskEta};
 use crate::run_report::{RunLedger, RunOutcome, last_line};
 use crate::scheduler::Scheduler;
 use crate::task_state::Abandonment;
@@ -86,6 +87,8 @@ pub(super) struct State {
     addr: SocketAddr,
     /// Blocks out with workers.
     outstanding: HashMap<BlockKey, Outstanding>,
+    /// Per task: its ETA from the model (see `forecast::eta`).
+    eta: PerTask<TaskEta>,
     /// Every managed worker of the run, by id.
     pub(super) workers: BTreeMap<u32, WorkerSlot>,
     /// The id the next worker gets.
@@ -198,6 +201,9 @@ impl State {
         let n = scheduler.pipeline().len();
         scheduler.begin_run();
         let ledger = RunLedger::planned(&scheduler);
+        let eta = (0..n)
+            .map(|t| TaskEta::new(scheduler.graph().num_blocks(t as TaskIndex)))
+            .collect();
         for (t, task) in config.tasks.iter().enumerate() {
             scheduler.set_task_timeout(t as TaskIndex, task.timeout);
         }
@@ -208,6 +214,7 @@ impl State {
             output,
             addr,
             outstanding: HashMap::new(),
+            eta,
             workers: BTreeMap::new(),
             next_worker_id: 0,
             tasks: (0..n).map(|_| TaskSlot::default()).collect(),
@@ -470,7 +477,82 @@ impl State {
         self.note_round_trip(block.key.task, round_trip);
         self.ledger.complete(block, Some(round_trip), worker);
         self.scheduler
-            .complete_block(block, worker, sent_wall, crate::clock::wall_clock())
+            .complete_block(block, worker, sent_wall, crate::clock::wall_clock())?;
+        self.eta_after(block, round_trip);
+        Ok(())
+    }
+
+    /// Block `block` came back done after `round_trip` seconds: at every
+    /// 5 % of its task's blocks, the model's ETA of the task is made again
+    /// (see `forecast::eta`) and recorded for its report.
+    fn eta_after(&mut self, block: &Block, round_trip: f64) {
+        let task = block.key.task;
+        let Some(eta) = self.eta.get_mut(task as usize) else {
+            return;
+        };
+        if !eta.block_done(block.key.index, round_trip) {
+            return;
+        }
+        if !eta.has_prior() {
+            let prior = self.eta_prior(task);
+            self.eta[task].set_prior(prior);
+        }
+        let now = Instant::now();
+        let in_flight: Vec<(u64, f64)> = self
+            .outstanding
+            .iter()
+            .filter(|(k, _)| k.task == task)
+            .map(|(k, o)| (k.index, now.saturating_duration_since(o.sent).as_secs_f64()))
+            .collect();
+        let workers = self
+            .workers
+            .values()
+            .filter(|w| w.flags().task == task)
+            .count();
+        let workers = u32::try_from(workers).unwrap_or(u32::MAX).max(1);
+        let eta = &mut self.eta[task];
+        if let Some(seconds) = eta.checkpoint(now, &in_flight, workers) {
+            let done = eta.done_count();
+            self.ledger.eta_checkpoint(task, done, seconds);
+        }
+    }
+
+    /// What a task's blocks were before this run, for its ETA: which are to
+    /// run (not marked done in its store, not skipped by its mask) and what
+    /// its store measured in earlier runs (dispatch to return, else the
+    /// block's wall).
+    fn eta_prior(&self, task: TaskIndex) -> Prior {
+        let grid = self.scheduler.graph().grid(task);
+        let n = grid.num_blocks();
+        let mask = self.scheduler.skip_mask(task);
+        let store = self.scheduler.tracking(task);
+        let mut to_run = vec![true; n as usize];
+        let mut measured = Vec::new();
+        for i in 0..n {
+            if mask
+                .and_then(|m| m.get(i as usize))
+                .is_some_and(|&m| m != 0)
+            {
+                to_run[i as usize] = false;
+            }
+            let Some(store) = store else { continue };
+            let record = store.record(&grid.block(i));
+            if record.done {
+                to_run[i as usize] = false;
+            }
+            if let Some(stats) = record.stats {
+                let seconds = match (record.sent_at, record.returned_at) {
+                    (Some(s), Some(r)) if r > s => (r - s).max(stats.wall_seconds),
+                    _ => stats.wall_seconds,
+                };
+                measured.push((i, seconds));
+            }
+        }
+        Prior {
+            shape: grid.grid_shape(),
+            to_run,
+            measured,
+        }
     }
 
     /// Block `key` failed on `worker`, `reason`: retried or failed for good.
@@ -885,8 +967,14 @@ impl State {
                     .total_block_count
                     .saturating_sub(s.completed_count + s.failed_count + s.orphaned_count);
                 let done = s.completed_count.saturating_sub(s.skipped_count);
-                let (blocks_per_second, eta_seconds) =
+                let (blocks_per_second, rate_eta) =
                     self.live.pace(t as TaskIndex, now, done, remaining);
+                // the model's ETA once it has one (see `forecast::eta`)
+                let eta_seconds = if remaining == 0 {
+                    rate_eta
+                } else {
+                    self.eta[t as TaskIndex].eta_now(now).or(rate_eta)
+                };
                 let (b, a, any) = busy[t];
                 TaskPace {
                     blocks_per_second,

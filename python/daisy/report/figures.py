@@ -699,6 +699,41 @@ class FailedAttempt:
 
 
 @dataclass(frozen=True)
+class EtaCheckpoint:
+    """An ETA a run gave for a task from the model: with ``done`` of its
+    blocks done in the run, ``elapsed_seconds`` after the run's start, it
+    said ``eta_seconds`` were left. See "Planning a run" in the docs."""
+
+    done: int
+    elapsed_seconds: float
+    eta_seconds: float
+    #: the seconds that really were left, until the task's last block came
+    #: back (None: it never came back)
+    left_seconds: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EtaCheckpoint:
+        """From one entry of the report JSON's ``eta``."""
+        defaults = {"done": 0, "elapsed_seconds": 0.0, "eta_seconds": 0.0, "left_seconds": None}
+        f = _fields(d, defaults, "an ETA")
+        return cls(
+            done=int(f["done"]),
+            elapsed_seconds=float(f["elapsed_seconds"]),
+            eta_seconds=float(f["eta_seconds"]),
+            left_seconds=_opt_float(f["left_seconds"]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report JSON's entry."""
+        return {
+            "done": self.done,
+            "elapsed_seconds": self.elapsed_seconds,
+            "eta_seconds": self.eta_seconds,
+            "left_seconds": self.left_seconds,
+        }
+
+
+@dataclass(frozen=True)
 class MemoryReport:
     """The memory budget a task's blocks were let in by in a run, where it
     came from, and how many blocks the memory guard held back (stopped

@@ -19,6 +19,7 @@ from daisy.report.figures import (
     QUEUED_SPAWNERS,
     BlockRecord,
     BlockSummary,
+    EtaCheckpoint,
     FailedAttempt,
     FailureCauses,
     MemoryReport,
@@ -28,6 +29,21 @@ from daisy.report.figures import (
     _notices,
     _opt_float,
 )
+
+
+def _eta_line(eta: Sequence[EtaCheckpoint]) -> str | None:
+    """The ETAs the run gave at about a quarter, half and three quarters
+    of the task's blocks against the time really left: "eta said / was"."""
+    if len(eta) < 4:
+        return None
+    total = eta[-1].done
+    parts = []
+    for q in (25, 50, 75):
+        c = min(eta, key=lambda c: abs(c.done - total * q / 100))
+        if c.left_seconds is None:
+            return None
+        parts.append(f"{q} % {format_seconds(c.eta_seconds)} / {format_seconds(c.left_seconds)}")
+    return "eta said / was at " + ", ".join(parts)
 
 
 class ReportedTask(Protocol):
@@ -66,8 +82,12 @@ class TaskReport:
         notices: list[str] | None = None,
         failed_attempts: Sequence[FailedAttempt] = (),
         memory: MemoryReport | None = None,
+        eta: Sequence[EtaCheckpoint] = (),
     ) -> None:
         self.task_id = task_id
+        #: the ETAs the run gave from the model, one every 5 % of the
+        #: task's blocks (set them against ``last_block_at``)
+        self.eta = tuple(eta)
         #: the memory budget its blocks were let in by, and what the memory
         #: guard did; None where no gate ran
         self.memory = memory
@@ -112,7 +132,7 @@ class TaskReport:
         defaults.update(started_at=0.0, finished_at=0.0, tracked=False)
         defaults.update(outcome="completed", utilisation=None)
         defaults.update(first_block_at=None, last_block_at=None, failure_causes=None)
-        defaults.update(notices=None, failed_attempts=[], memory=None)
+        defaults.update(notices=None, failed_attempts=[], memory=None, eta=[])
         f = _fields(d, defaults, "a task report")
         if f["task_id"] is None:
             raise ValueError("run report: a task report has no 'task_id'")
@@ -131,6 +151,7 @@ class TaskReport:
             notices=_notices(f["notices"]),
             failed_attempts=[FailedAttempt.from_dict(a) for a in f["failed_attempts"] or ()],
             memory=MemoryReport.from_dict(f["memory"]),
+            eta=[EtaCheckpoint.from_dict(e) for e in f["eta"] or ()],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,6 +171,7 @@ class TaskReport:
             "notices": list(self.notices),
             "failed_attempts": [a.to_dict() for a in self.failed_attempts],
             "memory": None if self.memory is None else self.memory.to_dict(),
+            "eta": [e.to_dict() for e in self.eta],
         }
 
     @property
@@ -309,6 +331,9 @@ class TaskReport:
             lines.append(f"{pad} slowest blocks {shown}")
         if self.memory is not None:
             lines.append(f"{pad} {self.memory.describe()}")
+        eta = _eta_line(self.eta)
+        if eta:
+            lines.append(f"{pad} {eta}")
         lines.extend(f"{pad} {n}" for n in self.notices)
         return lines
 
