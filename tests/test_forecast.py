@@ -241,3 +241,32 @@ def test_a_downstream_sample_runs_the_upstream_blocks_it_reads_first(calls, tmp_
     assert all(n == 1 for n in again.values())
     every = {int(b.write_roi.offset[0]) for b in task_blocks(down)}
     assert {o[0] for (t, o) in again if t == "down"} == every - down_done
+
+
+def test_the_samples_history_line_says_it_is_one_and_status_and_compare_read_it_so(
+    calls, tmp_path, capsys
+):
+    from daisy.cli import main
+
+    store = tmp_path / "store"
+    task = make_task(
+        "said",
+        ((0,), (100,)),
+        ((0,), (10,)),
+        ((0,), (10,)),
+        process_function=recorder(calls),
+        tracking_path=store,
+    )
+    daisy.forecast(task, sample_blocks=3)
+    lines = [json.loads(x) for x in (store / "runs.jsonl").read_text().splitlines()]
+    assert [x["forecast_sample"] for x in lines] == [True]
+    assert main(["status", str(store)]) == 0
+    assert "last a forecast's sample completed" in capsys.readouterr().out
+    assert daisy.run_blockwise([task], progress=False, summary=False)
+    lines = [json.loads(x) for x in (store / "runs.jsonl").read_text().splitlines()]
+    assert [x["forecast_sample"] for x in lines] == [True, False]
+    # one run of the task: nothing to compare it with, the sample is no run
+    assert main(["compare", str(store)]) == 0
+    assert "nothing to compare yet" in capsys.readouterr().out
+    assert main(["status", str(store)]) == 0
+    assert "last run completed" in capsys.readouterr().out

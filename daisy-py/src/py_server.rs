@@ -167,6 +167,7 @@ pub struct PyRunConfig {
     idle_timeout: Option<std::time::Duration>,
     strict: bool,
     memory: daisy_core::server::MemorySettings,
+    forecast_sample: bool,
 }
 
 #[pymethods]
@@ -185,9 +186,10 @@ impl PyRunConfig {
     /// downstream blocks read where no upstream block writes;
     /// `memory_budget` the bytes the run's local workers may use (None:
     /// found, see `daisy_core::memory_budget`) and `memory_guard=False`
-    /// turns the memory gate and guard off.
+    /// turns the memory gate and guard off; `forecast_sample=True` marks
+    /// the run's report lines as a forecast's sample.
     #[new]
-    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), wait_all=Vec::new(), liveness_timeout=None, block_tracking=true, idle_timeout=None, strict=false, memory_budget=None, memory_guard=true))]
+    #[pyo3(signature = (*, host, port, resources, log_dir, log_mode, advertise_host=None, stop_all=Vec::new(), wait_all=Vec::new(), liveness_timeout=None, block_tracking=true, idle_timeout=None, strict=false, memory_budget=None, memory_guard=true, forecast_sample=false))]
     #[allow(clippy::too_many_arguments)] // the Python constructor's keywords
     fn new(
         host: String,
@@ -204,6 +206,7 @@ impl PyRunConfig {
         strict: bool,
         memory_budget: Option<i128>,
         memory_guard: bool,
+        forecast_sample: bool,
     ) -> PyResult<Self> {
         let memory_budget = memory_budget
             .map(|b| {
@@ -240,6 +243,7 @@ impl PyRunConfig {
                 budget: memory_budget,
                 guard: memory_guard,
             },
+            forecast_sample,
         })
     }
 }
@@ -453,6 +457,7 @@ pub fn run_distributed(
         liveness_timeout: run.liveness_timeout,
         idle_timeout: run.idle_timeout,
         memory: run.memory.clone(),
+        forecast_sample: run.forecast_sample,
     };
     config.check_resources(&task_ids).py()?;
     let stop = StopCause::default();

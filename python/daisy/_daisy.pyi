@@ -369,6 +369,7 @@ class RunConfig:
         strict: bool = False,
         memory_budget: int | None = None,
         memory_guard: bool = True,
+        forecast_sample: bool = False,
     ) -> RunConfig: ...
 
 @final

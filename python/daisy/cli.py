@@ -262,6 +262,7 @@ def status_rows(path: Path) -> list[dict[str, Any]]:
                 "failed": s.failed,
                 "last_run": None if last is None else last.outcome,
                 "last_run_finished_at": None if last is None else last.finished_at,
+                "last_run_forecast_sample": last is not None and last.forecast_sample,
                 "held_by": s.held_by,
             }
         )
@@ -284,7 +285,8 @@ def status_command(args: argparse.Namespace) -> int:
             last = "no run recorded (a run still going, or one killed before its end)"
         else:
             when = datetime.datetime.fromtimestamp(r["last_run_finished_at"])
-            last = f"last run {r['last_run']} at {when:%Y-%m-%d %H:%M:%S}"
+            what = "a forecast's sample" if r["last_run_forecast_sample"] else "run"
+            last = f"last {what} {r['last_run']} at {when:%Y-%m-%d %H:%M:%S}"
         now = f"held now by {r['held_by']}" if r["held_by"] else "no run holds it now"
         failed = f", {r['failed']} failed" if r["failed"] else ""
         print(f"{r['task_id']}: {_done_of(r['done'], r['total'])}{failed}; {last}; {now}")
@@ -332,6 +334,8 @@ def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> lis
     block are set against every such run; totals only against runs that
     processed as many blocks as the last (a resumed run that processed 10
     of 40 blocks is compared block for block: see `not_comparable`)."""
+    # a forecast's sample is no run of the task: neither the last nor a baseline
+    runs = [r for r in runs if not r.forecast_sample]
     if len(runs) < 2:
         return []
     last = runs[-1]
@@ -371,6 +375,7 @@ def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> lis
 def not_comparable(runs: Sequence[TaskReport], history: int) -> str | None:
     """Why the last run's totals were not compared (it processed another
     number of blocks than every run before it), or None."""
+    runs = [r for r in runs if not r.forecast_sample]
     if len(runs) < 2:
         return None
     last = runs[-1]

@@ -65,15 +65,14 @@ class TaskForecast:
 class Forecast:
     """A forecast of the rest of a run (`daisy.forecast` makes it).
 
-    Attributes (None where a task has no measured block):
-        wall_seconds, wall_seconds_low, wall_seconds_high: seconds the rest
-            of the run takes, and the ends of an interval that widens with a
-            small or heavy-tailed sample.
-        cpu_seconds: CPU seconds of the blocks still to run.
-        node_hours: the wall on one node, in hours.
-        bounding_task: the task whose blocks end last.
-        sampled: blocks this forecast ran for real, by task id.
-        notes: what it could not use or assumed, in words.
+    Its figures are attributes (None where a task has no measured block):
+    ``wall_seconds``, the seconds the rest of the run takes, with
+    ``wall_seconds_low`` and ``wall_seconds_high``, the ends of an interval
+    that widens with a small or heavy-tailed sample; ``cpu_seconds`` of the
+    blocks still to run; ``node_hours``, the wall on one node;
+    ``bounding_task``, the task whose blocks end last; ``sampled``, the
+    blocks this forecast ran for real, by task id; ``notes``, what it could
+    not use or assumed, in words.
 
     ``fc[task_id]`` is a `TaskForecast`; ``print(fc)`` a short table;
     ``fc.to_dict()`` every figure; ``fc.slurm`` the advice for one SLURM job.
@@ -319,10 +318,19 @@ def forecast(
                     "daisy.forecast: running a sample of %s",
                     ", ".join(f"{n} blocks of {k!r}" for k, n in sampled.items()),
                 )
-                from daisy.convenience import run_blockwise
+                from daisy.server import Server
 
+                runner = Server(memory_budget=memory_budget)
+                runner._forecast_sample = True  # its report lines say so
+                runner._summary_follows = True  # the forecast says what ran
                 with _sample_run(task_list, stores, masks):
-                    run_blockwise(task_list, progress=False, summary=False)
+                    states = runner.run_blockwise(task_list, progress=False)
+                for tid, state in states.items():
+                    if not state.all_completed:
+                        notes.append(
+                            f"task {tid!r}: {state.failed_count} of the sample's blocks failed; "
+                            "the forecast uses those that completed"
+                        )
         workers = {}
         for t in task_list:
             w = max_workers if max_workers is not None else t.max_workers

@@ -351,6 +351,9 @@ class Server(ServerObservee):
         # whether the caller prints the Execution Summary after the run
         # (`daisy.run_blockwise`); a Server used alone says where to look
         self._summary_follows = False
+        # the run is a forecast's sample (`daisy.forecast`): its report
+        # lines say so
+        self._forecast_sample = False
         # what failure_notes() explains, from the last run
         self._last_failures = RunFailures()
 
@@ -460,6 +463,7 @@ class Server(ServerObservee):
             strict=strict,
             memory_budget=self.memory_budget,
             memory_guard=self.memory_guard,
+            forecast_sample=self._forecast_sample,
         )
 
     def _on_listening(self, plan: _RunPlan) -> Callable[[str, int, str], None]:

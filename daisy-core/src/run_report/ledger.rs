@@ -474,6 +474,7 @@ impl RunLedger {
                     failed_attempts: self.attempt_spans[t].clone(),
                     memory: None,
                     eta: self.eta_against_end(t),
+                    forecast_sample: false,
                 }
             })
             .collect();

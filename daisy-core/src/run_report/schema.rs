@@ -160,6 +160,11 @@ pub struct TaskReport {
     /// Absent from lines written before daisy 2.1.
     #[serde(default)]
     pub eta: Vec<EtaCheckpoint>,
+    /// The run was a forecast's sample (`daisy.forecast`), not a run of the
+    /// task: `daisy status` and `daisy compare` pass it over. Absent from
+    /// lines written before daisy 2.1.
+    #[serde(default)]
+    pub forecast_sample: bool,
 }
 
 /// One ETA a run gave for a task.

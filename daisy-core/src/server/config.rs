@@ -151,6 +151,10 @@ pub struct ServerConfig {
     pub idle_timeout: Option<Duration>,
     /// The memory budget and guard.
     pub memory: MemorySettings,
+    /// The run is a forecast's sample (`daisy.forecast`): its report lines
+    /// say so, and status, compare and the forecast's own history read
+    /// them as that, not as a run of the task.
+    pub forecast_sample: bool,
 }
 
 impl TaskRuntime {
@@ -280,6 +284,7 @@ mod tests {
             liveness_timeout: crate::liveness::DEFAULT_TIMEOUT,
             idle_timeout: None,
             memory: Default::default(),
+            forecast_sample: false,
         };
         let e = config.check_resources(&["seg".into()]).unwrap_err();
         assert!(

@@ -1019,6 +1019,9 @@ impl State {
                 .map(|t| self.scheduler.task_state(t).worker_start_count as u32)
                 .collect(),
         );
+        for report in outcome.reports.iter_mut() {
+            report.forecast_sample = self.config.forecast_sample;
+        }
         if let Some(gate) = &self.gate {
             for (t, report) in outcome.reports.iter_mut().enumerate() {
                 let t = t as TaskIndex;
@@ -1109,6 +1112,7 @@ pub(crate) mod test_support {
             liveness_timeout: crate::liveness::DEFAULT_TIMEOUT,
             idle_timeout: None,
             memory: Default::default(),
+            forecast_sample: false,
         };
         let addr = "127.0.0.1:1".parse().unwrap();
         let (answers, _) = mpsc::unbounded_channel();

@@ -83,8 +83,12 @@ class TaskReport:
         failed_attempts: Sequence[FailedAttempt] = (),
         memory: MemoryReport | None = None,
         eta: Sequence[EtaCheckpoint] = (),
+        forecast_sample: bool = False,
     ) -> None:
         self.task_id = task_id
+        #: the run was a forecast's sample (`daisy.forecast`), not a run of
+        #: the task
+        self.forecast_sample = forecast_sample
         #: the ETAs the run gave from the model, one every 5 % of the
         #: task's blocks (set them against ``last_block_at``)
         self.eta = tuple(eta)
@@ -133,6 +137,7 @@ class TaskReport:
         defaults.update(outcome="completed", utilisation=None)
         defaults.update(first_block_at=None, last_block_at=None, failure_causes=None)
         defaults.update(notices=None, failed_attempts=[], memory=None, eta=[])
+        defaults.update(forecast_sample=False)
         f = _fields(d, defaults, "a task report")
         if f["task_id"] is None:
             raise ValueError("run report: a task report has no 'task_id'")
@@ -152,6 +157,7 @@ class TaskReport:
             failed_attempts=[FailedAttempt.from_dict(a) for a in f["failed_attempts"] or ()],
             memory=MemoryReport.from_dict(f["memory"]),
             eta=[EtaCheckpoint.from_dict(e) for e in f["eta"] or ()],
+            forecast_sample=bool(f["forecast_sample"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -172,6 +178,7 @@ class TaskReport:
             "failed_attempts": [a.to_dict() for a in self.failed_attempts],
             "memory": None if self.memory is None else self.memory.to_dict(),
             "eta": [e.to_dict() for e in self.eta],
+            "forecast_sample": self.forecast_sample,
         }
 
     @property
