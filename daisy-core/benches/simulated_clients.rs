@@ -108,6 +108,7 @@ fn run(n: usize) -> Figures {
         liveness_timeout: daisy_core::liveness::DEFAULT_TIMEOUT,
         idle_timeout: None,
         memory: Default::default(),
+        forecast_sample: false,
     };
     let rss_before = resident_kib();
     let (tx, rx) = mpsc::channel();

@@ -96,6 +96,7 @@ fn config(token: &str) -> ServerConfig {
         liveness_timeout: daisy_core::liveness::DEFAULT_TIMEOUT,
         idle_timeout: None,
         memory: Default::default(),
+        forecast_sample: false,
     }
 }
 
