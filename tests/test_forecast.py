@@ -270,3 +270,45 @@ def test_the_samples_history_line_says_it_is_one_and_status_and_compare_read_it_
     assert "nothing to compare yet" in capsys.readouterr().out
     assert main(["status", str(store)]) == 0
     assert "last run completed" in capsys.readouterr().out
+
+
+def test_daisy_forecast_path_forecasts_the_next_run_from_the_history_alone(calls, tmp_path, capsys):
+    import numpy as np
+
+    from daisy.cli import main
+
+    store = tmp_path / "store"
+    half = np.zeros(10, dtype=bool)
+    half[5:] = True
+    task = make_task(
+        "cli",
+        ((0,), (100,)),
+        ((0,), (10,)),
+        ((0,), (10,)),
+        process_function=recorder(calls),
+        tracking_path=store,
+        resource_tracking=True,
+        max_workers=2,
+        skip_mask=half,
+    )
+    assert daisy.run_blockwise([task], progress=False, summary=False)
+    take_calls(calls)
+    assert main(["forecast", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "Forecast: the rest of the run takes" in out and "5/10" in out, out
+    assert take_calls(calls) == Counter(), "the command runs no block"
+    assert main(["forecast", str(tmp_path), "--workers", "3", "--format", "json"]) == 0
+    [fc] = json.loads(capsys.readouterr().out)
+    assert fc["tasks"][0]["workers"] == 3 and fc["tasks"][0]["measured"] == 5
+    # every block done: the run after a reset, said so
+    task.skip_mask, task._skip_mask = None, None
+    assert daisy.run_blockwise([task], progress=False, summary=False)
+    assert main(["forecast", str(store), "--format", "json"]) == 0
+    [fc] = json.loads(capsys.readouterr().out)
+    assert fc["tasks"][0]["blocks_left"] == 10 and fc["wall_seconds"] > 0
+    assert any("after a reset" in n for n in fc["notes"]), fc["notes"]
+    # what it cannot use: said in one line, exit 2
+    assert main(["forecast", str(tmp_path / "nothing")]) == 2
+    assert "no tracking store" in capsys.readouterr().err
+    assert main(["forecast", str(store), "--workers", "0"]) == 2
+    assert "--workers 0" in capsys.readouterr().err

@@ -191,6 +191,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_stats::compare_to_baseline, m)?)?;
     m.add_function(wrap_pyfunction!(py_forecast::forecast, m)?)?;
     m.add_function(wrap_pyfunction!(py_forecast::forecast_sample, m)?)?;
+    m.add_function(wrap_pyfunction!(py_forecast::forecast_store, m)?)?;
     m.add(
         "LayoutMismatch",
         m.py().get_type::<errors::LayoutMismatch>(),

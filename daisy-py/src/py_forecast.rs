@@ -51,6 +51,7 @@ pub fn forecast(
                     0 => auto,
                     n => n,
                 },
+                whole: false,
             };
             (id, input)
         })
@@ -62,6 +63,24 @@ pub fn forecast(
         &budget,
     )
     .py()?;
+    serde_json::to_string(&fc)
+        .map_err(|e| DaisyError::Io(e.to_string()))
+        .py()
+}
+
+/// The next run of the task whose store is at `path`, from its history
+/// alone (`daisy forecast PATH`), on `workers` workers (None: as many as
+/// its last run started), as JSON.
+#[pyfunction]
+#[pyo3(signature = (path, workers=None, memory_budget=None))]
+pub fn forecast_store(
+    path: PathBuf,
+    workers: Option<u32>,
+    memory_budget: Option<u64>,
+) -> PyResult<String> {
+    let budget = MemoryBudget::find(memory_budget).py()?;
+    let cores = daisy_core::worker_count::cores();
+    let fc = daisy_core::forecast::forecast_store(&path, workers, cores, &budget).py()?;
     serde_json::to_string(&fc)
         .map_err(|e| DaisyError::Io(e.to_string()))
         .py()

@@ -13,6 +13,7 @@ __version__: str
 __all__ = [
     "forecast",
     "forecast_sample",
+    "forecast_store",
     "Block",
     "TaskSpec",
     "TaskOptions",
@@ -423,6 +424,9 @@ def read_last_report(path: str | os.PathLike[str]) -> str | None: ...
 def forecast_sample(
     specs: Sequence[TaskSpec], stores: Mapping[str, str | os.PathLike[str]], n: int
 ) -> dict[str, list[int]]: ...
+def forecast_store(
+    path: str | os.PathLike[str], workers: int | None = None, memory_budget: int | None = None
+) -> str: ...
 def forecast(
     specs: Sequence[TaskSpec],
     stores: Mapping[str, str | os.PathLike[str]],

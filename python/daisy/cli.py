@@ -16,6 +16,10 @@ nightly pipeline.
 blocks done of its total and left, failed blocks not done, how its last
 recorded run ended, and whether a run holds it now.
 
+``daisy forecast PATH`` forecasts the next run of each task at PATH from
+its store's history alone (see `daisy.forecast`): how long, the block time
+and memory percentiles, the workers that fit this node.
+
 Also available as ``python -m daisy``.
 """
 
@@ -430,6 +434,32 @@ def compare_command(args: argparse.Namespace) -> int:
     return 1 if any(r["flagged"] for r in rows) else 0
 
 
+def forecast_command(args: argparse.Namespace) -> int:
+    """``daisy forecast``."""
+    from daisy._daisy import forecast_store
+    from daisy.run_forecast import Forecast
+
+    if args.workers is not None:
+        _check_option(args.workers >= 1, "--workers", args.workers, "workers, 1 or more")
+    stores = find_stores(Path(args.path))
+    if not stores:
+        raise CliError(f"no tracking store at {args.path}")
+    out = []
+    for store in stores:
+        try:
+            figures = json.loads(forecast_store(str(store), args.workers))
+        except (RuntimeError, ValueError) as e:
+            raise CliError(f"{store}: {e}") from None
+        out.append(Forecast(figures, {}))
+    if args.format == "json":
+        print(json.dumps([fc.to_dict() for fc in out], indent=2))
+        return 0
+    for store, fc in zip(stores, out, strict=True):
+        print(store)
+        print(fc)
+    return 0
+
+
 # The --help texts: plain text, no reST markup (argparse shows them as
 # written); every option's help gives its default.
 _DESCRIPTION = "The daisy command line: look at runs without writing code."
@@ -457,6 +487,14 @@ _STATUS_DESCRIPTION = (
     "many are left, failed blocks not done, how its last recorded run ended, and whether "
     "a run holds it now (read from this machine's lock table: a run on another host "
     "shows only while this machine sees its lock). Reads only; safe while a run writes."
+)
+
+_FORECAST_DESCRIPTION = (
+    "Forecast the next run of each task at PATH from its tracking store's history alone "
+    "(the blocks earlier runs measured with resource tracking): how long the blocks not "
+    "done take (all of them when every block is done: the run after a reset), block time "
+    "and peak memory percentiles, and the workers that fit this node. daisy.forecast() in "
+    "Python also runs a sample of new blocks. Reads only."
 )
 
 _PATH_HELP = "a tracking store, a tracking base directory or a runs.jsonl"
@@ -500,6 +538,13 @@ def _parser() -> argparse.ArgumentParser:
             _STATUS_DESCRIPTION,
             "a tracking store or a tracking base directory",
             _status_options,
+        ),
+        (
+            "forecast",
+            "forecast the next run of each task from its store's history",
+            _FORECAST_DESCRIPTION,
+            "a tracking store or a tracking base directory",
+            _forecast_options,
         ),
     ]
     for name, help, description, path_help, add_options in commands:
@@ -567,6 +612,18 @@ def _status_options(st: Any) -> None:
     """``daisy status``'s options: where each tracking store stands."""
     _add_format_option(st, ["text", "json"])
     st.set_defaults(func=status_command)
+
+
+def _forecast_options(fc: Any) -> None:
+    """``daisy forecast``'s options: the workers to forecast with."""
+    fc.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="workers to forecast with (default: as many as the last run started, else 1)",
+    )
+    _add_format_option(fc, ["table", "json"])
+    fc.set_defaults(func=forecast_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -76,6 +76,8 @@ pub struct TaskInput {
     pub store: Option<PathBuf>,
     /// Workers the run would give it.
     pub workers: u32,
+    /// Forecast every block, done or not (the next run after a reset).
+    pub whole: bool,
 }
 
 /// One task's forecast.
@@ -178,7 +180,7 @@ fn read_task(
     for i in 0..n {
         let block = grid.block(i);
         let record = store.record(&block);
-        if record.done {
+        if record.done && !input.whole {
             data.left[i as usize] = false;
         }
         if let Some(stats) = record.stats {
@@ -303,6 +305,7 @@ pub fn forecast(
         let input = inputs.get(id).cloned().unwrap_or(TaskInput {
             store: None,
             workers: 1,
+            whole: false,
         });
         workers.push(input.workers.max(1));
         let d = read_task(&graph, t as TaskIndex, &input)?;
@@ -489,6 +492,46 @@ pub fn forecast(
     })
 }
 
+/// The next run of the task whose store is at `path`, from its history
+/// alone (`daisy forecast PATH`): the blocks not done, or every block when
+/// all are done (the run after a reset: said in a note), on `workers`
+/// workers (None: as many as its last run started, else 1).
+pub fn forecast_store(
+    path: &std::path::Path,
+    workers: Option<u32>,
+    cores: u32,
+    budget: &MemoryBudget,
+) -> Result<Forecast, DaisyError> {
+    let spec = crate::tracking_store::store_spec(path)?;
+    let status = crate::tracking_store::store_status(path)?;
+    let whole = status.total.is_some_and(|t| status.done >= t);
+    let last = read_last_report(&path.join(RUNS_FILE)).ok().flatten();
+    let workers = workers
+        .or_else(|| {
+            last.as_ref()
+                .map(|r| u32::try_from(r.workers.count).unwrap_or(u32::MAX))
+                .filter(|&n| n > 0)
+        })
+        .unwrap_or(1);
+    let id = spec.task_id.clone();
+    let inputs = std::collections::HashMap::from([(
+        id.clone(),
+        TaskInput {
+            store: Some(path.to_path_buf()),
+            workers,
+            whole,
+        },
+    )]);
+    let mut fc = forecast(vec![spec], &inputs, cores, budget)?;
+    if whole {
+        fc.notes.push(format!(
+            "every block of {id:?} is done: this is the run after a reset (task.reset()), \
+             all its blocks"
+        ));
+    }
+    Ok(fc)
+}
+
 fn grid_task_id(graph: &DependencyGraph, t: usize) -> String {
     graph.pipeline().spec(t as TaskIndex).task_id.clone()
 }
@@ -510,6 +553,7 @@ pub fn sample_blocks(
         let input = TaskInput {
             store: stores.get(&id).cloned(),
             workers: 1,
+            whole: false,
         };
         data.push(read_task(&graph, t as TaskIndex, &input)?);
     }

@@ -64,7 +64,7 @@ pub mod zarr_array;
 
 pub use self::arrays::{DONE, FAILURES, RUNS_FILE, STATS, TrackingRecord};
 pub use self::history::{append_runs_line, history_file};
-pub use self::status::{StoreStatus, store_status};
+pub use self::status::{StoreStatus, store_spec, store_status};
 
 use self::arrays::{RESET_MARKER, StatsArrays};
 use self::integrity::{open_array, read_group};

@@ -74,6 +74,46 @@ pub fn store_status(path: &Path) -> Result<StoreStatus, DaisyError> {
     })
 }
 
+/// The task spec a store was made for, from the layout it records (its
+/// task id, or the directory's name): what a reader outside any run (`daisy
+/// forecast PATH`) needs to walk its blocks. Read-write conflicts are
+/// assumed, as a task's default; an error names a path that is no store or
+/// a layout this version does not read.
+pub fn store_spec(path: &Path) -> Result<TaskSpec, DaisyError> {
+    let meta = path.join("zarr.json");
+    let text = fs::read_to_string(&meta).map_err(|e| {
+        DaisyError::Io(format!(
+            "{}: no tracking store there ({e}); give a store's directory (the task's \
+             tracking_path)",
+            path.display()
+        ))
+    })?;
+    let group: Value = serde_json::from_str(&text)
+        .map_err(|e| DaisyError::Io(format!("{}: not JSON ({e})", meta.display())))?;
+    let attrs = &group["attributes"];
+    let layout = Layout::from_json(&attrs["daisy_layout"]).ok_or_else(|| {
+        DaisyError::Io(format!(
+            "{}: its layout is not one this version of daisy reads",
+            meta.display()
+        ))
+    })?;
+    let task_id = attrs["daisy_task_id"]
+        .as_str()
+        .map(str::to_string)
+        .or_else(|| path.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "task".to_string());
+    TaskSpec::new(
+        task_id,
+        layout.total,
+        layout.read,
+        layout.write,
+        layout.fit,
+        true,
+        0,
+        vec![],
+    )
+}
+
 /// Done marks, and failure counts of blocks not done, read in pieces.
 fn count_marks(store: &Path, dims: usize) -> Result<(u64, u64), DaisyError> {
     let done_path = chunk_path(&store.join(DONE.name), dims);
