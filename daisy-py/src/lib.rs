@@ -189,6 +189,7 @@ fn _daisy(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_tracking::check_distinct_stores, m)?)?;
     m.add_function(wrap_pyfunction!(py_stats::store_wall_percentiles, m)?)?;
     m.add_function(wrap_pyfunction!(py_stats::compare_to_baseline, m)?)?;
+    m.add_function(wrap_pyfunction!(py_stats::common_blocks, m)?)?;
     m.add_function(wrap_pyfunction!(py_forecast::forecast, m)?)?;
     m.add_function(wrap_pyfunction!(py_forecast::forecast_sample, m)?)?;
     m.add_function(wrap_pyfunction!(py_forecast::forecast_store, m)?)?;

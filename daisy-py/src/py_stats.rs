@@ -27,3 +27,17 @@ pub fn compare_to_baseline(
     daisy_core::run_stats::compare_to_baseline(now, &before, factor, zero_is_normal)
         .map(|c| (c.median, c.ratio, c.flagged))
 }
+
+/// The blocks of the tracking store at `path` that the run of time window
+/// `run` (its report's started and finished times) and the run of window
+/// `other` both did: `(count, run's wall seconds summed, other's)`; None
+/// for a store without measured blocks.
+#[pyfunction]
+pub fn common_blocks(
+    path: PathBuf,
+    run: (f64, f64),
+    other: (f64, f64),
+) -> PyResult<Option<(u64, f64, f64)>> {
+    let found = daisy_core::tracking_store::block_history::common_blocks(&path, run, other).py()?;
+    Ok(found.map(|c| (c.count, c.wall_seconds, c.other_wall_seconds)))
+}

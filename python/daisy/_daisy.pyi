@@ -13,6 +13,7 @@ __version__: str
 __all__ = [
     "forecast",
     "forecast_sample",
+    "common_blocks",
     "forecast_store",
     "Block",
     "TaskSpec",
@@ -424,6 +425,9 @@ def read_last_report(path: str | os.PathLike[str]) -> str | None: ...
 def forecast_sample(
     specs: Sequence[TaskSpec], stores: Mapping[str, str | os.PathLike[str]], n: int
 ) -> dict[str, list[int]]: ...
+def common_blocks(
+    path: str | os.PathLike[str], run: tuple[float, float], other: tuple[float, float]
+) -> tuple[int, float, float] | None: ...
 def forecast_store(
     path: str | os.PathLike[str], workers: int | None = None, memory_budget: int | None = None
 ) -> str: ...

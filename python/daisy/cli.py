@@ -329,15 +329,59 @@ TOTALS: dict[str, Callable[[TaskReport], float | None]] = {
 }
 
 
-def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> list[dict[str, Any]]:
+def _mixes(
+    store: Path | None, last: TaskReport, previous: Sequence[TaskReport]
+) -> list[tuple[int, float, float]] | None:
+    """For each run of ``previous``, the blocks it and ``last`` both did,
+    from the store's per-block figures (the core's ``common_blocks``):
+    ``(count, last's wall seconds summed, its own)``; None without a store
+    or per-block figures."""
+    if store is None:
+        return None
+    from daisy._daisy import common_blocks
+
+    out = []
+    for r in previous:
+        found = common_blocks(
+            str(store), (last.started_at, last.finished_at), (r.started_at, r.finished_at)
+        )
+        if found is None:
+            return None
+        out.append(found)
+    return out
+
+
+def _same_blocks(
+    last: TaskReport, previous: Sequence[TaskReport], mixes: list[tuple[int, float, float]] | None
+) -> list[TaskReport]:
+    """The runs of ``previous`` that did the same blocks as ``last`` (every
+    block of each is one of the other's); without per-block figures, those
+    that did as many."""
+    if mixes is None:
+        return [r for r in previous if _processed(r) == _processed(last)]
+    return [
+        r
+        for r, (n, _, _) in zip(previous, mixes, strict=True)
+        if n == _processed(last) == _processed(r)
+    ]
+
+
+def compare_runs(
+    runs: Sequence[TaskReport], history: int, factor: float, store: Path | None = None
+) -> list[dict[str, Any]]:
     """The last run against the median of up to ``history`` runs before it:
     one row per figure, flagged when it grew by more than ``factor``
     (failures: when they appear where the median had none, or grow by
     more than ``factor``). Runs that skipped every block are left out of
-    the baseline: their figures say nothing about the work. Figures per
-    block are set against every such run; totals only against runs that
-    processed as many blocks as the last (a resumed run that processed 10
-    of 40 blocks is compared block for block: see `not_comparable`)."""
+    the baseline: their figures say nothing about the work. With the
+    store's per-block figures (``store``), like is compared with like:
+    figures per block and totals only against runs that did the same
+    blocks, and a run of another mix of blocks (a partial rerun of the
+    costliest) against the latest run before it on the blocks both did
+    (``wall_common_blocks_s``, with their count), never on its mean over
+    other blocks. Without them, figures per block are set against every
+    such run and totals against runs that processed as many blocks (see
+    `not_comparable`)."""
     # a forecast's sample is no run of the task: neither the last nor a baseline
     runs = [r for r in runs if not r.forecast_sample]
     if len(runs) < 2:
@@ -347,9 +391,11 @@ def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> lis
     # whether a Task.reset() lies between the oldest run compared and the last
     window = runs[runs.index(previous[0]) + 1 :] if previous else []
     reset_between = any(r.after_reset for r in window)
-    alike = [r for r in previous if _processed(r) == _processed(last)]
+    mixes = _mixes(store, last, previous)
+    alike = _same_blocks(last, previous, mixes)
+    per_block = previous if mixes is None else alike
     rows = []
-    for figures, baseline in ((PER_BLOCK, previous), (TOTALS, alike)):
+    for figures, baseline in ((PER_BLOCK, per_block), (TOTALS, alike)):
         for name, read in figures.items():
             now = read(last)
             before = [v for v in (read(r) for r in baseline) if v is not None]
@@ -373,24 +419,66 @@ def compare_runs(runs: Sequence[TaskReport], history: int, factor: float) -> lis
                     "blocks": _processed(last),
                 }
             )
+    if mixes is not None:
+        other = [
+            (n, mine, theirs)
+            for r, (n, mine, theirs) in zip(previous, mixes, strict=True)
+            if r not in alike and n > 0
+        ]
+        if other:
+            n, mine, theirs = other[-1]
+            compared = compare_to_baseline(mine / n, [theirs / n], factor, zero_is_normal=False)
+            if compared is not None:
+                median, ratio, flagged = compared
+                rows.append(
+                    {
+                        "task_id": last.task_id,
+                        "figure": "wall_common_blocks_s",
+                        "last": mine / n,
+                        "median": median,
+                        "runs": 1,
+                        "ratio": ratio,
+                        "flagged": flagged,
+                        "reset_between": reset_between,
+                        "blocks": n,
+                    }
+                )
     return rows
 
 
-def not_comparable(runs: Sequence[TaskReport], history: int) -> str | None:
-    """Why the last run's totals were not compared (it processed another
-    number of blocks than every run before it), or None."""
+def not_comparable(
+    runs: Sequence[TaskReport], history: int, store: Path | None = None
+) -> str | None:
+    """Why the last run's figures were not all compared (it did other
+    blocks than every run before it), or None."""
     runs = [r for r in runs if not r.forecast_sample]
     if len(runs) < 2:
         return None
     last = runs[-1]
     previous = [r for r in runs[:-1] if _processed_blocks(r)][-history:]
-    if not previous or any(_processed(r) == _processed(last) for r in previous):
+    if not previous:
         return None
-    counts = sorted({_processed(r) for r in previous})
-    before = " or ".join(str(n) for n in counts)
+    mixes = _mixes(store, last, previous)
+    if _same_blocks(last, previous, mixes):
+        return None
+    if mixes is None:
+        counts = sorted({_processed(r) for r in previous})
+        before = " or ".join(str(n) for n in counts)
+        return (
+            f"{last.task_id}: the last run processed {_processed(last)} blocks, the runs before "
+            f"it {before}: its totals are not compared, only its figures per block"
+        )
+    shared = [n for n, _, _ in mixes if n > 0]
+    if not shared:
+        return (
+            f"{last.task_id}: the last run did {_processed(last)} blocks, none of them done by "
+            "the runs before it (or their figures are gone): it cannot be compared"
+        )
+    n, mine, theirs = [m for m in mixes if m[0] > 0][-1]
     return (
-        f"{last.task_id}: the last run processed {_processed(last)} blocks, the runs before it "
-        f"{before}: its totals are not compared, only its figures per block"
+        f"{last.task_id}: the last run did {_processed(last)} blocks, another mix than the runs "
+        f"before it: compared on {n} common block{'s' if n != 1 else ''}: "
+        f"{mine / theirs if theirs else float('nan'):.2f}x"
     )
 
 
@@ -409,8 +497,9 @@ def compare_command(args: argparse.Namespace) -> int:
     rows, notes = [], []
     for f in files:
         runs = read_runs(f)
-        rows += compare_runs(runs, args.history, args.factor)
-        note = not_comparable(runs, args.history)
+        store = f.parent if f.name == RUNS_FILE and (f.parent / "zarr.json").is_file() else None
+        rows += compare_runs(runs, args.history, args.factor, store)
+        note = not_comparable(runs, args.history, store)
         if note:
             notes.append(note)
     if args.format == "json":
@@ -475,9 +564,11 @@ _COMPARE_DESCRIPTION = (
     "Set each task's last run against the median of up to --history runs before it "
     "(runs that skipped every block left out) and flag every figure that grew by more "
     "than --factor, and failed attempts that appear where the median had none. Figures "
-    "per block (span, wall and CPU time, peak memory, round trip, failures) are set "
-    "against every such run; totals only against runs that processed as many blocks "
-    "(a resumed run is compared block for block, and says so). Exits "
+    "per block (span, wall and CPU time, peak memory, round trip, failures) and totals "
+    "are set against the runs that did the same blocks (from the store's per-block "
+    "figures; without them, figures per block against every such run and totals against "
+    "runs that did as many blocks); a run of another mix of blocks (a partial rerun) is "
+    "set against the run before it on the blocks both did, and says how many. Exits "
     "with status 1 when it finds a regression (a flagged figure), 0 when it finds "
     "none or has fewer than two runs to compare, 2 when there is no runs.jsonl at PATH."
 )

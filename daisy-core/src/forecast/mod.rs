@@ -176,12 +176,20 @@ fn read_task(
     let spec = graph.pipeline().spec(t);
     let tracked = TrackingStore::has_stats_arrays(path);
     let store = TrackingStore::open_unlocked(path, spec, tracked)?;
+    // figures from before the last reset are of code since changed
+    let since = crate::run_report::read_last_reset(&path.join(RUNS_FILE))
+        .ok()
+        .flatten()
+        .unwrap_or(f64::NEG_INFINITY);
     let mut measured = Vec::new();
     for i in 0..n {
         let block = grid.block(i);
         let record = store.record(&block);
         if record.done && !input.whole {
             data.left[i as usize] = false;
+        }
+        if record.sent_at.is_some_and(|s| s < since) {
+            continue;
         }
         if let Some(stats) = record.stats {
             let round_trip = match (record.sent_at, record.returned_at) {

@@ -143,6 +143,40 @@ pub fn read_history(path: &Path) -> std::io::Result<History> {
     Ok(history)
 }
 
+/// When the last reset recorded in the history at `path` happened (its
+/// `reset_at`, seconds since the UNIX epoch); None for a history without
+/// one, or no history. It reads the whole file (a reset record is small and
+/// can lie anywhere): for the forecast and a run's first ETA, once each.
+pub fn read_last_reset(path: &Path) -> std::io::Result<Option<f64>> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut last = None;
+    let mut reader = std::io::BufReader::new(file);
+    let mut bytes = Vec::new();
+    let key = format!("\"{RESET_KEY}\"");
+    loop {
+        bytes.clear();
+        if reader.read_until(b'\n', &mut bytes)? == 0 {
+            break;
+        }
+        // a report line is a few KB: only lines naming the key are decoded
+        let line = String::from_utf8_lossy(&bytes);
+        if !line.contains(&key) {
+            continue;
+        }
+        if let Ok(value) = serde_json::from_str::<Value>(&line)
+            && value.get("task_id").is_none()
+            && let Some(at) = value.get(RESET_KEY).and_then(Value::as_f64)
+        {
+            last = Some(at);
+        }
+    }
+    Ok(last)
+}
+
 /// Bytes read at a time from the end of a history by
 /// [`read_last_report`]: a report line is a few KB, so one read finds the
 /// last report of almost any history.

@@ -526,6 +526,14 @@ impl State {
         let n = grid.num_blocks();
         let mask = self.scheduler.skip_mask(task);
         let store = self.scheduler.tracking(task);
+        // figures from before the last reset are of code since changed
+        let since = store
+            .and_then(|s| {
+                crate::run_report::read_last_reset(&s.path().join(crate::tracking_store::RUNS_FILE))
+                    .ok()
+                    .flatten()
+            })
+            .unwrap_or(f64::NEG_INFINITY);
         let mut to_run = vec![true; n as usize];
         let mut measured = Vec::new();
         for i in 0..n {
@@ -539,6 +547,9 @@ impl State {
             let record = store.record(&grid.block(i));
             if record.done {
                 to_run[i as usize] = false;
+            }
+            if record.sent_at.is_some_and(|s| s < since) {
+                continue;
             }
             if let Some(stats) = record.stats {
                 let seconds = match (record.sent_at, record.returned_at) {

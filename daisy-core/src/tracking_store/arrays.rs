@@ -68,10 +68,19 @@ const fn stat(name: &'static str, dtype: ElementType, fill: [u8; 8]) -> ArrayKin
     ArrayKind { name, dtype, fill }
 }
 
+/// Earlier runs a block's wall time and dispatch time are kept for beside
+/// its latest: with the latest, the last four runs that did the block, so
+/// `daisy compare` can set a partial rerun against the runs before it on
+/// the blocks both did (issue 54). Three cost 36 bytes a block.
+pub const EARLIER_RUNS: usize = 3;
+
 /// The arrays added by resource tracking, in the order of
 /// `StatsArrays::open`. Cells of blocks that never executed hold the fill
-/// value (NaN for measurements and times, 2^32-1 for "no worker").
-pub const STATS: [ArrayKind; 11] = [
+/// value (NaN for measurements and times, 2^32-1 for "no worker"). The
+/// last six are the block's wall and dispatch times in the runs before its
+/// latest (`_1` the one before, see [`EARLIER_RUNS`]): a store made before
+/// them gets them, empty, when a run with resource tracking opens it.
+pub const STATS: [ArrayKind; 17] = [
     stat("wall_seconds", ElementType::F32, NAN32),
     stat("cpu_seconds", ElementType::F32, NAN32),
     stat("peak_rss_bytes", ElementType::U64, [0; 8]),
@@ -87,6 +96,12 @@ pub const STATS: [ArrayKind; 11] = [
     stat("sent_at", ElementType::F64, NAN64),
     stat("returned_at", ElementType::F64, NAN64),
     stat("run_queue_seconds", ElementType::F32, NAN32),
+    stat("wall_seconds_1", ElementType::F32, NAN32),
+    stat("wall_seconds_2", ElementType::F32, NAN32),
+    stat("wall_seconds_3", ElementType::F32, NAN32),
+    stat("sent_at_1", ElementType::F64, NAN64),
+    stat("sent_at_2", ElementType::F64, NAN64),
+    stat("sent_at_3", ElementType::F64, NAN64),
 ];
 
 /// What the store holds for one block.
@@ -122,13 +137,33 @@ pub(super) struct StatsArrays {
     sent_at: MappedArray,
     returned_at: MappedArray,
     run_queue_seconds: MappedArray,
+    /// The block's wall and dispatch times in earlier runs, latest first.
+    earlier_wall: [MappedArray; EARLIER_RUNS],
+    earlier_sent: [MappedArray; EARLIER_RUNS],
 }
 
 impl StatsArrays {
     /// Open (creating where missing) the [`STATS`] arrays of a store.
     pub(super) fn open(store: &Path, shape: &Coord) -> Result<Self, DaisyError> {
-        let [w, c, rss, ior, iow, gu, gm, wid, sent, ret, rq] =
-            STATS.map(|k| map_array(store, k, shape));
+        let [
+            w,
+            c,
+            rss,
+            ior,
+            iow,
+            gu,
+            gm,
+            wid,
+            sent,
+            ret,
+            rq,
+            w1,
+            w2,
+            w3,
+            s1,
+            s2,
+            s3,
+        ] = STATS.map(|k| map_array(store, k, shape));
         Ok(Self {
             wall_seconds: w?,
             cpu_seconds: c?,
@@ -141,10 +176,12 @@ impl StatsArrays {
             sent_at: sent?,
             returned_at: ret?,
             run_queue_seconds: rq?,
+            earlier_wall: [w1?, w2?, w3?],
+            earlier_sent: [s1?, s2?, s3?],
         })
     }
 
-    pub(super) fn all(&self) -> [&MappedArray; 11] {
+    pub(super) fn all(&self) -> [&MappedArray; 17] {
         [
             &self.wall_seconds,
             &self.cpu_seconds,
@@ -157,11 +194,18 @@ impl StatsArrays {
             &self.sent_at,
             &self.returned_at,
             &self.run_queue_seconds,
+            &self.earlier_wall[0],
+            &self.earlier_wall[1],
+            &self.earlier_wall[2],
+            &self.earlier_sent[0],
+            &self.earlier_sent[1],
+            &self.earlier_sent[2],
         ]
     }
 
-    /// Write one block's figures: eleven stores into the mappings, no
-    /// allocation.
+    /// Write one block's figures: the latest wall and dispatch times move
+    /// down the earlier runs' (the oldest is dropped), then seventeen
+    /// stores into the mappings, no allocation.
     pub(super) fn record(
         &mut self,
         cell: u64,
@@ -170,6 +214,21 @@ impl StatsArrays {
         sent: f64,
         ret: f64,
     ) {
+        if let Some(latest) = self.wall_seconds.get::<f32>(cell).filter(|w| !w.is_nan()) {
+            for k in (1..EARLIER_RUNS).rev() {
+                let w = self.earlier_wall[k - 1]
+                    .get::<f32>(cell)
+                    .unwrap_or(f32::NAN);
+                let s = self.earlier_sent[k - 1]
+                    .get::<f64>(cell)
+                    .unwrap_or(f64::NAN);
+                self.earlier_wall[k].set(cell, w);
+                self.earlier_sent[k].set(cell, s);
+            }
+            let latest_sent = self.sent_at.get::<f64>(cell).unwrap_or(f64::NAN);
+            self.earlier_wall[0].set(cell, latest);
+            self.earlier_sent[0].set(cell, latest_sent);
+        }
         self.wall_seconds.set(cell, stats.wall_seconds as f32);
         self.cpu_seconds.set(cell, stats.cpu_seconds as f32);
         self.peak_rss_bytes.set(cell, stats.peak_rss_bytes);

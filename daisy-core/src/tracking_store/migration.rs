@@ -173,7 +173,9 @@ fn v200_shape(spec: &TaskSpec) -> Coord {
 }
 
 /// The shape and element type an array's metadata gives, if readable.
-fn array_shape(path: &Path, kind: &ArrayKind) -> Option<Vec<i64>> {
+/// The shape an array's metadata at `path` records, if it is of `kind`'s
+/// data type.
+pub(super) fn array_shape(path: &Path, kind: &ArrayKind) -> Option<Vec<i64>> {
     let text = fs::read_to_string(path.join(kind.name).join("zarr.json")).ok()?;
     let meta: serde_json::Value = serde_json::from_str(&text).ok()?;
     if meta["data_type"].as_str() != Some(kind.dtype.zarr_name()) {

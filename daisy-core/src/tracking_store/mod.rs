@@ -52,6 +52,7 @@
 //! rewritten, so an interrupted migration leaves the old store intact.
 
 pub mod arrays;
+pub mod block_history;
 pub mod history;
 pub mod integrity;
 pub mod layout;
@@ -193,6 +194,18 @@ impl TrackingStore {
                 fs::create_dir_all(path).map_err(|e| io_err(path, e))?;
                 for kind in [DONE, FAILURES] {
                     create_array(path, &kind, &shape)?;
+                }
+                // figures a reset kept, of another geometry than this
+                // task's (its ROIs changed with the reset): not its blocks'.
+                // Only an array whose metadata says so: one without is
+                // being made by a driver making this store at the same time
+                for kind in STATS {
+                    let other =
+                        migration::array_shape(path, &kind).is_some_and(|s| s != shape.as_slice());
+                    if other {
+                        let dir = path.join(kind.name);
+                        fs::remove_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+                    }
                 }
                 write_group(path, &layout, &spec.task_id)?;
                 let marker = path.join(RESET_MARKER);
@@ -501,11 +514,14 @@ impl TrackingStore {
     }
 
     /// Reset a task's store (only a directory that is one): delete its
-    /// done markers, failures and statistics so the next run processes
-    /// every block again. With `keep_history`, its `runs.jsonl` stays and
-    /// gets a reset record (`{"reset_at": <epoch seconds>}`) so readers see
-    /// the boundary; without, the whole directory goes. Nothing to delete
-    /// is not an error.
+    /// done markers and failures so the next run processes every block
+    /// again. With `keep_history`, its `runs.jsonl` stays and gets a reset
+    /// record (`{"reset_at": <epoch seconds>}`) so readers see the
+    /// boundary, and so do the blocks' figures (the [`STATS`] arrays: what
+    /// each block cost in the runs that did it, which `daisy compare` sets
+    /// a rerun against, block for block; the forecast uses only those
+    /// measured after the reset); without, the whole directory goes.
+    /// Nothing to delete is not an error.
     pub fn reset(path: &Path, keep_history: bool) -> Result<(), DaisyError> {
         if !path.exists() {
             return Ok(());
@@ -534,7 +550,11 @@ impl TrackingStore {
         for entry in fs::read_dir(path).map_err(|e| io_err(path, e))? {
             let entry = entry.map_err(|e| io_err(path, e))?;
             let name = entry.file_name();
-            if name == LOCK_FILE || name == RUNS_FILE || name == RESET_MARKER {
+            if name == LOCK_FILE
+                || name == RUNS_FILE
+                || name == RESET_MARKER
+                || STATS.iter().any(|k| name == k.name)
+            {
                 continue;
             }
             let p = entry.path();
@@ -1049,7 +1069,11 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         left.sort();
-        assert_eq!(left, [LOCK_FILE, RUNS_FILE]);
+        // the blocks' figures stay, for comparing runs block for block
+        let mut kept: Vec<&str> = STATS.iter().map(|k| k.name).collect();
+        kept.extend([LOCK_FILE, RUNS_FILE]);
+        kept.sort_unstable();
+        assert_eq!(left, kept);
         let text = fs::read_to_string(path.join(RUNS_FILE)).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2);
@@ -1062,6 +1086,37 @@ mod tests {
         assert!(path.join(RUNS_FILE).is_file());
         TrackingStore::reset(&path, false).unwrap();
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_reset_keeps_the_blocks_figures_unless_the_geometry_changed_with_it() {
+        let path = tmp("reset-figures");
+        let s = spec(roi(&[0, 0, 0], &[20, 20, 20]), Fit::Valid);
+        let block = BlockGrid::new(0, &s).block(1);
+        {
+            let mut store = TrackingStore::open(&path, &s, true).unwrap();
+            store.record_stats(&block, &figures(), Some(1), 10.0, 11.0);
+            store.mark_done(&block);
+        }
+        TrackingStore::reset(&path, true).unwrap();
+        {
+            let store = TrackingStore::open(&path, &s, true).unwrap();
+            let r = store.record(&block);
+            assert!(!r.done, "the mark is gone");
+            // the figures stay (NaN GPU figures: compared by their wall)
+            let kept = r.stats.expect("the figures stay");
+            assert_eq!(kept.wall_seconds, figures().wall_seconds);
+            assert_eq!(kept.peak_rss_bytes, figures().peak_rss_bytes);
+            assert_eq!(r.sent_at, Some(10.0));
+        }
+        // reset, then run with other ROIs: the old figures are not its blocks'
+        TrackingStore::reset(&path, true).unwrap();
+        let wider = spec(roi(&[0, 0, 0], &[40, 40, 40]), Fit::Valid);
+        let store = TrackingStore::open(&path, &wider, true).unwrap();
+        let grid = BlockGrid::new(0, &wider);
+        assert!((0..grid.num_blocks()).all(|i| store.record(&grid.block(i)).stats.is_none()));
+        drop(store);
+        fs::remove_dir_all(&path).unwrap();
     }
 
     /// A store for `s` with every third block marked done; the done chunk's bytes.
