@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -132,7 +133,7 @@ def test_without_a_store_the_sample_runs_in_a_temporary_one_and_the_run_does_it_
     fc = daisy.forecast(task, sample_blocks=4)
     assert sum(take_calls(calls).values()) == 4
     assert any("no tracking store" in n and "again" in n for n in fc.notes), fc.notes
-    assert fc.wall_seconds is not None
+    assert fc.wall_seconds is not None, (fc.notes, fc.to_dict()["tasks"])
     assert list(scratch.iterdir()) == [], "the temporary store is gone"
     assert task.tracking_path is None and not task.resource_tracking
     assert daisy.run_blockwise([task], progress=False, summary=False)
@@ -312,3 +313,75 @@ def test_daisy_forecast_path_forecasts_the_next_run_from_the_history_alone(calls
     assert "no tracking store" in capsys.readouterr().err
     assert main(["forecast", str(store), "--workers", "0"]) == 2
     assert "--workers 0" in capsys.readouterr().err
+
+
+def measured_as_before(block: daisy.Block) -> None:
+    """The block function as it was when the store's blocks were measured."""
+    time.sleep(0.001)
+
+
+def measured_after_an_edit(block: daisy.Block) -> None:
+    """The same task's block function after an edit."""
+    time.sleep(0.002)
+
+
+def test_blocks_measured_with_another_block_function_are_left_out_and_said(tmp_path):
+    import numpy as np
+
+    store = tmp_path / "store"
+    half = np.zeros(10, dtype=bool)
+    half[5:] = True
+
+    def task_of(fn, mask=None):  # type: ignore[no-untyped-def]
+        return make_task(
+            "code",
+            ((0,), (100,)),
+            ((0,), (10,)),
+            ((0,), (10,)),
+            process_function=fn,
+            tracking_path=store,
+            resource_tracking=True,
+            skip_mask=mask,
+        )
+
+    assert daisy.run_blockwise([task_of(measured_as_before, half)], progress=False, summary=False)
+    same = daisy.forecast(task_of(measured_as_before), sample_blocks=0)
+    assert same["code"].measured == 5 and same.wall_seconds is not None
+    edited = daisy.forecast(task_of(measured_after_an_edit), sample_blocks=0)
+    assert edited["code"].measured == 0 and edited.wall_seconds is None
+    assert any("5 measured blocks left out" in n and "another version" in n for n in edited.notes)
+
+
+def test_a_block_functions_code_hash_is_its_code_and_not_its_data(tmp_path):
+    import subprocess
+    import sys
+
+    from daisy.block_function import code_sha256
+
+    def make(threshold):  # type: ignore[no-untyped-def]
+        def f(block):  # type: ignore[no-untyped-def]
+            return block if threshold in {"a", "b", "c"} else None
+
+        return f
+
+    # the same code over other data: the same hash, call after call
+    assert code_sha256(make("a")) == code_sha256(make("z")) == code_sha256(make("a"))
+    assert code_sha256(measured_as_before) != code_sha256(measured_after_an_edit)
+    assert code_sha256(len) is None
+    # and in another process with another string hash seed
+    script = tmp_path / "fn.py"
+    script.write_text(
+        "def f(block):\n    return block if block in {'x', 'y', 'z'} else 0\n"
+        "from daisy.block_function import code_sha256\nprint(code_sha256(f))\n"
+    )
+    seen = {
+        subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            check=True,
+        ).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(seen) == 1 and len(next(iter(seen))) == 64, seen

@@ -93,6 +93,7 @@ fn run(n: usize) -> Figures {
             gpu_tracking: false,
             spawner: "external".into(),
             payload_sha256: None,
+            function_sha256: None,
             idle_timeout: None,
             spawner_idle_timeout: None,
         }]

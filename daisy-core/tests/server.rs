@@ -78,6 +78,7 @@ fn config(token: &str) -> ServerConfig {
         gpu_tracking: false,
         spawner: "external".into(),
         payload_sha256: None,
+        function_sha256: None,
         idle_timeout: None,
         spawner_idle_timeout: None,
     };

@@ -28,14 +28,16 @@ pub fn forecast_sample(
 /// (`stores`, by task id) and worker count (`workers`; 0 for
 /// `max_workers="auto"`), on this machine's
 /// cores within `memory_budget` bytes (None: the budget a run here would
-/// find), as JSON.
+/// find), leaving out blocks measured with another block function than
+/// `functions` names (SHA-256 of its code, by task id), as JSON.
 #[pyfunction]
-#[pyo3(signature = (specs, stores, workers, memory_budget=None))]
+#[pyo3(signature = (specs, stores, workers, memory_budget=None, functions=HashMap::new()))]
 pub fn forecast(
     specs: Vec<PyRef<'_, PyTaskSpec>>,
     stores: HashMap<String, PathBuf>,
     workers: HashMap<String, u32>,
     memory_budget: Option<u64>,
+    functions: HashMap<String, String>,
 ) -> PyResult<String> {
     let budget = MemoryBudget::find(memory_budget).py()?;
     let cores = daisy_core::worker_count::cores();
@@ -52,6 +54,7 @@ pub fn forecast(
                     n => n,
                 },
                 whole: false,
+                function_sha256: functions.get(&id).cloned(),
             };
             (id, input)
         })

@@ -59,7 +59,7 @@ impl PyTaskConfig {
     /// declared outputs (`(directory, chunk or None, offset)` in world
     /// units).
     #[new]
-    #[pyo3(signature = (task_id, options, *, program, args, stdin, stop, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, payload_sha256=None, spawner_idle_timeout=None, job_program=None, job_args=Vec::new(), job_stop=Vec::new(), workers_per_job=1, polls=false, outputs=Vec::new()))]
+    #[pyo3(signature = (task_id, options, *, program, args, stdin, stop, spawner, check_function=None, tracking_path=None, skip_mask=None, launcher_args=None, payload_sha256=None, function_sha256=None, spawner_idle_timeout=None, job_program=None, job_args=Vec::new(), job_stop=Vec::new(), workers_per_job=1, polls=false, outputs=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         task_id: String,
@@ -74,6 +74,7 @@ impl PyTaskConfig {
         skip_mask: Option<Vec<u8>>,
         launcher_args: Option<Vec<String>>,
         payload_sha256: Option<String>,
+        function_sha256: Option<String>,
         spawner_idle_timeout: Option<f64>,
         job_program: Option<PathBuf>,
         job_args: Vec<String>,
@@ -138,6 +139,7 @@ impl PyTaskConfig {
                 gpu_tracking: options.measure == Measure::WithGpu,
                 spawner,
                 payload_sha256,
+                function_sha256,
             },
             task_id,
             check_function: check_function.filter(|f| !Python::attach(|py| f.is_none(py))),

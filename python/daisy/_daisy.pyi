@@ -305,6 +305,7 @@ class TaskConfig:
         skip_mask: bytes | None = None,
         launcher_args: Sequence[str] | None = None,
         payload_sha256: str | None = None,
+        function_sha256: str | None = None,
         spawner_idle_timeout: float | None = None,
         job_program: str | None = None,
         job_args: Sequence[str] = ...,
@@ -436,6 +437,7 @@ def forecast(
     stores: Mapping[str, str | os.PathLike[str]],
     workers: Mapping[str, int],
     memory_budget: int | None = None,
+    functions: Mapping[str, str] = ...,
 ) -> str: ...
 def find_tracking(path: str | os.PathLike[str]) -> tuple[list[Path], list[Path]]: ...
 def check_distinct_stores(stores: Sequence[tuple[str, str | os.PathLike[str]]]) -> None: ...

@@ -102,3 +102,50 @@ class BlockCall:
 def block_call(function: Callable[..., Any]) -> Callable[[Any], None]:
     """``function`` wrapped for the runners, unless it already is."""
     return function if isinstance(function, BlockCall) else BlockCall(function)
+
+
+def _canonical(value: Any) -> bytes:
+    """A code object or constant as bytes that depend only on what it is:
+    ``marshal`` is not that (its output for one object changes with the
+    object's reference count), nor is a frozenset's ``repr`` (its order
+    changes with the string hash seed of the process)."""
+    import types
+
+    if isinstance(value, types.CodeType):
+        parts = [value.co_code, *(_canonical(c) for c in value.co_consts)]
+        for names in (value.co_names, value.co_varnames, value.co_freevars, value.co_cellvars):
+            parts.append(repr(names).encode())
+        return b"code(" + b"\0".join(parts) + b")"
+    if isinstance(value, tuple):
+        return b"(" + b",".join(_canonical(v) for v in value) + b")"
+    if isinstance(value, frozenset):
+        return b"{" + b",".join(sorted(_canonical(v) for v in value)) + b"}"
+    return repr(value).encode()
+
+
+def code_sha256(function: Any) -> str | None:
+    """A SHA-256 of a block function's code: its bytecode, constants and
+    names (nested functions' too), not what it captured, so a run over new
+    data keeps the hash and an edited function changes it. A
+    ``functools.partial`` is its function's code and its bound arguments'
+    ``repr``; a callable object its class's ``__call__``. None
+    for a callable without Python code (a builtin). The forecast uses only
+    blocks measured with the code that will run (see `daisy.forecast`)."""
+    import functools
+    import hashlib
+
+    parts: list[bytes] = []
+    target = function
+    while isinstance(target, functools.partial):
+        parts.append(repr((target.args, sorted(target.keywords.items()))).encode())
+        target = target.func
+    target = inspect.unwrap(target)
+    code = getattr(target, "__code__", None)
+    if code is None:
+        # a callable object: its class's __call__ (a builtin's has no code)
+        call = inspect.getattr_static(type(target), "__call__", None)
+        code = getattr(call, "__code__", None)
+    if code is None:
+        return None
+    parts.insert(0, _canonical(code))
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()

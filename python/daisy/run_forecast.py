@@ -335,12 +335,20 @@ def forecast(
         for t in task_list:
             w = max_workers if max_workers is not None else t.max_workers
             workers[t.task_id] = w if isinstance(w, int) else 0
+        from daisy.block_function import code_sha256
+
+        functions = {}
+        for t in task_list:
+            code = code_sha256(t.process_function)
+            if code is not None:
+                functions[t.task_id] = code
         figures = json.loads(
             _daisy.forecast(
                 specs,
                 {k: str(v) for k, v in stores.items()},
                 workers,
                 memory_budget,
+                functions,
             )
         )
     finally:

@@ -38,6 +38,7 @@ from daisy._daisy import (
     validated_liveness_timeout,
     write_payload,
 )
+from daisy.block_function import code_sha256
 from daisy.context import Context
 from daisy.function_payload import UnpicklableFunction as UnpicklableFunction
 from daisy.function_payload import worker_payload
@@ -98,6 +99,7 @@ def _task_configs(task_map: dict[str, Any], run_tag: str, payload_base: Path) ->
                 skip_mask=t._skip_mask,
                 launcher_args=(t.spawner.launcher_args() if warm and t.warm_start else None),
                 payload_sha256=payload_sha256,
+                function_sha256=code_sha256(t.process_function),
                 spawner_idle_timeout=t.spawner.idle_timeout,
                 job_program=None if job is None else job.program,
                 job_args=[] if job is None else job.args,

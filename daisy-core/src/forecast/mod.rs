@@ -78,6 +78,10 @@ pub struct TaskInput {
     pub workers: u32,
     /// Forecast every block, done or not (the next run after a reset).
     pub whole: bool,
+    /// A SHA-256 of the block function's code that will run: blocks
+    /// measured by runs that recorded another are left out. None: every
+    /// measured block counts.
+    pub function_sha256: Option<String>,
 }
 
 /// One task's forecast.
@@ -156,6 +160,8 @@ struct TaskData {
     left: Vec<bool>,
     /// Start-up and end of its last run, seconds.
     last_run: Option<(f64, f64)>,
+    /// Measured blocks left out: measured by another block function.
+    other_code: u64,
 }
 
 fn read_task(
@@ -169,6 +175,7 @@ fn read_task(
         model: SpatialModel::new(Vec::new()),
         left: vec![true; n as usize],
         last_run: None,
+        other_code: 0,
     };
     let Some(path) = input.store.as_deref().filter(|p| TrackingStore::exists(p)) else {
         return Ok(data);
@@ -181,6 +188,24 @@ fn read_task(
         .ok()
         .flatten()
         .unwrap_or(f64::NEG_INFINITY);
+    // and so are those of runs that recorded another function's code
+    let other_code: Vec<(f64, f64)> = match &input.function_sha256 {
+        Some(current) => crate::run_report::read_history(&path.join(RUNS_FILE))
+            .map(|h| {
+                h.reports
+                    .iter()
+                    .filter(|r| {
+                        r.report
+                            .function_sha256
+                            .as_ref()
+                            .is_some_and(|f| f != current)
+                    })
+                    .map(|r| (r.report.started_at, r.report.finished_at))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
     let mut measured = Vec::new();
     for i in 0..n {
         let block = grid.block(i);
@@ -189,6 +214,14 @@ fn read_task(
             data.left[i as usize] = false;
         }
         if record.sent_at.is_some_and(|s| s < since) {
+            continue;
+        }
+        if record.stats.is_some()
+            && record
+                .sent_at
+                .is_some_and(|s| other_code.iter().any(|&(a, b)| s >= a && s <= b))
+        {
+            data.other_code += 1;
             continue;
         }
         if let Some(stats) = record.stats {
@@ -314,9 +347,18 @@ pub fn forecast(
             store: None,
             workers: 1,
             whole: false,
+            function_sha256: None,
         });
         workers.push(input.workers.max(1));
         let d = read_task(&graph, t as TaskIndex, &input)?;
+        if d.other_code > 0 {
+            notes.push(format!(
+                "task {id:?}: {} measured block{} left out, measured with another version of \
+                 its block function",
+                d.other_code,
+                if d.other_code == 1 { "" } else { "s" }
+            ));
+        }
         if d.model.is_empty() && d.left.iter().any(|&l| l) {
             notes.push(format!(
                 "task {id:?}: no measured block (no sample and no history with resource \
@@ -528,6 +570,8 @@ pub fn forecast_store(
             store: Some(path.to_path_buf()),
             workers,
             whole,
+            // the next run runs what the last one ran
+            function_sha256: last.as_ref().and_then(|r| r.function_sha256.clone()),
         },
     )]);
     let mut fc = forecast(vec![spec], &inputs, cores, budget)?;
@@ -562,6 +606,7 @@ pub fn sample_blocks(
             store: stores.get(&id).cloned(),
             workers: 1,
             whole: false,
+            function_sha256: None,
         };
         data.push(read_task(&graph, t as TaskIndex, &input)?);
     }

@@ -475,6 +475,7 @@ impl RunLedger {
                     memory: None,
                     eta: self.eta_against_end(t),
                     forecast_sample: false,
+                    function_sha256: None,
                 }
             })
             .collect();

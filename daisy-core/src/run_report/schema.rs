@@ -165,6 +165,12 @@ pub struct TaskReport {
     /// lines written before daisy 2.1.
     #[serde(default)]
     pub forecast_sample: bool,
+    /// A SHA-256 of the block function's code the run ran (see
+    /// `server::TaskRuntime::function_sha256`): the forecast leaves out
+    /// blocks measured with other code. None where not known (a serial run,
+    /// lines written before daisy 2.1).
+    #[serde(default)]
+    pub function_sha256: Option<String>,
 }
 
 /// One ETA a run gave for a task.

@@ -105,6 +105,10 @@ pub struct TaskRuntime {
     /// payload changed while a job was queued is refused; None: the
     /// payload travels on stdin.
     pub payload_sha256: Option<String>,
+    /// A SHA-256 of the block function's code (not of what it captured),
+    /// recorded in the task's report lines so the forecast uses only blocks
+    /// measured with the code that will run; None where not known.
+    pub function_sha256: Option<String>,
 }
 
 /// Settings of one run.
@@ -268,6 +272,7 @@ mod tests {
             gpu_tracking: false,
             spawner: "local".into(),
             payload_sha256: None,
+            function_sha256: None,
         };
         let mut config = ServerConfig {
             host: "127.0.0.1".into(),

@@ -1030,8 +1030,9 @@ impl State {
                 .map(|t| self.scheduler.task_state(t).worker_start_count as u32)
                 .collect(),
         );
-        for report in outcome.reports.iter_mut() {
+        for (t, report) in outcome.reports.iter_mut().enumerate() {
             report.forecast_sample = self.config.forecast_sample;
+            report.function_sha256 = self.config.tasks[t as TaskIndex].function_sha256.clone();
         }
         if let Some(gate) = &self.gate {
             for (t, report) in outcome.reports.iter_mut().enumerate() {
@@ -1105,6 +1106,7 @@ pub(crate) mod test_support {
             gpu_tracking: false,
             spawner: "local".into(),
             payload_sha256: None,
+            function_sha256: None,
             idle_timeout: None,
             spawner_idle_timeout: None,
         };

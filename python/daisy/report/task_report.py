@@ -84,8 +84,12 @@ class TaskReport:
         memory: MemoryReport | None = None,
         eta: Sequence[EtaCheckpoint] = (),
         forecast_sample: bool = False,
+        function_sha256: str | None = None,
     ) -> None:
         self.task_id = task_id
+        #: a SHA-256 of the block function's code the run ran (None where
+        #: not known)
+        self.function_sha256 = function_sha256
         #: the run was a forecast's sample (`daisy.forecast`), not a run of
         #: the task
         self.forecast_sample = forecast_sample
@@ -137,7 +141,7 @@ class TaskReport:
         defaults.update(outcome="completed", utilisation=None)
         defaults.update(first_block_at=None, last_block_at=None, failure_causes=None)
         defaults.update(notices=None, failed_attempts=[], memory=None, eta=[])
-        defaults.update(forecast_sample=False)
+        defaults.update(forecast_sample=False, function_sha256=None)
         f = _fields(d, defaults, "a task report")
         if f["task_id"] is None:
             raise ValueError("run report: a task report has no 'task_id'")
@@ -158,6 +162,7 @@ class TaskReport:
             memory=MemoryReport.from_dict(f["memory"]),
             eta=[EtaCheckpoint.from_dict(e) for e in f["eta"] or ()],
             forecast_sample=bool(f["forecast_sample"]),
+            function_sha256=None if f["function_sha256"] is None else str(f["function_sha256"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -179,6 +184,7 @@ class TaskReport:
             "memory": None if self.memory is None else self.memory.to_dict(),
             "eta": [e.to_dict() for e in self.eta],
             "forecast_sample": self.forecast_sample,
+            "function_sha256": self.function_sha256,
         }
 
     @property
