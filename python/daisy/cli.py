@@ -517,7 +517,7 @@ def compare_command(args: argparse.Namespace) -> int:
             print(f"({note})")
         reset_tasks = sorted({r["task_id"] for r in rows if r["reset_between"]})
         for tid in reset_tasks:
-            print(f"({tid}: reset between the runs compared; its last run reprocessed every block)")
+            print(f"({tid}: reset between the runs compared)")
         if not rows:
             print("nothing to compare yet: every task needs at least two runs")
     return 1 if any(r["flagged"] for r in rows) else 0
