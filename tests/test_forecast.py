@@ -385,3 +385,12 @@ def test_a_block_functions_code_hash_is_its_code_and_not_its_data(tmp_path):
         for seed in ("1", "2", "3")
     }
     assert len(seen) == 1 and len(next(iter(seen))) == 64, seen
+
+
+def test_a_task_without_blocks_is_forecast_as_nothing_to_run_and_says_why():
+    empty = make_task("empty", ((0,), (5,)), ((0,), (10,)), ((0,), (10,)))
+    fc = daisy.forecast(empty, sample_blocks=5)
+    assert fc.sampled == {} and fc.wall_seconds == 0.0 and fc.bounding_task is None
+    assert any("has no blocks" in n for n in fc.notes), fc.notes
+    assert not any("temporary" in n for n in fc.notes), "nothing was sampled"
+    assert "nothing left to run" in str(fc) and "-0.00" not in str(fc)

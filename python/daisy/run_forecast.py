@@ -164,11 +164,16 @@ class Forecast:
         if f["wall_seconds"] is None:
             lines.append("Forecast: no wall time (a task has no measured block)")
         else:
+            bound = (
+                f"bound by {f['bounding_task']!r}"
+                if f["bounding_task"] is not None
+                else "nothing left to run"
+            )
             lines.append(
                 f"Forecast: the rest of the run takes {_wall(f['wall_seconds'])} "
                 f"({_wall(f['wall_seconds_low'])} to {_wall(f['wall_seconds_high'])}), "
                 f"{f['cpu_seconds'] / 3600:.2f} CPU hours, {f['node_hours']:.2f} node hours; "
-                f"bound by {f['bounding_task']!r}"
+                f"{bound}"
             )
         rows = [self._HEADER, *self._rows()]
         widths = [max(len(r[i]) for r in rows) for i in range(len(self._HEADER))]
@@ -289,16 +294,14 @@ def forecast(
     scratch = None
     stores: dict[str, Path] = {}
     notes: list[str] = []
+    temporary = set()
     for t in task_list:
         path = t.tracking_path
         if path is None:
             if scratch is None:
                 scratch = Path(tempfile.mkdtemp(prefix="daisy-forecast-"))
             path = scratch / t.task_id.replace("/", "_")
-            notes.append(
-                f"task {t.task_id!r} has no tracking store: the sample ran in a temporary one, "
-                "and the run will do those blocks again"
-            )
+            temporary.add(t.task_id)
         stores[t.task_id] = Path(path)
     try:
         sampled: dict[str, int] = {}
@@ -307,6 +310,11 @@ def forecast(
                 specs, {k: str(v) for k, v in stores.items()}, sample_blocks
             )
             sampled = {k: len(v) for k, v in chosen.items() if v}
+            notes.extend(
+                f"task {tid!r} has no tracking store: the sample ran in a temporary one, and "
+                "the run will do those blocks again"
+                for tid in sorted(temporary & sampled.keys())
+            )
             if sampled:
                 masks = {}
                 for t in task_list:

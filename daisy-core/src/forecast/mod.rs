@@ -351,6 +351,12 @@ pub fn forecast(
         });
         workers.push(input.workers.max(1));
         let d = read_task(&graph, t as TaskIndex, &input)?;
+        if d.left.is_empty() {
+            notes.push(format!(
+                "task {id:?} has no blocks: {}",
+                graph.pipeline().spec(t as TaskIndex).why_no_blocks()
+            ));
+        }
         if d.other_code > 0 {
             notes.push(format!(
                 "task {id:?}: {} measured block{} left out, measured with another version of \
@@ -505,7 +511,7 @@ pub fn forecast(
             peak_rss_bytes_p50: rss.as_ref().map(|r| r[0]),
             peak_rss_bytes_p95: rss.as_ref().map(|r| r[1]),
             peak_rss_bytes_max: rss.as_ref().map(|r| r[2]),
-            cpu_seconds: has_model.then_some(cpu),
+            cpu_seconds: has_model.then_some(cpu + 0.0),
             wall_seconds: (has_model || left == 0).then(|| {
                 if left == 0 {
                     0.0
@@ -529,7 +535,8 @@ pub fn forecast(
         wall_seconds: wall,
         wall_seconds_low: known.then(|| fixed(low.makespan)),
         wall_seconds_high: known.then(|| fixed(high.makespan)),
-        cpu_seconds: known.then(|| figures.iter().map(|f| f.1).sum()),
+        // (+ 0.0: an empty float sum is -0.0, printed "-0.00")
+        cpu_seconds: known.then(|| figures.iter().map(|f| f.1).sum::<f64>() + 0.0),
         node_hours: wall.map(|w| w / 3600.0),
         bounding_task: bounding,
         start_seconds: start,
