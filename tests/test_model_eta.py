@@ -78,3 +78,49 @@ def test_after_a_forecast_the_first_eta_sees_the_costly_blocks_still_to_come(tmp
     assert report is not None and len(report.eta) >= 4
     assert all(c.left_seconds is not None for c in report.eta)
     assert "eta said / was at 25 %" in report.render()
+
+
+class PaceLog:
+    """A progress observer that keeps, for each tick, the task's blocks
+    completed and the ETA the core gave with it."""
+
+    def __init__(self) -> None:
+        self.completed = 0
+        self.seen: list[tuple[int, float | None]] = []
+
+    def update(self, task_id: str, state, workers: int) -> None:  # type: ignore[no-untyped-def]
+        self.completed = state.completed_count
+
+    def pace(self, task_id: str, blocks_per_second: float, eta_seconds: float | None) -> None:
+        self.seen.append((self.completed, eta_seconds))
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_progress_observers_get_the_models_eta_while_the_run_goes(tmp_path):
+    store = tmp_path / "store"
+
+    def line(**kwargs):  # type: ignore[no-untyped-def]
+        return make_task(
+            "paced",
+            ((0,), (400,)),
+            ((0,), (10,)),
+            ((0,), (10,)),
+            process_function=costly_second_half,
+            max_workers=2,
+            tracking_path=store,
+            resource_tracking=True,
+            **kwargs,
+        )
+
+    daisy.forecast(line(), sample_blocks=8)
+    log = PaceLog()
+    assert daisy.run_blockwise([line()], progress=[log], summary=False)
+    # while the cheap first half runs (blocks 2 to 15 of the 32 left done),
+    # the bar, the pace line and the dashboard are told what is still to
+    # come: the costly half the sample measured (about 16 blocks of 0.2 s
+    # on 2 workers), where a mean rate of cheap blocks says well under 1 s
+    early = [eta for done, eta in log.seen if 2 <= done <= 15 and eta is not None]
+    assert early, log.seen
+    assert max(early) >= 0.5 * 16 * COSTLY_SECONDS / 2, log.seen

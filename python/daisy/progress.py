@@ -39,8 +39,11 @@ class ProgressObserver(Protocol):
 class PacedObserver(ProgressObserver, Protocol):
     """An observer that also shows the core's pace of each task: a
     distributed run calls `pace` after each `update` with the task's
-    blocks per second over the last 30 s and its ETA in seconds (None
-    while nothing completes), as the core measures them."""
+    blocks per second over the last 30 s and its ETA in seconds, as the
+    core makes them: the model's (the blocks left, each as costly as its
+    nearest measured block, on the task's workers; see "Planning a run")
+    from the first 5 % of its blocks on, before that their rate over the
+    last 30 s (None while nothing completes)."""
 
     def pace(self, task_id: str, blocks_per_second: float, eta_seconds: float | None) -> None: ...
 
