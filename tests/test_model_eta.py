@@ -80,19 +80,27 @@ def test_after_a_forecast_the_first_eta_sees_the_costly_blocks_still_to_come(tmp
     assert "eta said / was at 25 %" in report.render()
 
 
+def slower_second_half(block: daisy.Block) -> None:
+    """As `costly_second_half`, slow enough that the run's 50 ms ticks
+    land in its cheap half whatever the machine's load: 50 ms blocks, then
+    0.3 s ones."""
+    time.sleep(0.3 if block.write_roi.offset[0] >= COSTLY_FROM else 0.05)
+
+
 class PaceLog:
     """A progress observer that keeps, for each tick, the task's blocks
-    completed and the ETA the core gave with it."""
+    done in this run (skipped ones left out) and the ETA the core gave with
+    it."""
 
     def __init__(self) -> None:
-        self.completed = 0
+        self.done = 0
         self.seen: list[tuple[int, float | None]] = []
 
     def update(self, task_id: str, state, workers: int) -> None:  # type: ignore[no-untyped-def]
-        self.completed = state.completed_count
+        self.done = state.completed_count - state.skipped_count
 
     def pace(self, task_id: str, blocks_per_second: float, eta_seconds: float | None) -> None:
-        self.seen.append((self.completed, eta_seconds))
+        self.seen.append((self.done, eta_seconds))
 
     def close(self) -> None:
         pass
@@ -107,7 +115,7 @@ def test_the_progress_observers_get_the_models_eta_while_the_run_goes(tmp_path):
             ((0,), (400,)),
             ((0,), (10,)),
             ((0,), (10,)),
-            process_function=costly_second_half,
+            process_function=slower_second_half,
             max_workers=2,
             tracking_path=store,
             resource_tracking=True,
@@ -117,10 +125,10 @@ def test_the_progress_observers_get_the_models_eta_while_the_run_goes(tmp_path):
     daisy.forecast(line(), sample_blocks=8)
     log = PaceLog()
     assert daisy.run_blockwise([line()], progress=[log], summary=False)
-    # while the cheap first half runs (blocks 2 to 15 of the 32 left done),
-    # the bar, the pace line and the dashboard are told what is still to
-    # come: the costly half the sample measured (about 16 blocks of 0.2 s
-    # on 2 workers), where a mean rate of cheap blocks says well under 1 s
-    early = [eta for done, eta in log.seen if 2 <= done <= 15 and eta is not None]
+    # the sample took 4 cheap and 4 costly blocks; while the 16 cheap blocks
+    # left run (0.4 s on 2 workers: several ticks), the bar, the pace line
+    # and the dashboard are told of the 16 costly ones still to come (2.4 s
+    # on 2 workers), where a rate of cheap blocks would say under 0.8 s
+    early = [eta for done, eta in log.seen if 2 <= done <= 14 and eta is not None]
     assert early, log.seen
-    assert max(early) >= 0.5 * 16 * COSTLY_SECONDS / 2, log.seen
+    assert max(early) >= 0.5 * 16 * 0.3 / 2, log.seen

@@ -207,23 +207,28 @@ pub fn nearest_costs(shape: &Coord, measured: &[(u64, f64)]) -> Option<Vec<f64>>
             queue.push_back(i);
         }
     }
-    let dims = shape.dims();
+    // neighbours by strides on the flat index: no coordinate is made (a
+    // pass over a 10^6-block grid, 20 times a run)
+    let sizes: Vec<u64> = shape.as_slice().iter().map(|&n| n.max(0) as u64).collect();
+    let mut strides = vec![1u64; sizes.len()];
+    for d in (0..sizes.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * sizes[d + 1];
+    }
     while let Some(i) = queue.pop_front() {
         let here = cost[i as usize];
-        let pos = grid.unflat(i);
-        for d in 0..dims {
-            for step in [-1i64, 1] {
-                let mut p = pos.as_slice().to_vec();
-                p[d] += step;
-                if p[d] < 0 || p[d] >= shape.as_slice()[d] {
-                    continue;
+        for (&size, &stride) in sizes.iter().zip(&strides) {
+            let at = (i / stride) % size;
+            let mut visit = |j: u64| {
+                if cost[j as usize].is_nan() {
+                    cost[j as usize] = here;
+                    queue.push_back(j);
                 }
-                let Ok(c) = Coord::new(&p) else { continue };
-                let j = grid.flat(&c) as usize;
-                if cost[j].is_nan() {
-                    cost[j] = here;
-                    queue.push_back(j as u64);
-                }
+            };
+            if at > 0 {
+                visit(i - stride);
+            }
+            if at + 1 < size {
+                visit(i + stride);
             }
         }
     }
@@ -322,6 +327,30 @@ mod tests {
         let b = met.checkpoint(t0, &[], 1).unwrap();
         assert!((b - a - 90.0 * 3.0).abs() < 31.0, "{a} {b}");
         assert_eq!(spread.unseen_excess(), 0.0);
+    }
+
+    #[test]
+    fn nearest_by_steps_on_a_3d_grid_reaches_every_cell_from_its_nearest_source() {
+        let shape = Coord::new(&[3, 4, 5]).unwrap();
+        let grid = GridIndexer::new(shape);
+        let a = grid.flat(&Coord::new(&[0, 0, 0]).unwrap());
+        let b = grid.flat(&Coord::new(&[2, 3, 4]).unwrap());
+        let cost = nearest_costs(&shape, &[(a, 1.0), (b, 9.0)]).unwrap();
+        for i in 0..grid.len() {
+            let p = grid.unflat(i);
+            let to_a: i64 = p.as_slice().iter().sum();
+            let to_b: i64 = p
+                .as_slice()
+                .iter()
+                .zip([2, 3, 4])
+                .map(|(x, y)| (x - y).abs())
+                .sum();
+            if to_a < to_b {
+                assert_eq!(cost[i as usize], 1.0, "{p:?}");
+            } else if to_b < to_a {
+                assert_eq!(cost[i as usize], 9.0, "{p:?}");
+            }
+        }
     }
 
     #[test]
