@@ -224,14 +224,10 @@ fn read_task(
             data.other_code += 1;
             continue;
         }
-        if let Some(stats) = record.stats {
-            let round_trip = match (record.sent_at, record.returned_at) {
-                (Some(s), Some(r)) if r > s => r - s,
-                _ => stats.wall_seconds,
-            };
+        if let (Some(stats), Some(seconds)) = (&record.stats, record.busy_seconds()) {
             measured.push(Measured {
                 cell: block.position,
-                seconds: round_trip.max(stats.wall_seconds),
+                seconds,
                 cpu_seconds: stats.cpu_seconds,
                 peak_rss_bytes: stats.peak_rss_bytes as f64,
             });

@@ -551,11 +551,7 @@ impl State {
             if record.sent_at.is_some_and(|s| s < since) {
                 continue;
             }
-            if let Some(stats) = record.stats {
-                let seconds = match (record.sent_at, record.returned_at) {
-                    (Some(s), Some(r)) if r > s => (r - s).max(stats.wall_seconds),
-                    _ => stats.wall_seconds,
-                };
+            if let Some(seconds) = record.busy_seconds() {
                 measured.push((i, seconds));
             }
         }

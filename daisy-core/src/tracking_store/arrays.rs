@@ -121,6 +121,20 @@ pub struct TrackingRecord {
     pub returned_at: Option<f64>,
 }
 
+impl TrackingRecord {
+    /// Seconds the block kept a worker slot busy: dispatch to return, at
+    /// least its own wall time; its wall where the stamps are missing.
+    /// None when it was not measured. What the forecast and the ETA
+    /// count a measured block as.
+    pub fn busy_seconds(&self) -> Option<f64> {
+        let wall = self.stats.as_ref()?.wall_seconds;
+        Some(match (self.sent_at, self.returned_at) {
+            (Some(s), Some(r)) if r > s => (r - s).max(wall),
+            _ => wall,
+        })
+    }
+}
+
 /// "No worker" in the `worker_id` array (serial runs, unmanaged clients).
 const NO_WORKER: u32 = u32::MAX;
 

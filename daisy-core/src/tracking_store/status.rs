@@ -42,9 +42,9 @@ pub struct StoreStatus {
     pub held_by: Option<String>,
 }
 
-/// Where the store at `path` stands; an error for a path that is no
-/// tracking store.
-pub fn store_status(path: &Path) -> Result<StoreStatus, DaisyError> {
+/// The group attributes of the store at `path` (`{}` without any); an
+/// error naming a path that is no tracking store.
+fn group_attributes(path: &Path) -> Result<Value, DaisyError> {
     let meta = path.join("zarr.json");
     let text = fs::read_to_string(&meta).map_err(|e| {
         DaisyError::Io(format!(
@@ -53,9 +53,15 @@ pub fn store_status(path: &Path) -> Result<StoreStatus, DaisyError> {
             path.display()
         ))
     })?;
-    let group: Value = serde_json::from_str(&text)
+    let mut group: Value = serde_json::from_str(&text)
         .map_err(|e| DaisyError::Io(format!("{}: not JSON ({e})", meta.display())))?;
-    let attrs = &group["attributes"];
+    Ok(group["attributes"].take())
+}
+
+/// Where the store at `path` stands; an error for a path that is no
+/// tracking store.
+pub fn store_status(path: &Path) -> Result<StoreStatus, DaisyError> {
+    let attrs = &group_attributes(path)?;
     let task_id = attrs["daisy_task_id"].as_str().map(str::to_string);
     let total = Layout::from_json(&attrs["daisy_layout"]).and_then(|l| {
         let spec = TaskSpec::new("status", l.total, l.read, l.write, l.fit, true, 0, vec![]);
@@ -80,21 +86,11 @@ pub fn store_status(path: &Path) -> Result<StoreStatus, DaisyError> {
 /// assumed, as a task's default; an error names a path that is no store or
 /// a layout this version does not read.
 pub fn store_spec(path: &Path) -> Result<TaskSpec, DaisyError> {
-    let meta = path.join("zarr.json");
-    let text = fs::read_to_string(&meta).map_err(|e| {
-        DaisyError::Io(format!(
-            "{}: no tracking store there ({e}); give a store's directory (the task's \
-             tracking_path)",
-            path.display()
-        ))
-    })?;
-    let group: Value = serde_json::from_str(&text)
-        .map_err(|e| DaisyError::Io(format!("{}: not JSON ({e})", meta.display())))?;
-    let attrs = &group["attributes"];
+    let attrs = &group_attributes(path)?;
     let layout = Layout::from_json(&attrs["daisy_layout"]).ok_or_else(|| {
         DaisyError::Io(format!(
             "{}: its layout is not one this version of daisy reads",
-            meta.display()
+            path.join("zarr.json").display()
         ))
     })?;
     let task_id = attrs["daisy_task_id"]
